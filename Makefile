@@ -1,0 +1,44 @@
+# The README's commands. Each one sets up .venv from nothing when needed.
+#   make demo    end-to-end run on the bundled data -> runs/demo/report.md
+#   make test    the whole test suite, notebooks included
+#   make bench   benchmarks/ (tables on stdout, JSON under runs/bench/)
+#   make lab     JupyterLab on notebooks/
+# On a GPU machine drop the CPU pin: `make CONSTRAINTS= test`.
+
+PYTHON ?= python3
+VENV ?= .venv
+CONSTRAINTS ?= constraints.txt
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.sciml-installed
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test bench lab lint install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev,notebooks,tensorboard]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/sciml demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+bench: $(STAMP)
+	@for script in benchmarks/*.py; do \
+		echo "== $$script"; $(BIN)/python $$script || exit 1; \
+	done
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

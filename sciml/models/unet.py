@@ -1,0 +1,119 @@
+"""U-Net for 2D images and 3D volumes (Ronneberger et al. 2015; Cicek et al. 2016)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+Norm = Literal["batch", "group", "none"]
+
+
+def _conv(dims: int) -> type[nn.Module]:
+    return {2: nn.Conv2d, 3: nn.Conv3d}[dims]
+
+
+def _norm(dims: int, kind: Norm, channels: int) -> nn.Module:
+    if kind == "batch":
+        return {2: nn.BatchNorm2d, 3: nn.BatchNorm3d}[dims](channels)
+    if kind == "group":
+        return nn.GroupNorm(min(8, channels), channels)
+    return nn.Identity()
+
+
+class ConvBlock(nn.Sequential):
+    """Two ``conv(k=3, 'same') -> norm -> ReLU`` layers."""
+
+    def __init__(self, dims: int, in_channels: int, out_channels: int, norm: Norm) -> None:
+        conv = _conv(dims)
+        super().__init__(
+            conv(in_channels, out_channels, 3, padding=1, bias=norm == "none"),
+            _norm(dims, norm, out_channels),
+            nn.ReLU(inplace=True),
+            conv(out_channels, out_channels, 3, padding=1, bias=norm == "none"),
+            _norm(dims, norm, out_channels),
+            nn.ReLU(inplace=True),
+        )
+
+
+class UNet(nn.Module):
+    """A U-Net with ``depth`` poolings, for ``dims`` = 2 (N, C, H, W) or 3 (N, C, D, H, W).
+
+    Args:
+        in_channels: Input channels.
+        out_channels: Output channels (logits; no final activation).
+        dims: 2 or 3 spatial dimensions.
+        base_channels: Channels of the first level; doubled at every level.
+        depth: Number of 2x poolings; every spatial size must divide by ``2**depth``.
+        norm: ``"batch"``, ``"group"`` or ``"none"``.
+        upsample: ``"transpose"`` (learned 2x transposed convolution) or
+            ``"interpolate"`` (nearest/trilinear interpolation then a 1x1 convolution).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        dims: int = 3,
+        base_channels: int = 16,
+        depth: int = 3,
+        norm: Norm = "batch",
+        upsample: Literal["transpose", "interpolate"] = "transpose",
+    ) -> None:
+        super().__init__()
+        if dims not in (2, 3):
+            raise ValueError(f"UNet supports dims=2 or dims=3, got dims={dims}")
+        if depth < 1:
+            raise ValueError(f"UNet depth must be >= 1, got {depth}")
+        self.dims, self.depth = dims, depth
+        widths = [base_channels * 2**level for level in range(depth + 1)]
+        pool = {2: nn.MaxPool2d, 3: nn.MaxPool3d}[dims]
+        self.encoder = nn.ModuleList()
+        previous = in_channels
+        for width in widths[:-1]:
+            self.encoder.append(ConvBlock(dims, previous, width, norm))
+            previous = width
+        self.pool = pool(2)
+        self.bottleneck = ConvBlock(dims, widths[-2], widths[-1], norm)
+        self.up = nn.ModuleList()
+        self.decoder = nn.ModuleList()
+        for level in reversed(range(depth)):
+            wide, narrow = widths[level + 1], widths[level]
+            if upsample == "transpose":
+                transpose = {2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}[dims]
+                self.up.append(transpose(wide, narrow, 2, stride=2))
+            else:
+                mode = "bilinear" if dims == 2 else "trilinear"
+                self.up.append(
+                    nn.Sequential(
+                        nn.Upsample(scale_factor=2, mode=mode, align_corners=False),
+                        _conv(dims)(wide, narrow, 1),
+                    )
+                )
+            self.decoder.append(ConvBlock(dims, 2 * narrow, narrow, norm))
+        self.head = _conv(dims)(widths[0], out_channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != self.dims + 2:
+            raise ValueError(
+                f"UNet(dims={self.dims}) expects a {self.dims + 2}-D tensor (N, C, spatial...), "
+                f"got shape {tuple(x.shape)}"
+            )
+        skips = []
+        for block in self.encoder:
+            x = block(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottleneck(x)
+        for up, block, skip in zip(self.up, self.decoder, reversed(skips), strict=True):
+            x = up(x)
+            if x.shape[2:] != skip.shape[2:]:
+                raise ValueError(
+                    f"UNet(depth={self.depth}) needs spatial sizes divisible by "
+                    f"{2**self.depth}; a skip connection has {tuple(skip.shape[2:])} but the "
+                    f"upsampled path has {tuple(x.shape[2:])}"
+                )
+            x = block(torch.cat([x, skip], dim=1))
+        return self.head(x)

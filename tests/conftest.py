@@ -1,0 +1,13 @@
+"""Shared test settings: small, deterministic, one thread per process."""
+
+import os
+
+# Notebooks and demos read this to pick their small parameters.
+os.environ.setdefault("SCIML_QUICK", "1")
+# Multi-process tests start several ranks on 2 cores: keep each single-threaded.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
