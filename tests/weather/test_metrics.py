@@ -1,0 +1,303 @@
+"""Metrics against properscoring, xskillscore, scoringrules, closed forms and direct numpy."""
+
+import numpy as np
+import properscoring as ps
+import pytest
+import scipy.integrate
+import scipy.stats
+import scoringrules as sr
+import xarray as xr
+import xskillscore as xs
+
+from sciml.weather import metrics as m
+from sciml.weather.kernels import crps_ensemble_array, efi_array
+
+RTOL = 1e-6
+
+
+def _pairwise_crps(obs, ens, fair=False):
+    """Direct O(M^2) energy form with NaN members dropped (independent reference)."""
+    out = np.full(obs.shape, np.nan)
+    for idx in np.ndindex(obs.shape):
+        x = ens[idx][~np.isnan(ens[idx])]
+        y = obs[idx]
+        n = x.size
+        if np.isnan(y) or n == 0 or (fair and n < 2):
+            continue
+        pair = np.abs(x[:, None] - x[None, :]).sum()
+        out[idx] = np.abs(x - y).mean() - pair / (2 * n * (n - 1) if fair else 2 * n * n)
+    return out
+
+
+def _fields(rng, members=7, shape=(4, 6, 5), ties=False, nans=False, dtype=np.float64):
+    lat = np.linspace(-75, 75, shape[1])
+    fc = rng.standard_normal((members, *shape))
+    ob = rng.standard_normal(shape)
+    if ties:
+        fc, ob = np.round(fc * 2) / 2, np.round(ob * 2) / 2
+    if nans:
+        fc[rng.random(fc.shape) < 0.1] = np.nan
+        ob[rng.random(ob.shape) < 0.1] = np.nan
+    coords = {"lat": lat, "time": np.arange(shape[0])}
+    fc = xr.DataArray(fc.astype(dtype), dims=("member", "time", "lat", "lon"), coords=coords)
+    ob = xr.DataArray(ob.astype(dtype), dims=("time", "lat", "lon"), coords=coords)
+    fc.attrs = {"units": "K"}
+    ob.attrs = {"units": "K", "long_name": "temperature"}
+    return ob, fc
+
+
+@pytest.mark.parametrize("members", [1, 2, 5, 50])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("nans", [False, True])
+def test_crps_matches_properscoring_per_point(members, ties, nans):
+    rng = np.random.default_rng(members)
+    ob, fc = _fields(rng, members, ties=ties, nans=nans)
+    got = m.crps_ensemble(ob, fc, dim=[])
+    ref = ps.crps_ensemble(ob.values, fc.transpose(..., "member").values)
+    assert got.dims == ob.dims
+    np.testing.assert_allclose(got.values, ref, rtol=RTOL, atol=1e-12)
+    np.testing.assert_allclose(got.values, _pairwise_crps(ob.values, np.moveaxis(fc.values, 0, -1)),
+                               rtol=RTOL, atol=1e-12)
+
+
+@pytest.mark.parametrize("dim", [None, [], "time", ["lat", "lon"], ["time", "lat", "lon"]])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_crps_dim_and_weights_match_xskillscore(dim, weighted):
+    ob, fc = _fields(np.random.default_rng(3), 6, nans=True)
+    weights = m.latitude_weights(ob) if weighted else None
+    got = m.crps_ensemble(ob, fc, dim=dim, weights=weights)
+    ref = xs.crps_ensemble(ob, fc, dim=dim, weights=weights)
+    assert set(got.dims) == set(ref.dims)
+    xr.testing.assert_allclose(got, ref.transpose(*got.dims), rtol=RTOL)
+
+
+def test_fair_crps_matches_scoringrules_and_pairwise():
+    rng = np.random.default_rng(4)
+    ob, fc = _fields(rng, 9, ties=True)
+    got = m.crps_ensemble(ob, fc, dim=[], fair=True)
+    ens = fc.transpose(..., "member").values
+    np.testing.assert_allclose(got, sr.crps_ensemble(ob.values, ens, estimator="fair"), rtol=RTOL)
+    ob, fc = _fields(rng, 4, nans=True)
+    got = m.crps_ensemble(ob, fc, dim=[], fair=True)
+    ens = fc.transpose(..., "member").values
+    np.testing.assert_allclose(got, _pairwise_crps(ob.values, ens, fair=True), rtol=RTOL)
+
+
+def test_fair_minus_standard_is_half_mean_pair_distance_over_m():
+    """standard - fair = sum_ij |xi - xj| / (2 M^2 (M - 1)): a closed-form link."""
+    rng = np.random.default_rng(5)
+    ens = rng.standard_normal((100, 8))
+    obs = rng.standard_normal(100)
+    diff = crps_ensemble_array(obs, ens) - crps_ensemble_array(obs, ens, fair=True)
+    pair = np.abs(ens[:, :, None] - ens[:, None, :]).sum((1, 2))
+    np.testing.assert_allclose(diff, pair / (2 * 64 * 7), rtol=RTOL)
+
+
+def test_crps_float32_and_large_offsets_keep_precision():
+    rng = np.random.default_rng(6)
+    base = 50_000.0 + 10 * rng.standard_normal((2000, 1))
+    ens = (base + 5 * rng.standard_normal((2000, 20))).astype(np.float32)
+    obs = (base[:, 0] + 5 * rng.standard_normal(2000)).astype(np.float32)
+    got = crps_ensemble_array(obs, ens)
+    assert got.dtype == np.float64
+    ref = ps.crps_ensemble(obs.astype(np.float64), ens.astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=RTOL)
+    np.testing.assert_allclose(got, _pairwise_crps(obs.astype(float), ens.astype(float)),
+                               rtol=RTOL)
+
+
+def test_crps_many_blocks_and_threads_agree():
+    rng = np.random.default_rng(7)
+    ens = rng.standard_normal((70_001, 3))
+    obs = rng.standard_normal(70_001)
+    one = crps_ensemble_array(obs, ens, threads=1)
+    np.testing.assert_array_equal(one, crps_ensemble_array(obs, ens, threads=2))
+    np.testing.assert_allclose(one, ps.crps_ensemble(obs, ens), rtol=RTOL)
+
+
+def test_crps_is_lazy_on_dask_and_keeps_attrs():
+    ob, fc = _fields(np.random.default_rng(8), 5, nans=True)
+    lazy_ob, lazy_fc = ob.chunk({"time": 2}), fc.chunk({"time": 1, "member": 2})
+    for dim in ([], ["lat"]):
+        got = m.crps_ensemble(lazy_ob, lazy_fc, dim=dim, weights=m.latitude_weights(ob))
+        assert got.chunks is not None
+        xr.testing.assert_allclose(
+            got.compute(), m.crps_ensemble(ob, fc, dim=dim, weights=m.latitude_weights(ob))
+        )
+    assert m.crps_ensemble(lazy_ob, lazy_fc, dim=[]).attrs["units"] == "K"
+    for lazy in (
+        m.crps_gaussian(lazy_ob, lazy_fc.mean("member"), lazy_fc.std("member"), dim=[]),
+        m.rank_histogram(lazy_ob, lazy_fc, dim=["lat", "lon"]),
+        m.spread_skill_ratio(lazy_ob, lazy_fc, dim=["lat"]),
+        m.twcrps_ensemble(lazy_ob, lazy_fc, dim=[], a=0.5),
+    ):
+        assert lazy.chunks is not None
+
+
+def test_crps_on_datasets():
+    ob, fc = _fields(np.random.default_rng(9), 4)
+    got = m.crps_ensemble(ob.to_dataset(name="t"), fc.to_dataset(name="t"), dim="time")
+    xr.testing.assert_allclose(got["t"], xs.crps_ensemble(ob, fc, dim="time"), rtol=RTOL)
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_twcrps_matches_scoringrules(fair):
+    ob, fc = _fields(np.random.default_rng(10), 8)
+    ens = fc.transpose(..., "member").values
+    est = "fair" if fair else "nrg"
+    got = m.twcrps_ensemble(ob, fc, dim=[], a=0.3, fair=fair)
+    np.testing.assert_allclose(got, sr.twcrps_ensemble(ob.values, ens, 0.3, estimator=est),
+                               rtol=RTOL, atol=1e-12)
+    got = m.twcrps_ensemble(ob, fc, dim=[], a=-1.0, b=0.5, fair=fair)
+    ref = sr.twcrps_ensemble(ob.values, ens, -1.0, 0.5, estimator=est)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=1e-12)
+    got = m.twcrps_ensemble(ob, fc, dim=[], v_func=np.tanh, fair=fair)
+    ref = sr.twcrps_ensemble(ob.values, ens, v_func=np.tanh, estimator=est)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=1e-12)
+    with pytest.raises(ValueError, match="a < b"):
+        m.twcrps_ensemble(ob, fc, a=1.0, b=0.0)
+
+
+def test_crps_gaussian_matches_properscoring_and_limits():
+    rng = np.random.default_rng(11)
+    ob, fc = _fields(rng, 6, nans=True)
+    mu, sigma = fc.mean("member"), fc.std("member") + 0.1
+    got = m.crps_gaussian(ob, mu, sigma, dim=[])
+    np.testing.assert_allclose(got, ps.crps_gaussian(ob.values, mu.values, sigma.values),
+                               rtol=RTOL)
+    xr.testing.assert_allclose(
+        m.crps_gaussian(ob, mu, sigma, dim="lat", weights=m.latitude_weights(ob)),
+        xs.crps_gaussian(ob, mu, sigma, dim="lat", weights=m.latitude_weights(ob)), rtol=RTOL)
+    zero = m.crps_gaussian(ob, mu, 0.0, dim=[])
+    np.testing.assert_allclose(zero, np.abs(ob - mu), rtol=RTOL)
+    assert np.isnan(m.crps_gaussian(ob, mu, -1.0, dim=[])).all()
+    # the CRPS of a large ensemble of normal quantiles approaches the closed form
+    levels = (np.arange(20_000) + 0.5) / 20_000
+    big = xr.DataArray(scipy.stats.norm.ppf(levels, 0.3, 1.7)[:, None], dims=("member", "x"))
+    y = xr.DataArray([1.1], dims="x")
+    assert float(m.crps_ensemble(y, big)) == pytest.approx(float(m.crps_gaussian(y, 0.3, 1.7)),
+                                                            rel=1e-4)
+
+
+def test_efi_exact_against_quadrature_and_limits():
+    rng = np.random.default_rng(12)
+    climate = rng.gamma(2.0, size=(3, 40))
+    members = rng.gamma(2.5, size=(3, 6))
+    got = efi_array(members, climate)
+    for i in range(3):
+        def integrand(p, i=i):
+            q = np.quantile(climate[i], p)
+            return (p - np.mean(members[i] < q)) / np.sqrt(p * (1 - p))
+
+        breaks = np.interp(members[i], np.sort(climate[i]), np.linspace(0, 1, 40))
+        ref, _ = scipy.integrate.quad(integrand, 0, 1, points=np.sort(breaks), limit=200)
+        assert got[i] == pytest.approx(2 / np.pi * ref, abs=1e-6)
+    uniform = np.linspace(0, 1, 101)
+    x = rng.uniform(0, 1, (5, 9))
+    np.testing.assert_allclose(efi_array(x, uniform),
+                               4 / np.pi * np.arcsin(np.sqrt(x)).mean(-1) - 1, rtol=RTOL)
+    assert efi_array(np.full((1, 4), 5.0), uniform)[0] == 1.0
+    assert efi_array(np.full((1, 4), -5.0), uniform)[0] == -1.0
+
+
+def test_efi_weighted_crps():
+    rng = np.random.default_rng(13)
+    ob, fc = _fields(rng, 5)
+    climate = xr.DataArray(rng.standard_normal((30, 6)), dims=("climate", "lat"))
+    efi = m.extreme_forecast_index(fc + 1.0, climate)
+    assert efi.dims == ("time", "lat", "lon") and float(efi.mean()) > 0.3
+    lazy = m.extreme_forecast_index(fc.chunk({"member": 1}), climate.chunk({"climate": 10}))
+    assert lazy.chunks is not None
+    xr.testing.assert_allclose(lazy.compute(), m.extreme_forecast_index(fc, climate))
+    got = m.crps_ensemble_efi_weighted(ob, fc, efi, dim=[])
+    xr.testing.assert_allclose(got, abs(efi) * m.crps_ensemble(ob, fc, dim=[]))
+    with pytest.raises(ValueError, match="climate"):
+        m.extreme_forecast_index(fc, climate.rename(climate="year"))
+
+
+def test_rank_histogram_matches_xskillscore_and_counts_valid_points():
+    ob, fc = _fields(np.random.default_rng(14), 6)
+    for dim in (None, ["lat", "lon"]):
+        got = m.rank_histogram(ob, fc, dim=dim)
+        ref = xs.rank_histogram(ob, fc, dim=dim)
+        np.testing.assert_array_equal(got.transpose(*ref.dims).values, ref.values)
+    ob, fc = _fields(np.random.default_rng(15), 6, ties=True, nans=True)
+    got = m.rank_histogram(ob, fc)
+    valid = int((ob.notnull() & fc.notnull().all("member")).sum())
+    assert got.sizes["rank"] == 7 and int(got.sum()) == valid
+    assert list(got["rank"].values) == list(range(1, 8))
+
+
+def test_spread_rmse_ratio_against_numpy_and_calibrated_ensemble():
+    rng = np.random.default_rng(16)
+    ob, fc = _fields(rng, 5, nans=False)
+    ens = fc.values
+    np.testing.assert_allclose(m.ensemble_spread(fc), np.sqrt(np.var(ens, 0, ddof=1).mean()))
+    err2 = (ens.mean(0) - ob.values) ** 2
+    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc), np.sqrt(err2.mean()))
+    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc, dim=[]), np.sqrt(err2))
+    w = m.latitude_weights(ob).values[None, :, None]
+    wmean = (err2 * w).sum() / np.broadcast_to(w, err2.shape).sum()
+    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc, weights=m.latitude_weights(ob)),
+                               np.sqrt(wmean))
+    # members and truth drawn from the same distribution: corrected ratio ~ 1
+    M = 4
+    truth_and_members = rng.standard_normal((M + 1, 200_000))
+    ob = xr.DataArray(truth_and_members[0], dims="x")
+    fc = xr.DataArray(truth_and_members[1:], dims=("member", "x"))
+    assert float(m.spread_skill_ratio(ob, fc)) == pytest.approx(1.0, abs=0.01)
+    raw = float(m.spread_skill_ratio(ob, fc, corrected=False))
+    assert raw == pytest.approx(np.sqrt(M / (M + 1)), abs=0.01)
+
+
+def test_crps_skill_score():
+    ob, fc = _fields(np.random.default_rng(17), 6)
+    assert float(m.crps_skill_score(ob, fc, fc)) == pytest.approx(0.0, abs=1e-12)
+    ref = fc.rename(member="number") * 2
+    got = m.crps_skill_score(ob, fc, ref, dim="time", reference_member_dim="number")
+    expected = 1 - m.crps_ensemble(ob, fc, dim="time") / m.crps_ensemble(
+        ob, ref, member_dim="number", dim="time")
+    xr.testing.assert_allclose(got, expected)
+
+
+def test_latitude_weights():
+    lat = xr.DataArray(np.linspace(-90, 90, 7), dims="lat", name="lat")
+    w = m.latitude_weights(lat)
+    assert float(w.mean()) == pytest.approx(1.0)
+    np.testing.assert_allclose(w / w.max(), np.cos(np.deg2rad(lat)), atol=1e-12)
+    field = xr.Dataset(coords={"lat": lat.values})
+    xr.testing.assert_allclose(m.latitude_weights(field), w)
+    with pytest.raises(ValueError, match="latitude"):
+        m.latitude_weights(xr.Dataset(coords={"y": [1.0]}))
+    with pytest.raises(ValueError, match=r"\[-90, 90\]"):
+        m.latitude_weights(xr.DataArray([100.0], dims="lat", name="lat"))
+
+
+def test_clear_errors_for_member_dimension():
+    ob, fc = _fields(np.random.default_rng(18), 3)
+    with pytest.raises(ValueError, match="no member dimension 'number'"):
+        m.crps_ensemble(ob, fc, member_dim="number")
+    with pytest.raises(ValueError, match="observations must not have"):
+        m.crps_ensemble(fc, fc)
+
+
+def test_real_era5_each_member_against_the_others(era5):
+    z = era5["z"].rename(number="member")
+    M = z.sizes["member"]
+    for k in (0, 7):
+        obs, ens = z.isel(member=k), z.drop_isel(member=k)
+        got = m.crps_ensemble(obs, ens, dim=[])
+        x = np.moveaxis(ens.values.astype(np.float64), 0, -1)
+        y = obs.values.astype(np.float64)
+        direct = np.abs(x - y[..., None]).mean(-1) - np.abs(
+            x[..., :, None] - x[..., None, :]).mean((-1, -2)) / 2
+        np.testing.assert_allclose(got, direct, rtol=RTOL, atol=1e-9 * float(np.abs(y).max()))
+        below = (x < y[..., None]).sum(-1)
+        tied = (x == y[..., None]).any(-1)
+        untied = xr.DataArray(~tied, dims=obs.dims)
+        hist = m.rank_histogram(obs.where(untied), ens)
+        np.testing.assert_array_equal(hist.values, np.bincount(below[~tied], minlength=M))
+        assert int(m.rank_histogram(obs, ens).sum()) == y.size
+    spread = m.ensemble_spread(z, dim=["latitude", "longitude"])
+    direct = np.sqrt(np.var(z.values.astype(np.float64), 0, ddof=1).mean((-1, -2)))
+    np.testing.assert_allclose(spread, direct, rtol=RTOL)
