@@ -1,0 +1,26 @@
+"""OSM road masks for tree segmentation from an incomplete street-tree inventory.
+
+Public API::
+
+    from sciml.geo import load_roads, road_mask
+    roads = load_roads("city.osm.pbf")
+    mask = road_mask(roads, like="ortho.tif", width="osm")
+"""
+
+from sciml.geo.grid import RasterGrid
+from sciml.geo.mask import road_mask, road_polygons, write_road_mask
+from sciml.geo.osm import ROAD_CLASSES, load_roads
+from sciml.geo.widths import WIDTH_TABLE, buffer_roads, road_widths, utm_crs
+
+__all__ = [
+    "ROAD_CLASSES",
+    "WIDTH_TABLE",
+    "RasterGrid",
+    "buffer_roads",
+    "load_roads",
+    "road_mask",
+    "road_polygons",
+    "road_widths",
+    "utm_crs",
+    "write_road_mask",
+]

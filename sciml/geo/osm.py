@@ -1,0 +1,168 @@
+"""Road lines from OpenStreetMap extracts and vector files.
+
+OSM files (``.osm``, ``.osm.bz2``, ``.osm.pbf``) are read with GDAL's OSM
+driver through :mod:`pyogrio`; it builds each way from the nodes present in
+the file, so clipped extracts (ways with nodes outside the file) load without
+error. GeoPackage and GeoJSON files are read with :mod:`pyogrio` as they are.
+"""
+
+from __future__ import annotations
+
+import bz2
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+
+#: Highway classes that carry motor traffic (OSM ``highway=*`` values).
+ROAD_CLASSES: tuple[str, ...] = (
+    "motorway",
+    "motorway_link",
+    "trunk",
+    "trunk_link",
+    "primary",
+    "primary_link",
+    "secondary",
+    "secondary_link",
+    "tertiary",
+    "tertiary_link",
+    "unclassified",
+    "residential",
+    "living_street",
+    "service",
+    "pedestrian",
+    "busway",
+    "road",
+)
+
+#: Columns of the frame returned by :func:`load_roads` (plus ``geometry``).
+ROAD_COLUMNS: tuple[str, ...] = ("osm_id", "highway", "name", "lanes", "width", "oneway")
+
+_OSM_SUFFIXES = (".osm", ".osm.bz2", ".osm.pbf", ".pbf")
+_VECTOR_SUFFIXES = (".gpkg", ".geojson", ".json")
+_LINE_TYPES = ("LineString", "MultiLineString")
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    for suffix in _OSM_SUFFIXES + _VECTOR_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix
+    raise ValueError(
+        f"{path}: unsupported road file type; expected one of "
+        f"{', '.join(_OSM_SUFFIXES + _VECTOR_SUFFIXES)}"
+    )
+
+
+def parse_metres(values: pd.Series) -> pd.Series:
+    """Parse OSM length tags (``"7"``, ``"7.5 m"``, ``"3,5"``) into metres.
+
+    Values in other units (feet, ``"narrow"``) become NaN.
+    """
+    text = values.astype("string").str.strip().str.replace(",", ".", regex=False)
+    number = text.str.extract(r"^(\d+(?:\.\d+)?)\s*(?:m|metres|meters)?$", expand=False)
+    return pd.to_numeric(number, errors="coerce").astype(float)
+
+
+def parse_lanes(values: pd.Series) -> pd.Series:
+    """Parse the OSM ``lanes`` tag; ``"2;3"`` (several values) gives the largest."""
+    parts = values.astype("string").str.split(";").explode()
+    numbers = pd.to_numeric(parts.str.strip(), errors="coerce").astype(float)
+    return numbers.groupby(level=0, sort=False).max().reindex(values.index)
+
+
+def _read_osm(path: Path) -> gpd.GeoDataFrame:
+    import pyogrio
+
+    if path.name.lower().endswith(".bz2"):
+        with tempfile.TemporaryDirectory(prefix="sciml-osm-") as tmp:
+            plain = Path(tmp) / path.name[: -len(".bz2")]
+            with bz2.open(path, "rb") as src, open(plain, "wb") as dst:
+                shutil.copyfileobj(src, dst, length=1 << 20)
+            return _read_osm(plain)
+    lines = pyogrio.read_dataframe(
+        path, layer="lines", where="highway IS NOT NULL", TAGS_FORMAT="JSON"
+    )
+    tags = lines["other_tags"].map(lambda t: t if isinstance(t, dict) else {})
+    for key in ("lanes", "width", "oneway"):
+        lines[key] = tags.map(lambda t, k=key: t.get(k)).astype("string")
+    lines["osm_id"] = pd.to_numeric(lines["osm_id"]).astype("int64")
+    return lines
+
+
+def _read_vector(path: Path) -> gpd.GeoDataFrame:
+    import pyogrio
+
+    frame = pyogrio.read_dataframe(path)
+    if "highway" not in frame.columns:
+        raise ValueError(
+            f"{path}: no 'highway' column; expected road lines with OSM tags "
+            f"(columns found: {list(frame.columns)})"
+        )
+    for key in ("osm_id", "name", "lanes", "width", "oneway"):
+        if key not in frame.columns:
+            frame[key] = pd.NA
+    return frame
+
+
+def load_roads(
+    path: str | Path, *, classes: Iterable[str] | None = ROAD_CLASSES
+) -> gpd.GeoDataFrame:
+    """Load road centre lines with their ``highway``, ``lanes``, ``width`` and ``oneway`` tags.
+
+    Args:
+        path: ``.osm``, ``.osm.bz2``, ``.osm.pbf``, ``.gpkg`` or ``.geojson`` file.
+        classes: ``highway`` values to keep (default :data:`ROAD_CLASSES`);
+            ``None`` keeps every line that has a ``highway`` value.
+
+    Returns:
+        A GeoDataFrame of (multi)line strings in the file's CRS with columns
+        :data:`ROAD_COLUMNS`: ``lanes`` (float, NaN if untagged), ``width``
+        (metres, NaN if untagged or not in metres) and ``oneway`` (the tag text).
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ValueError: Unsupported type, no CRS, or no road of the chosen classes.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"road file not found: {path}")
+    suffix = _suffix(path)
+    frame = _read_osm(path) if suffix in _OSM_SUFFIXES else _read_vector(path)
+    if frame.crs is None:
+        raise ValueError(f"{path}: the road layer has no CRS; expected a georeferenced layer")
+    frame = frame[frame["highway"].notna() & frame.geometry.notna()]
+    frame = frame[frame.geometry.geom_type.isin(_LINE_TYPES)]
+    if classes is not None:
+        wanted = set(classes)
+        frame = frame[frame["highway"].isin(wanted)]
+    if frame.empty:
+        chosen = "any class" if classes is None else f"classes {sorted(set(classes))}"
+        raise ValueError(f"{path}: no road lines of {chosen} in this file")
+    raw_width = frame["width"].astype("string")
+    width = parse_metres(raw_width)
+    bad = raw_width.notna() & width.isna()
+    if bad.any():
+        examples = sorted(set(raw_width[bad].tolist()))[:5]
+        warnings.warn(
+            f"{path}: {int(bad.sum())} width tag(s) not in metres (e.g. {examples}); "
+            "their roads get the width from lanes or the class default",
+            stacklevel=2,
+        )
+    out = gpd.GeoDataFrame(
+        {
+            "osm_id": pd.to_numeric(frame["osm_id"], errors="coerce").astype("Int64"),
+            "highway": frame["highway"].astype(str),
+            "name": frame["name"].astype("string"),
+            "lanes": parse_lanes(frame["lanes"]),
+            "width": width,
+            "oneway": frame["oneway"].astype("string"),
+        },
+        geometry=frame.geometry.to_numpy(),
+        crs=frame.crs,
+    )
+    return out.reset_index(drop=True)

