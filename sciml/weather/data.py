@@ -1,0 +1,282 @@
+"""Open ensemble forecasts lazily with the project's dimension names.
+
+Files in netCDF, Zarr or GRIB (through cfgrib, the optional extra ``sciml[grib]``) become
+one Dask-backed :class:`xarray.Dataset` with dimensions ``member``, ``time``, ``lead_time``
+(when the files hold several forecast steps), ``level``, ``lat``, ``lon``:
+
+* ``number``/``realization``/``ensemble_member`` -> ``member``;
+* ``isobaricInhPa``/``pressure_level``/``plev`` -> ``level``;
+* ``latitude``/``longitude`` -> ``lat``/``lon``;
+* ``step`` (cfgrib's forecast step, also in the ENS-10 GRIB files) -> ``lead_time``;
+  ``valid_time`` stays a coordinate (``time + lead_time``), or becomes ``time`` when the
+  file has no separate initial time (ERA5 from the CDS API).
+
+ENS-10 (Ashkboos et al. 2022) ships GRIB files decoded by cfgrib, so the same mapping
+applies to it. Coordinates must be strictly monotonic, and every file must share one grid.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+#: Source name -> project name, for dimensions and their coordinates.
+NAME_MAP: dict[str, str] = {
+    "number": "member",
+    "realization": "member",
+    "ensemble_member": "member",
+    "isobaricInhPa": "level",
+    "pressure_level": "level",
+    "plev": "level",
+    "latitude": "lat",
+    "longitude": "lon",
+    "step": "lead_time",
+}
+#: Canonical order of the dimensions of every variable.
+DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lon")
+GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
+
+__all__ = [
+    "normalisation_statistics",
+    "normalise",
+    "open_ensemble",
+    "split_by_time",
+    "standardise_names",
+]
+
+
+def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    found: list[Path] = []
+    for item in items:
+        text = str(item)
+        matches = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
+        if not matches:
+            raise FileNotFoundError(f"no file matches {text!r}")
+        for match in matches:
+            path = Path(match)
+            if not path.exists():
+                raise FileNotFoundError(f"ensemble file not found: {path}")
+            found.append(path)
+    if not found:
+        raise ValueError("open_ensemble needs at least one path")
+    return found
+
+
+def _open_one(path: Path) -> xr.Dataset:
+    if path.suffix == ".zarr" or (path.is_dir() and (path / ".zgroup").exists()) or (
+        path.is_dir() and (path / "zarr.json").exists()
+    ):
+        return xr.open_zarr(path, chunks={})
+    if path.suffix.lower() in GRIB_SUFFIXES:
+        try:
+            import cfgrib  # noqa: F401
+        except ImportError as err:
+            raise ImportError(
+                f"reading GRIB file {path} needs cfgrib: pip install 'sciml[grib]' "
+                "(cfgrib and the ecCodes library)"
+            ) from err
+        return xr.open_dataset(path, engine="cfgrib", chunks={}, indexpath="")
+    return xr.open_dataset(path, chunks={})
+
+
+def standardise_names(ds: xr.Dataset, *, source: str = "dataset") -> xr.Dataset:
+    """Rename ERA5/cfgrib/ENS-10 dimensions and coordinates to the project's names.
+
+    Args:
+        ds: Dataset with source names.
+        source: Name used in error messages (e.g. the file).
+
+    Returns:
+        The dataset with ``member``, ``time``, ``lead_time``, ``level``, ``lat``, ``lon``.
+    """
+    renames = {old: new for old, new in NAME_MAP.items() if old in ds.variables or old in ds.dims}
+    clashes = [new for old, new in renames.items() if new in ds.variables or new in ds.dims]
+    if clashes:
+        raise ValueError(f"{source}: both source and project names present for {clashes}")
+    ds = ds.rename(renames)
+    if "time" not in ds.dims and "valid_time" in ds.dims:
+        ds = ds.rename({"valid_time": "time"})
+    for name in ("member", "level", "lead_time"):
+        if name in ds.coords and name not in ds.dims and ds[name].ndim == 0:
+            # a single member or level stored as a scalar coordinate: keep it as a dimension
+            ds = ds.expand_dims(name)
+    return ds
+
+
+def _check_monotonic(ds: xr.Dataset, source: str) -> None:
+    for name in ("time", "lead_time", "level", "lat", "lon", "member"):
+        if name not in ds.dims or name not in ds.coords or ds.sizes[name] < 2:
+            continue
+        values = ds[name].values
+        steps = np.diff(values)
+        zero = np.zeros((), dtype=steps.dtype)
+        if not (np.all(steps > zero) or np.all(steps < zero)):
+            raise ValueError(
+                f"{source}: coordinate {name!r} is not strictly monotonic "
+                f"(first values {values[:5].tolist()}); sort it or drop duplicates first"
+            )
+
+
+def _check_same_grid(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> None:
+    first = datasets[0]
+    for ds, path in zip(datasets[1:], paths[1:], strict=True):
+        for name in ("lat", "lon", "level"):
+            if (name in first.coords) != (name in ds.coords):
+                raise ValueError(f"{path}: coordinate {name!r} differs from {paths[0]}")
+            if name in first.coords and not np.array_equal(first[name].values, ds[name].values):
+                raise ValueError(
+                    f"{path}: its {name!r} grid ({ds.sizes.get(name)} values, "
+                    f"{ds[name].values[:3].tolist()}...) differs from {paths[0]} "
+                    f"({first.sizes.get(name)} values, {first[name].values[:3].tolist()}...); "
+                    "regrid the files to one grid first"
+                )
+
+
+def _select(
+    ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: str
+) -> xr.Dataset:
+    if wanted is None:
+        return ds
+    if dim not in ds.dims:
+        raise ValueError(f"cannot select {what}: the data have no {dim!r} dimension")
+    available = ds[dim].values.tolist()
+    missing = [value for value in wanted if value not in available]
+    if missing:
+        raise ValueError(f"{what} {missing} not in the data; available: {available}")
+    return ds.sel({dim: list(wanted)})
+
+
+def open_ensemble(
+    paths: str | Path | Iterable[str | Path],
+    *,
+    variables: Sequence[str] | None = None,
+    levels: Sequence[float] | None = None,
+    members: Sequence[int] | None = None,
+    chunks: Mapping[str, int] | str | None = None,
+) -> xr.Dataset:
+    """Open ensemble files as one lazy dataset with the project's dimension names.
+
+    Args:
+        paths: A file, a glob pattern, or several of them (netCDF, ``.zarr``, GRIB).
+            Several files are combined by their coordinates (e.g. consecutive times, or
+            one variable per file).
+        variables: Data variables to keep (default: all).
+        levels: Pressure levels to keep, in the files' units (hPa for ERA5).
+        members: Member labels to keep (e.g. ``range(5)`` for members 0-4 of 10).
+        chunks: Dask chunks by project dimension name (default: the files' own chunks,
+            one per file for netCDF).
+
+    Returns:
+        A Dask-backed dataset whose variables have dimensions in the order
+        ``member, time, lead_time, level, lat, lon`` (those present).
+
+    Raises:
+        FileNotFoundError: A path does not exist.
+        ImportError: A GRIB file without cfgrib installed.
+        ValueError: Missing variables, levels, members or dimensions, mismatched grids,
+            non-monotonic coordinates.
+    """
+    files = _expand(paths)
+    datasets = []
+    for path in files:
+        ds = standardise_names(_open_one(path), source=str(path))
+        if variables is not None:
+            missing = [name for name in variables if name not in ds.data_vars]
+            if missing and len(files) == 1:
+                raise ValueError(
+                    f"{path}: variable(s) {missing} not found; available: {list(ds.data_vars)}"
+                )
+            ds = ds[[name for name in variables if name in ds.data_vars]]
+        for name, var in ds.data_vars.items():
+            if "lat" not in var.dims or "lon" not in var.dims:
+                raise ValueError(
+                    f"{path}: variable {name!r} has dimensions {var.dims}; expected 'lat' and "
+                    "'lon' (or 'latitude'/'longitude') among them"
+                )
+        _check_monotonic(ds, str(path))
+        datasets.append(ds)
+    _check_same_grid(datasets, files)
+    combined = datasets[0]
+    if len(datasets) > 1:
+        combined = xr.combine_by_coords(
+            datasets,
+            combine_attrs="drop_conflicts",
+            data_vars="all",
+            join="exact",
+            compat="no_conflicts",
+        )
+    if variables is not None:
+        missing = [name for name in variables if name not in combined.data_vars]
+        if missing:
+            raise ValueError(
+                f"variable(s) {missing} not found in {[str(f) for f in files]}; "
+                f"available: {list(combined.data_vars)}"
+            )
+    _check_monotonic(combined, "combined files")
+    combined = _select(combined, "level", levels, "levels")
+    combined = _select(combined, "member", members, "members")
+    if chunks is not None:
+        combined = combined.chunk(chunks)
+    order = [name for name in DIM_ORDER if name in combined.dims]
+    return combined.transpose(*order, ...)
+
+
+def split_by_time(
+    ds: xr.Dataset,
+    *,
+    val_start: str | np.datetime64,
+    test_start: str | np.datetime64,
+) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """Split along ``time`` into train (< ``val_start``), validation and test (>= ``test_start``).
+
+    Raises:
+        ValueError: No ``time`` dimension, boundaries out of order, or an empty split.
+    """
+    if "time" not in ds.dims:
+        raise ValueError(f"split_by_time needs a 'time' dimension; dimensions are {dict(ds.sizes)}")
+    val, test = np.datetime64(val_start), np.datetime64(test_start)
+    if not val < test:
+        raise ValueError(f"val_start ({val}) must come before test_start ({test})")
+    times = ds["time"]
+    parts = (
+        ds.sel(time=times < val),
+        ds.sel(time=(times >= val) & (times < test)),
+        ds.sel(time=times >= test),
+    )
+    for name, part in zip(("train", "validation", "test"), parts, strict=True):
+        if part.sizes["time"] == 0:
+            raise ValueError(
+                f"the {name} split is empty: times run {times.values.min()} .. "
+                f"{times.values.max()}, boundaries {val} and {test}"
+            )
+    return parts
+
+
+def normalisation_statistics(
+    ds: xr.Dataset, *, dims: Sequence[str] | None = None
+) -> tuple[xr.Dataset, xr.Dataset]:
+    """Lazy mean and standard deviation of every variable (per level by default).
+
+    Args:
+        ds: Dataset (typically the training split).
+        dims: Dimensions to reduce (default: all but ``level``).
+
+    Returns:
+        ``(mean, std)``, Dask-backed when ``ds`` is; call ``.compute()`` once to get both.
+    """
+    if dims is None:
+        dims = [name for name in ds.dims if name != "level"]
+    missing = [name for name in dims if name not in ds.dims]
+    if missing:
+        raise ValueError(f"cannot reduce over {missing}: dimensions are {list(ds.dims)}")
+    return ds.mean(dims, keep_attrs=True), ds.std(dims, keep_attrs=True)
+
+
+def normalise(ds: xr.Dataset, mean: xr.Dataset, std: xr.Dataset) -> xr.Dataset:
+    """``(ds - mean) / std``, lazily; constant fields (``std == 0``) are only centred."""
+    return (ds - mean) / std.where(std > 0, 1.0)

@@ -1,0 +1,141 @@
+"""open_ensemble on the real ERA5 sample and on small rewritten copies of it."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from sciml.weather.data import (
+    normalisation_statistics,
+    normalise,
+    open_ensemble,
+    split_by_time,
+    standardise_names,
+)
+
+from .conftest import ERA5
+
+
+def test_open_real_sample_maps_names_and_stays_lazy(era5):
+    ds = open_ensemble(ERA5)
+    assert dict(ds.sizes) == {"member": 10, "time": 4, "level": 2, "lat": 61, "lon": 120}
+    assert ds["t"].dims == ("member", "time", "level", "lat", "lon")
+    assert ds["t"].chunks is not None
+    np.testing.assert_array_equal(ds["t"].values, era5["t"].values)
+    assert ds["t"].attrs["units"] == "K"
+    assert "valid_time" in ds.coords
+
+
+def test_select_variables_levels_members(era5):
+    ds = open_ensemble(str(ERA5), variables=["z"], levels=[500], members=range(5),
+                       chunks={"member": 1})
+    assert list(ds.data_vars) == ["z"]
+    assert ds.sizes["member"] == 5 and ds["level"].values.tolist() == [500.0]
+    assert ds["z"].chunks[0] == (1,) * 5
+    expected = era5["z"].sel(isobaricInhPa=[500], number=range(5)).values
+    np.testing.assert_array_equal(ds["z"].values, expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"variables": ["u"]}, r"variable\(s\) \['u'\] not found"),
+        ({"levels": [700]}, r"levels \[700\] not in the data"),
+        ({"members": [11]}, r"members \[11\] not in the data"),
+    ],
+)
+def test_clear_errors_for_missing_selections(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        open_ensemble(ERA5, **kwargs)
+
+
+def test_several_files_by_time_and_by_variable_and_zarr(era5, tmp_path):
+    first, second = tmp_path / "a.nc", tmp_path / "b.nc"
+    era5.isel(time=slice(0, 2)).to_netcdf(first)
+    era5.isel(time=slice(2, 4)).to_netcdf(second)
+    ds = open_ensemble([second, first])
+    np.testing.assert_array_equal(ds["z"].values, era5["z"].values)
+    assert open_ensemble(str(tmp_path / "*.nc")).sizes["time"] == 4
+    era5[["t"]].to_netcdf(tmp_path / "t.nc")
+    era5[["z"]].to_zarr(tmp_path / "z.zarr", zarr_format=2)
+    both = open_ensemble([tmp_path / "t.nc", tmp_path / "z.zarr"], variables=["t", "z"])
+    np.testing.assert_array_equal(both["t"].values, era5["t"].values)
+    np.testing.assert_array_equal(both["z"].values, era5["z"].values)
+
+
+def test_mismatched_grid_and_non_monotonic_coordinates(era5, tmp_path):
+    era5.isel(time=[0]).to_netcdf(tmp_path / "a.nc")
+    shifted = era5.isel(time=[1]).assign_coords(longitude=era5.longitude + 1.5)
+    shifted.to_netcdf(tmp_path / "b.nc")
+    with pytest.raises(ValueError, match=r"b\.nc: its 'lon' grid .* differs from .*a\.nc"):
+        open_ensemble([tmp_path / "a.nc", tmp_path / "b.nc"])
+    era5.isel(latitude=[0, 2, 1]).to_netcdf(tmp_path / "c.nc")
+    with pytest.raises(ValueError, match=r"c\.nc: coordinate 'lat' is not strictly monotonic"):
+        open_ensemble(tmp_path / "c.nc")
+    era5.isel(time=[0, 0]).to_netcdf(tmp_path / "d.nc")
+    with pytest.raises(ValueError, match="'time' is not strictly monotonic"):
+        open_ensemble(tmp_path / "d.nc")
+
+
+def test_missing_grid_dimension_and_missing_file(era5, tmp_path):
+    era5.isel(longitude=0).to_netcdf(tmp_path / "zonal.nc")
+    with pytest.raises(ValueError, match=r"zonal\.nc: variable 'z' has dimensions"):
+        open_ensemble(tmp_path / "zonal.nc")
+    with pytest.raises(FileNotFoundError, match="nothing.nc"):
+        open_ensemble(tmp_path / "nothing.nc")
+
+
+def test_grib_without_cfgrib_gives_install_hint(tmp_path, monkeypatch):
+    import builtins
+
+    path = tmp_path / "fc.grib"
+    path.write_bytes(b"GRIB")
+    real_import = builtins.__import__
+
+    def no_cfgrib(name, *args, **kwargs):
+        if name == "cfgrib":
+            raise ImportError("No module named 'cfgrib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_cfgrib)
+    with pytest.raises(ImportError, match=r"fc\.grib needs cfgrib: pip install 'sciml\[grib\]'"):
+        open_ensemble(path)
+
+
+def test_cfgrib_forecast_layout_with_steps():
+    raw = xr.Dataset(
+        {"t2m": (("number", "time", "step", "latitude", "longitude"), np.zeros((3, 2, 4, 2, 3)))},
+        coords={
+            "number": [0, 1, 2],
+            "time": np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[ns]"),
+            "step": np.array([0, 6, 12, 18], dtype="timedelta64[h]").astype("timedelta64[ns]"),
+            "latitude": [10.0, 0.0],
+            "longitude": [0.0, 1.0, 2.0],
+            "surface": 0.0,
+        },
+    )
+    raw = raw.assign_coords(valid_time=raw.time + raw.step)
+    ds = standardise_names(raw)
+    assert ds["t2m"].dims == ("member", "time", "lead_time", "lat", "lon")
+    assert ds["valid_time"].dims == ("time", "lead_time")
+    era5_api = xr.Dataset({"z": (("valid_time", "latitude", "longitude"), np.zeros((2, 2, 3)))},
+                          coords={"valid_time": raw.time.values})
+    assert standardise_names(era5_api)["z"].dims == ("time", "lat", "lon")
+
+
+def test_split_and_lazy_normalisation(era5):
+    ds = open_ensemble(ERA5)
+    train, val, test = split_by_time(ds, val_start="2017-01-01T12", test_start="2017-01-02T12")
+    assert (train.sizes["time"], val.sizes["time"], test.sizes["time"]) == (1, 2, 1)
+    with pytest.raises(ValueError, match="test split is empty"):
+        split_by_time(ds, val_start="2017-01-01T12", test_start="2018-01-01")
+    with pytest.raises(ValueError, match="must come before"):
+        split_by_time(ds, val_start="2017-01-02", test_start="2017-01-01")
+    mean, std = normalisation_statistics(train)
+    assert mean["t"].dims == ("level",) and mean["t"].chunks is not None
+    expected = era5["t"].isel(time=[0]).values.astype(np.float64)
+    np.testing.assert_allclose(mean["t"].values, expected.mean((0, 1, 3, 4)), rtol=1e-5)
+    np.testing.assert_allclose(std["t"].values, expected.std((0, 1, 3, 4)), rtol=1e-4)
+    scaled = normalise(train, mean, std).compute()
+    np.testing.assert_allclose(scaled["t"].mean(["member", "time", "lat", "lon"]), 0, atol=1e-4)
+    with pytest.raises(ValueError, match="cannot reduce over"):
+        normalisation_statistics(train, dims=["x"])
