@@ -1,0 +1,86 @@
+"""Layers at the boundary between split volumes and replicated dense heads.
+
+:class:`SpatialAdaptiveAvgPool3d` reduces a split volume to a tensor that is
+the same on every spatial rank; :class:`SpatialFlatten` flattens it (or
+gathers a still-split volume first, for a flatten head); dense layers then run
+replicated. Each rank's loss on a replicated output *is* the global loss, so
+these reductions pass gradients straight through and the parameters of the
+replicated layers are averaged, not summed, over the spatial group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from sciml.spatial_parallel.comm import gather_replicated, replicated_sum
+from sciml.spatial_parallel.layers import REPLICATED, SpatialLayer
+
+
+def mark_replicated(x: torch.Tensor) -> torch.Tensor:
+    """Tag ``x`` as identical on every spatial rank of its replica."""
+    setattr(x, REPLICATED, True)
+    return x
+
+
+def is_replicated(x: torch.Tensor) -> bool:
+    """True when ``x`` was tagged by :func:`mark_replicated` (not a split block)."""
+    return bool(getattr(x, REPLICATED, False))
+
+
+class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
+    """Global average pooling (``output_size=1``) of a split volume; the result is
+    replicated on every spatial rank."""
+
+    def _check(self) -> None:
+        size = self.output_size
+        sizes = size if isinstance(size, tuple | list) else (size,) * 3
+        if any(s != 1 for s in sizes):
+            raise ValueError(
+                f"{self._label()}: only output_size=1 (global pooling) can be split in space, "
+                f"got output_size={size!r}"
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        count = math.prod(self.mesh.global_spatial_shape(x.shape))
+        local = x.sum((2, 3, 4), keepdim=True) / count
+        return mark_replicated(replicated_sum(local, self.mesh.spatial_group))
+
+
+class SpatialFlatten(SpatialLayer, nn.Flatten):
+    """:class:`torch.nn.Flatten` of a replicated tensor, or of a split volume after
+    gathering it (``head="flatten"`` networks: the volume must then be small)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 5 and not is_replicated(x):
+            x = gather_replicated(x, self.mesh, spatial=True, batch=False)
+        return mark_replicated(super().forward(x))
+
+
+class SpatialDropout(SpatialLayer, nn.Dropout):
+    """:class:`torch.nn.Dropout` whose mask is the single-device mask of the global batch.
+
+    Every rank draws the mask of the whole global tensor from the same random
+    state (seed every rank alike) and keeps its block, so results match one
+    device exactly and all spatial ranks of a replicated tensor agree. The
+    mask costs the memory of the global tensor: keep dropout in the dense head.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if self.p == 1:
+            return x * 0
+        batch = self.mesh.global_batch(x.shape[0])
+        shape = [batch, *x.shape[1:]]
+        index = [self.mesh.block([batch, 1, 1, 1, 1])[0]]
+        if x.dim() == 5 and not is_replicated(x):
+            shape[2:] = self.mesh.global_spatial_shape(x.shape)
+            index = list(self.mesh.block(shape))
+        mask = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1 - self.p)
+        mask = mask[tuple(index)].div_(1 - self.p)
+        out = x * mask
+        return mark_replicated(out) if is_replicated(x) else out

@@ -1,0 +1,48 @@
+"""Losses over split outputs: local terms whose sum over the spatial group is the global loss.
+
+Following the package's convention, each rank back-propagates its own term;
+the parameter gradients summed over the spatial group (done by the parallel
+model) are then those of the global loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from sciml.spatial_parallel.heads import is_replicated
+from sciml.spatial_parallel.mesh import SpatialMesh
+
+
+def _global_count(x: torch.Tensor, mesh: SpatialMesh) -> int:
+    if is_replicated(x) or mesh.spatial_size == 1:
+        return x.numel()
+    count = torch.tensor([x.numel()], dtype=torch.int64)
+    dist.all_reduce(count, group=mesh.spatial_group)
+    return int(count)
+
+
+def spatial_mean(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """This rank's term of the mean of a split tensor over the whole sample volume.
+
+    ``sum(spatial_mean(block))`` over the spatial group equals ``x_global.mean()``
+    for this replica's batch. A replicated tensor's mean is returned whole.
+    """
+    return x.sum() / _global_count(x, mesh)
+
+
+def mse_loss(input: torch.Tensor, target: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """This rank's term of the mean squared error over the whole volume."""
+    return spatial_mean((input - target).square(), mesh)
+
+
+def global_loss(local: torch.Tensor, mesh: SpatialMesh, *, replicated: bool = False) -> float:
+    """The global loss value for logging: the sum of the spatial terms (or the replicated
+    value), averaged over the data-parallel replicas."""
+    value = local.detach().reshape(1).to(torch.float64)
+    if not replicated and mesh.spatial_size > 1:
+        dist.all_reduce(value, group=mesh.spatial_group)
+    if mesh.data > 1:
+        dist.all_reduce(value, group=mesh.data_group)
+        value /= mesh.data
+    return float(value)

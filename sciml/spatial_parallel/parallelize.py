@@ -1,0 +1,160 @@
+"""Turn an ordinary 3D CNN into a spatially parallel one."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sciml.spatial_parallel.grad_sync import GradientSync
+from sciml.spatial_parallel.heads import (
+    SpatialAdaptiveAvgPool3d,
+    SpatialDropout,
+    SpatialFlatten,
+)
+from sciml.spatial_parallel.layers import (
+    SpatialAvgPool3d,
+    SpatialConv3d,
+    SpatialConvTranspose3d,
+    SpatialLayer,
+    SpatialMaxPool3d,
+    SpatialUpsample,
+)
+from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.norm import SpatialBatchNorm3d, SpatialGroupNorm
+
+#: Layers replaced by their spatially parallel version.
+SWAPS: dict[type[nn.Module], Any] = {
+    nn.Conv3d: SpatialConv3d,
+    nn.ConvTranspose3d: SpatialConvTranspose3d,
+    nn.MaxPool3d: SpatialMaxPool3d,
+    nn.AvgPool3d: SpatialAvgPool3d,
+    nn.BatchNorm3d: SpatialBatchNorm3d,
+    nn.GroupNorm: SpatialGroupNorm,
+    nn.Upsample: SpatialUpsample,
+    nn.AdaptiveAvgPool3d: SpatialAdaptiveAvgPool3d,
+    nn.Flatten: SpatialFlatten,
+    nn.Dropout: SpatialDropout,
+}
+
+#: Elementwise layers: correct on any block as they are.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
+    nn.Mish, nn.Sigmoid, nn.Tanh, nn.Softplus, nn.Softsign, nn.Hardtanh, nn.Hardswish,
+    nn.Hardsigmoid, nn.LogSigmoid, nn.Tanhshrink, nn.PReLU,
+)  # fmt: skip
+
+#: Dense layers, valid only on replicated tensors (after global pooling or flatten).
+REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.LayerNorm)
+
+
+class SpatialParallel(nn.Module):
+    """A model whose layers work on spatial blocks, with built-in gradient reduction.
+
+    After ``backward()`` every parameter's ``.grad`` is the single-device gradient
+    of the global loss, averaged over the data-parallel replicas (see
+    :mod:`sciml.spatial_parallel.grad_sync`). ``state_dict`` keys carry the
+    ``module.`` prefix, as with DistributedDataParallel.
+
+    Attributes:
+        module: The converted model.
+        mesh: The process grid.
+    """
+
+    def __init__(self, module: nn.Module, mesh: SpatialMesh, replicated: set[str], *,
+                 bucket_mb: float) -> None:  # fmt: skip
+        super().__init__()
+        self.module = module
+        self.mesh = mesh
+        params = [(p, name.rsplit(".", 1)[0] in replicated)
+                  for name, p in module.named_parameters()]  # fmt: skip
+        self.grad_sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether backward passes reduce gradients (default ``True``)."""
+        return self.grad_sync.enabled
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.grad_sync.enabled = bool(value)
+
+
+def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+        if (
+            mesh.spatial_size > 1
+            and args
+            and isinstance(args[0], torch.Tensor)
+            and args[0].dim() == 5
+        ):
+            raise ValueError(
+                f"parallelize: layer '{name}' ({type(module).__name__}) received a split "
+                f"(N, C, D, H, W) block; dense layers only work after global pooling or Flatten"
+            )
+
+    return hook
+
+
+def parallelize(
+    model: nn.Module, mesh: SpatialMesh, *, overlap: bool = True, bucket_mb: float = 25.0
+) -> SpatialParallel:
+    """A spatially parallel copy of ``model`` for ``mesh``.
+
+    Swaps the layers of :data:`SWAPS`, keeps elementwise layers, and lets dense
+    layers (:data:`REPLICATED`) run on the replicated tensor after global
+    pooling. Parameters and buffers are broadcast from rank 0 so that every
+    rank starts from the same model. ``model`` itself is not modified.
+
+    Args:
+        model: A plain ``torch.nn`` 3D CNN (e.g. ``sciml.models.UNet(dims=3)``).
+        mesh: The process grid.
+        overlap: Compute convolution and pooling interiors while halos travel.
+        bucket_mb: Size of the gradient all-reduce buckets, in MiB.
+
+    Raises:
+        ValueError: Naming the first layer that cannot be split in space, or a
+            layer configuration that is not supported.
+    """
+    model = copy.deepcopy(model)
+    replicated: set[str] = set()
+
+    def convert(module: nn.Module, prefix: str) -> nn.Module:
+        name = prefix or type(module).__name__
+        kind = type(module)
+        if kind in SWAPS:
+            layer = SWAPS[kind].from_module(module, mesh, name=name)
+            if isinstance(layer, SpatialConv3d | SpatialMaxPool3d | SpatialAvgPool3d):
+                layer.overlap = overlap
+            return layer
+        if isinstance(module, SpatialLayer) or kind in ELEMENTWISE:
+            return module
+        if kind in REPLICATED:
+            replicated.add(prefix)
+            module.register_forward_pre_hook(_dense_guard(name, mesh))
+            return module
+        children = list(module.named_children())
+        if not children and (
+            list(module.parameters(recurse=False)) or kind.__module__.startswith("torch.nn")
+        ):
+            raise ValueError(
+                f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space. "
+                f"Supported: {sorted(k.__name__ for k in SWAPS)}, elementwise activations, and "
+                f"{sorted(k.__name__ for k in REPLICATED)} after global pooling"
+            )
+        for child, sub in children:
+            setattr(module, child, convert(sub, f"{prefix}.{child}" if prefix else child))
+        return module
+
+    model = convert(model, "")
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if dist.get_world_size() > 1:
+                dist.broadcast(tensor, src=0)
+    return SpatialParallel(model, mesh, replicated, bucket_mb=bucket_mb)

@@ -1,0 +1,31 @@
+"""Move between global tensors and this rank's blocks."""
+
+from __future__ import annotations
+
+import torch
+
+from sciml.spatial_parallel.comm import gather_replicated
+from sciml.spatial_parallel.heads import is_replicated
+from sciml.spatial_parallel.mesh import SpatialMesh
+
+
+def shard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """This rank's block of a global ``(N, C, D, H, W)`` tensor (a contiguous copy).
+
+    The batch is split over the ``data`` replicas and the volume over the
+    spatial grid, like :func:`torch.tensor_split` (first blocks one larger).
+    """
+    if x.dim() != 5:
+        raise ValueError(f"shard expects a global (N, C, D, H, W) tensor, got {tuple(x.shape)}")
+    return x[mesh.block(x.shape)].contiguous()
+
+
+def unshard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """The whole tensor of which ``x`` is this rank's block, on every rank.
+
+    A 5-D split block is gathered over the spatial grid and the batch; a
+    replicated tensor (e.g. the output of a dense head) over the batch only.
+    Differentiable: the backward keeps this rank's block of the gradient.
+    """
+    split = x.dim() == 5 and not is_replicated(x)
+    return gather_replicated(x, mesh, spatial=split, batch=True)

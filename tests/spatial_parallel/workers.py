@@ -1,0 +1,82 @@
+"""Rank functions for the multi-process tests (module level, so that spawn can import them).
+
+Each rank builds the same model from the same seed, runs the single-device
+reference on the whole global batch itself, runs the parallel model on its
+block, and returns the largest relative differences of everything the
+design promises: outputs, input gradients, parameter gradients and running
+statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+from sciml.spatial_parallel.heads import is_replicated
+
+
+def build(spec: tuple[str, dict[str, Any]]) -> nn.Module:
+    """A module from ``(name, kwargs)``: a ``torch.nn`` class, a sciml model or ``Seq``."""
+    name, kwargs = spec
+    if name == "Seq":
+        return nn.Sequential(*(build(s) for s in kwargs["layers"]))
+    if name in ("UNet", "CosmoFlow"):
+        import sciml.models
+
+        return getattr(sciml.models, name)(**kwargs)
+    return getattr(nn, name)(**kwargs)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference relative to the largest reference magnitude."""
+    if a.shape != b.shape:
+        raise AssertionError(f"shape {tuple(a.shape)} != reference {tuple(b.shape)}")
+    if b.numel() == 0:
+        return 0.0
+    scale = max(float(b.abs().max()), 1e-30)
+    return float((a - b).abs().max()) / scale
+
+
+def compare(
+    mesh: SpatialMesh, spec: tuple[str, dict[str, Any]], shape: tuple[int, ...], *,
+    dtype: torch.dtype = torch.float64, seed: int = 0, train: bool = True, steps: int = 1,
+    overlap: bool = True,
+) -> dict[str, float]:  # fmt: skip
+    """Errors of one parallel model against the single-device model on this rank."""
+    torch.manual_seed(seed)
+    model = build(spec).to(dtype)
+    model.train(train)
+    pmodel = parallelize(model, mesh, overlap=overlap)
+    errors: dict[str, float] = {}
+    for step in range(steps):
+        x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + step))
+        xr = x.clone().requires_grad_()
+        state = torch.get_rng_state()
+        y = model(xr)
+        torch.set_rng_state(state)
+        w = torch.randn(y.shape, dtype=dtype, generator=torch.Generator().manual_seed(99 + step))
+        (y * w).sum().backward()
+        xl = shard(x, mesh).requires_grad_()
+        yl = pmodel(xl)
+        wl = shard(w, mesh) if y.dim() == 5 else w[mesh.block([w.shape[0], 1, 1, 1, 1])[0]]
+        (yl * wl).sum().backward()
+        ref_y = shard(y.detach(), mesh) if y.dim() == 5 else y.detach()[mesh.block(
+            [y.shape[0], 1, 1, 1, 1])[0]]  # fmt: skip
+        errors[f"out{step}"] = rel(yl.detach(), ref_y)
+        errors[f"unshard{step}"] = rel(unshard(yl.detach(), mesh), y.detach())
+        assert is_replicated(yl) == (y.dim() != 5)
+        errors[f"xgrad{step}"] = rel(xl.grad, shard(xr.grad, mesh))
+    for (name, p), q in zip(model.named_parameters(), pmodel.module.parameters(), strict=True):
+        errors[f"grad:{name}"] = rel(q.grad, p.grad / mesh.data)
+    for (name, b), c in zip(model.named_buffers(), pmodel.module.buffers(), strict=True):
+        errors[f"buffer:{name}"] = rel(c.to(b.dtype), b)
+    return errors
+
+
+def run_cases(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Run :func:`compare` for every case on one mesh; returns this rank's errors."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    return [compare(mesh, **case) for case in cases]
