@@ -8,8 +8,9 @@ Public API::
 """
 
 from sciml.geo.grid import RasterGrid
-from sciml.geo.mask import road_mask, road_polygons, write_road_mask
-from sciml.geo.osm import ROAD_CLASSES, load_roads
+from sciml.geo.mask import rasterize_geometries, road_mask, road_polygons, write_road_mask
+from sciml.geo.osm import ROAD_CLASSES, load_roads, read_osm_layer
+from sciml.geo.trees import load_trees, tree_instances, tree_labels
 from sciml.geo.widths import WIDTH_TABLE, buffer_roads, road_widths, utm_crs
 
 __all__ = [
@@ -18,9 +19,14 @@ __all__ = [
     "RasterGrid",
     "buffer_roads",
     "load_roads",
+    "load_trees",
+    "rasterize_geometries",
+    "read_osm_layer",
     "road_mask",
     "road_polygons",
     "road_widths",
+    "tree_instances",
+    "tree_labels",
     "utm_crs",
     "write_road_mask",
 ]

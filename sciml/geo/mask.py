@@ -62,10 +62,22 @@ def road_polygons(
 
 
 class _Burner:
-    """Rasterises the polygons that touch one block of the grid."""
+    """Rasterises the geometries that touch one block of the grid.
 
-    def __init__(self, geoms: np.ndarray, grid: RasterGrid, all_touched: bool) -> None:
+    Without ``values`` every geometry burns ``True`` into a bool block; with
+    ``values`` each burns its own value (later geometries win) into ``dtype``.
+    """
+
+    def __init__(
+        self,
+        geoms: np.ndarray,
+        grid: RasterGrid,
+        all_touched: bool,
+        values: np.ndarray | None = None,
+    ) -> None:
         self.geoms, self.grid, self.all_touched = geoms, grid, all_touched
+        self.values = values
+        self.dtype = np.dtype(bool) if values is None else np.asarray(values).dtype
         self.tree = shapely.STRtree(geoms)
 
     def __call__(self, row: int, col: int, height: int, width: int) -> np.ndarray:
@@ -73,36 +85,71 @@ class _Burner:
 
         transform = self.grid.window_transform(row, col)
         block = RasterGrid(self.grid.crs, transform, height, width)
-        hits = self.tree.query(shapely.box(*block.bounds))
+        hits = np.sort(self.tree.query(shapely.box(*block.bounds)))
         if len(hits) == 0:
-            return np.zeros((height, width), dtype=bool)
+            return np.zeros((height, width), dtype=self.dtype)
+        values = np.ones(len(hits), "uint8") if self.values is None else self.values[hits]
         burnt = rasterize(
-            ((geom, 1) for geom in self.geoms[np.sort(hits)]),
+            zip(self.geoms[hits], values.tolist(), strict=True),
             out_shape=(height, width),
             transform=transform,
             fill=0,
             all_touched=self.all_touched,
-            dtype="uint8",
+            dtype="uint8" if self.values is None else self.dtype,
         )
-        return burnt.view(bool)
+        return burnt.view(bool) if self.values is None else burnt
 
 
 def _mask_blocks(burner: _Burner, grid: RasterGrid, chunk: int) -> da.Array:
-    """A lazy ``(y, x)`` bool Dask array of the mask, one task per block."""
+    """A lazy ``(y, x)`` Dask array of the burnt geometries, one task per block."""
     if chunk <= 0:
         raise ValueError(f"chunk must be a positive number of pixels, got {chunk}")
     token = uuid.uuid4().hex
-    burn = dask.delayed(burner, name=f"road-burner-{token}")
+    burn = dask.delayed(burner, name=f"burner-{token}")
     rows = []
     for row in range(0, grid.height, chunk):
         height = min(chunk, grid.height - row)
         blocks = []
         for col in range(0, grid.width, chunk):
             width = min(chunk, grid.width - col)
-            task = burn(row, col, height, width, dask_key_name=f"road-mask-{token}-{row}-{col}")
-            blocks.append(da.from_delayed(task, (height, width), dtype=bool))
+            task = burn(row, col, height, width, dask_key_name=f"burn-{token}-{row}-{col}")
+            blocks.append(da.from_delayed(task, (height, width), dtype=burner.dtype))
         rows.append(blocks)
     return da.block(rows)
+
+
+def rasterize_geometries(
+    geoms: np.ndarray,
+    grid: RasterGrid,
+    *,
+    values: np.ndarray | None = None,
+    all_touched: bool = False,
+    chunks: int | None = None,
+    num_workers: int | None = None,
+) -> Any:
+    """Rasterise shapely geometries (in the grid's CRS) on ``grid``, block by block.
+
+    Args:
+        geoms: Geometries in ``grid.crs``.
+        grid: Target grid.
+        values: One value per geometry (later ones win); ``None`` gives a bool mask.
+        all_touched: Burn every touched pixel, not only those whose centre is inside.
+        chunks: Return a lazy Dask array with blocks of this side; ``None`` computes.
+        num_workers: Threads for the blocks (default: Dask's).
+
+    Returns:
+        A ``(height, width)`` numpy array, or a Dask array when ``chunks`` is set.
+    """
+    geoms = np.asarray(geoms, dtype=object)
+    if values is not None:
+        values = np.asarray(values)
+        if values.shape != geoms.shape:
+            raise ValueError(f"values must match geometries: {values.shape} != {geoms.shape}")
+    burner = _Burner(geoms, grid, all_touched, values)
+    blocks = _mask_blocks(burner, grid, chunks or DEFAULT_CHUNK)
+    if chunks:
+        return blocks
+    return blocks.compute(scheduler="threads", num_workers=num_workers)
 
 
 def road_mask(
@@ -140,8 +187,9 @@ def road_mask(
     """
     grid = RasterGrid.from_like(like)
     geoms = road_polygons(roads, grid, width=width, margin=margin, table=table)
-    blocks = _mask_blocks(_Burner(geoms, grid, all_touched), grid, chunks or DEFAULT_CHUNK)
-    values = blocks if chunks else blocks.compute(scheduler="threads", num_workers=num_workers)
+    values = rasterize_geometries(
+        geoms, grid, all_touched=all_touched, chunks=chunks, num_workers=num_workers
+    )
     attrs = {"width": str(width), "margin_m": float(margin), "all_touched": int(all_touched)}
     return grid.dataarray(values, name="road_mask", attrs=attrs)
 

@@ -75,21 +75,35 @@ def parse_lanes(values: pd.Series) -> pd.Series:
     return numbers.groupby(level=0, sort=False).max().reindex(values.index)
 
 
-def _read_osm(path: Path) -> gpd.GeoDataFrame:
+def read_osm_layer(path: str | Path, layer: str, *, where: str | None = None) -> gpd.GeoDataFrame:
+    """Read one layer of GDAL's OSM driver (``points``, ``lines``, ``multipolygons``).
+
+    ``.osm.bz2`` files are decompressed to a temporary file first. All tags that
+    have no column of their own are in the ``tags`` column as dicts.
+
+    Args:
+        path: ``.osm``, ``.osm.bz2`` or ``.osm.pbf`` file.
+        layer: GDAL OSM layer name.
+        where: OGR SQL filter on the layer's columns (e.g. ``"highway IS NOT NULL"``).
+    """
     import pyogrio
 
+    path = Path(path)
     if path.name.lower().endswith(".bz2"):
         with tempfile.TemporaryDirectory(prefix="sciml-osm-") as tmp:
             plain = Path(tmp) / path.name[: -len(".bz2")]
             with bz2.open(path, "rb") as src, open(plain, "wb") as dst:
                 shutil.copyfileobj(src, dst, length=1 << 20)
-            return _read_osm(plain)
-    lines = pyogrio.read_dataframe(
-        path, layer="lines", where="highway IS NOT NULL", TAGS_FORMAT="JSON"
-    )
-    tags = lines["other_tags"].map(lambda t: t if isinstance(t, dict) else {})
+            return read_osm_layer(plain, layer, where=where)
+    frame = pyogrio.read_dataframe(path, layer=layer, where=where, TAGS_FORMAT="JSON")
+    frame["tags"] = frame.pop("other_tags").map(lambda t: t if isinstance(t, dict) else {})
+    return frame
+
+
+def _read_osm(path: Path) -> gpd.GeoDataFrame:
+    lines = read_osm_layer(path, "lines", where="highway IS NOT NULL")
     for key in ("lanes", "width", "oneway"):
-        lines[key] = tags.map(lambda t, k=key: t.get(k)).astype("string")
+        lines[key] = lines["tags"].map(lambda t, k=key: t.get(k)).astype("string")
     lines["osm_id"] = pd.to_numeric(lines["osm_id"]).astype("int64")
     return lines
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-#: A 0.01 x 0.006 degree box in central Helsinki (lon/lat).
-CLIP_BBOX = (24.935, 60.160, 24.945, 60.166)
+#: A 0.008 x 0.005 degree box in central Helsinki (lon/lat).
+CLIP_BBOX = (24.940, 60.166, 24.948, 60.171)
 
 
 def write_clip(src: str, out: Path, bbox: tuple[float, float, float, float]) -> Path:
