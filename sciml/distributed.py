@@ -19,6 +19,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import re
 import socket
@@ -182,9 +183,7 @@ def detect_launch(
         source: Source = "torchrun"
         rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
         local_rank = _int_env(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
-        local_world = (
-            _int_env(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
-        )
+        local_world = _int_env(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
     elif "SLURM_PROCID" in env and _int_env(env, "SLURM_NTASKS") > 1:
         source = "slurm"
         rank, world = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS")
@@ -261,6 +260,11 @@ def init_distributed(
     if launch.world_size == 1:
         store = dist.HashStore()
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=delta)
+    elif launch.source == "torchrun":
+        # env:// reuses the store that torchrun's agent already hosts
+        os.environ.setdefault("MASTER_ADDR", launch.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(launch.master_port))
+        dist.init_process_group(backend, init_method="env://", timeout=delta)
     else:
         dist.init_process_group(
             backend,
@@ -328,7 +332,9 @@ def _spawn_worker(
     try:
         with init_distributed(backend=backend, timeout=timeout):
             value = fn(*args)
-        results.put((rank, True, value))
+        # plain pickle: tensors travel by value, not as shared-memory handles that
+        # die with this process
+        results.put((rank, True, pickle.dumps(value)))
     except BaseException:  # noqa: BLE001 - reported to the parent with its traceback
         results.put((rank, False, traceback.format_exc()))
 
@@ -388,7 +394,7 @@ def spawn(
                 continue
             if not ok:
                 raise RuntimeError(f"rank {rank} of {nprocs} failed:\n{value}")
-            values[rank] = value
+            values[rank] = pickle.loads(value)
     finally:
         for proc in procs:
             proc.join(timeout=5 if len(values) == nprocs else 0.5)

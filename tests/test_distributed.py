@@ -1,0 +1,191 @@
+"""sciml.distributed: launch detection, torchrun, Slurm variables, dead ranks."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from sciml.distributed import (
+    DistributedError,
+    detect_launch,
+    expand_nodelist,
+    init_distributed,
+    spawn,
+)
+
+JOB = Path(__file__).parent / "scripts" / "dist_job.py"
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_"))}
+    for key in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def _read(out: Path, world: int) -> list[dict]:
+    return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("node1", ["node1"]),
+        ("gpu[01-03,7],login1", ["gpu01", "gpu02", "gpu03", "gpu7", "login1"]),
+        ("a[8-10]", ["a8", "a9", "a10"]),
+        ("nid[0009-0011]", ["nid0009", "nid0010", "nid0011"]),
+    ],
+)
+def test_expand_nodelist(nodelist: str, hosts: list[str]) -> None:
+    assert expand_nodelist(nodelist) == hosts
+
+
+def test_expand_nodelist_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        expand_nodelist("gpu[a-b]")
+
+
+def test_detect_launch_sources() -> None:
+    torchrun = detect_launch(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "h0",
+            "MASTER_PORT": "1234",
+        }
+    )
+    assert (torchrun.source, torchrun.rank, torchrun.world_size) == ("torchrun", 3, 4)
+    assert (torchrun.local_rank, torchrun.local_world_size) == (1, 2)
+    assert (torchrun.master_addr, torchrun.master_port) == ("h0", 1234)
+
+    slurm = detect_launch(
+        {
+            "SLURM_PROCID": "5",
+            "SLURM_NTASKS": "8",
+            "SLURM_LOCALID": "1",
+            "SLURM_TASKS_PER_NODE": "4(x2)",
+            "SLURM_JOB_NODELIST": "gpu[12-13]",
+            "SLURM_JOB_ID": "123456",
+        }
+    )
+    assert (slurm.source, slurm.rank, slurm.world_size, slurm.local_rank) == ("slurm", 5, 8, 1)
+    assert slurm.local_world_size == 4
+    assert slurm.master_addr == "gpu12"
+    assert slurm.master_port == 20000 + 123456 % 20000
+    explicit = detect_launch(
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[12-13]"},
+        master_addr="10.0.0.5",
+        master_port=4000,
+    )
+    assert (explicit.master_addr, explicit.master_port) == ("10.0.0.5", 4000)
+
+    # torchrun inside a Slurm allocation: torchrun's variables win
+    both = detect_launch({"RANK": "0", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    assert both.source == "torchrun"
+    # a one-task Slurm job (python run directly in sbatch) is a single process
+    assert detect_launch({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).source == "single"
+    assert detect_launch({}).source == "single"
+
+
+def test_detect_launch_rejects_bad_variables() -> None:
+    with pytest.raises(ValueError, match="RANK"):
+        detect_launch({"RANK": "x", "WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="outside world size"):
+        detect_launch({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+def test_single_process_group() -> None:
+    with init_distributed(backend="gloo", env={}) as ctx:
+        assert (ctx.source, ctx.rank, ctx.world_size, ctx.backend) == ("single", 0, 1, "gloo")
+        assert dist.is_initialized() and dist.get_world_size() == 1
+    assert not dist.is_initialized()
+
+
+def test_torchrun_two_gloo_processes(tmp_path: Path) -> None:
+    out = tmp_path / "torchrun"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--standalone", str(JOB), str(out)]  # fmt: skip
+    subprocess.run(cmd, env=_clean_env(), check=True, timeout=240, capture_output=True)
+    ranks = _read(out, 2)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["source"] == "torchrun" and r["world_size"] == 2 for r in ranks)
+    assert all(r["sum"] == 3.0 and r["backend"] == "gloo" for r in ranks)
+    assert [r["local_rank"] for r in ranks] == [0, 1]
+
+
+def _slurm_env(rank: int, world: int, job_id: int) -> dict[str, str]:
+    return _clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
+                      SLURM_TASKS_PER_NODE=str(world), SLURM_JOB_NODELIST="localhost",
+                      SLURM_JOB_ID=str(job_id))  # fmt: skip
+
+
+def test_slurm_variables_three_processes(tmp_path: Path) -> None:
+    out = tmp_path / "slurm"
+    job_id = 40000 + os.getpid() % 10000
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(JOB), str(out)],
+            env=_slurm_env(r, 3, job_id),
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for r in range(3)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+    ranks = _read(out, 3)
+    assert all(r["source"] == "slurm" and r["world_size"] == 3 for r in ranks)
+    assert all(r["sum"] == 6.0 for r in ranks)
+
+
+def test_dead_rank_makes_survivors_fail_within_timeout(tmp_path: Path) -> None:
+    out = tmp_path / "dead"
+    job_id = 50000 + os.getpid() % 10000
+    timeout = 10.0
+    procs = [
+        subprocess.Popen([sys.executable, str(JOB), str(out), "--die-rank", "1",
+                          "--timeout", str(timeout)],
+                         env=_slurm_env(r, 2, job_id), stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    start = time.monotonic()
+    _, err = procs[0].communicate(timeout=120)
+    survivor_seconds = time.monotonic() - start
+    procs[1].wait(timeout=30)
+    assert procs[1].returncode == -9  # the rank that was killed
+    assert procs[0].returncode not in (0, None), err
+    assert "DistributedError" in err and "rank 0 of 2" in err, err
+    # the survivor did not hang: it failed well inside ten of its timeouts
+    assert survivor_seconds < 10 * timeout
+
+
+def _rank_sum(offset: float) -> float:
+    import torch
+
+    value = torch.tensor([dist.get_rank() + offset])
+    dist.all_reduce(value)
+    return value.item()
+
+
+def _fail_on_rank_one() -> None:
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is broken")
+
+
+def test_spawn_returns_results_and_reports_failures() -> None:
+    assert spawn(_rank_sum, 2, 0.5) == [2.0, 2.0]
+    with pytest.raises(RuntimeError, match="rank 1 of 2 failed(.|\n)*rank one is broken"):
+        spawn(_fail_on_rank_one, 2)
+
+
+def test_distributed_error_is_a_runtime_error() -> None:
+    assert issubclass(DistributedError, RuntimeError)
