@@ -1,0 +1,128 @@
+"""QG model physics and the toy ensemble generator."""
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from sciml.weather import metrics
+from sciml.weather.data import open_ensemble
+from sciml.weather.qg import QGParams, TwoLayerQG
+from sciml.weather.toy import generate_ensemble, write_ensemble
+
+SMALL = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6), interval=3.0,
+                             spin_up=50.0, seed=3, params=SMALL)
+
+
+def test_inversion_matches_pv_definition():
+    model = TwoLayerQG(SMALL)
+    qh = model.random_state(torch.Generator().manual_seed(0), amplitude=1.0)
+    psi = model.to_grid(model.invert(qh))
+    # q_i = lap(psi_i) + F (psi_j - psi_i)
+    lap = torch.fft.irfft2(-model.k2 * torch.fft.rfft2(psi), s=psi.shape[-2:])
+    f = model.F
+    q = torch.stack([lap[0] + f * (psi[1] - psi[0]), lap[1] + f * (psi[0] - psi[1])])
+    torch.testing.assert_close(q, model.to_grid(qh))
+
+
+def test_inviscid_unforced_model_conserves_energy():
+    params = QGParams(n=16, kd=4.0, beta=4.0, shear=0.0, drag=0.0, dt=0.01)
+    model = TwoLayerQG(params, inviscid=True)
+    qh = model.random_state(torch.Generator().manual_seed(1), amplitude=5.0)
+    energy = model.energy(qh)
+    later = model.run(qh, 2.0)
+    assert (later - qh).abs().max() > 1e-2 * qh.abs().max()  # the flow did evolve
+    assert float(model.energy(later)) == pytest.approx(float(energy), rel=1e-6)
+
+
+def test_energy_matches_grid_definition():
+    model = TwoLayerQG(SMALL)
+    qh = model.random_state(torch.Generator().manual_seed(2), amplitude=1.0)
+    ph = model.invert(qh)
+    u = model.to_grid(-1j * model.ky * ph)
+    v = model.to_grid(1j * model.kx * ph)
+    psi = model.to_grid(ph)
+    grid = 0.5 * ((u**2 + v**2).sum(0) + model.F * (psi[0] - psi[1]) ** 2).mean()
+    assert float(model.energy(qh)) == pytest.approx(float(grid), rel=1e-10)
+
+
+def test_baroclinic_turbulence_saturates():
+    model = TwoLayerQG(SMALL)
+    qh = model.random_state(torch.Generator().manual_seed(0))
+    energies = []
+    for _ in range(8):
+        qh = model.run(qh, 10.0)
+        energies.append(float(model.energy(qh)))
+    assert energies[0] < 1e-2 < energies[-1]  # instability grew from small noise
+    assert np.isfinite(energies).all() and max(energies[4:]) < 10 * min(energies[4:])
+
+
+def test_toy_dataset_layout_and_cf(toy, tmp_path):
+    assert toy["psi"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
+    assert toy["psi_truth"].dims == ("time", "lead_time", "level", "lat", "lon")
+    assert dict(toy.sizes) == {"member": 6, "time": 4, "lead_time": 3, "level": 2, "lat": 16,
+                               "lon": 16}
+    assert toy.attrs["Conventions"] == "CF-1.8"
+    assert toy["time"].attrs["standard_name"] == "forecast_reference_time"
+    assert toy["lead_time"].attrs["standard_name"] == "forecast_period"
+    assert toy["member"].attrs["standard_name"] == "realization"
+    assert toy["lat"].attrs["units"] == "degrees_north"
+    np.testing.assert_array_equal(toy["valid_time"], toy["time"] + toy["lead_time"])
+    path = write_ensemble(toy, tmp_path / "toy.nc")
+    back = open_ensemble(path)
+    assert back["psi"].dims == toy["psi"].dims
+    xr.testing.assert_allclose(back["psi"].compute(), toy["psi"])
+
+
+def test_toy_is_deterministic_and_seed_dependent(toy):
+    again = generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6), interval=3.0,
+                              spin_up=50.0, seed=3, params=SMALL)
+    xr.testing.assert_identical(again, toy)
+    other = generate_ensemble(members=2, start_dates=1, lead_times=(0,), spin_up=50.0, seed=4,
+                              params=SMALL)
+    assert not np.allclose(other["psi_truth"].isel(time=0), toy["psi_truth"].isel(time=0))
+
+
+def test_truth_continues_between_start_dates(toy):
+    # start dates are 3 days apart: the truth at lead 3 is the next start's truth at lead 0
+    np.testing.assert_allclose(toy["psi_truth"].isel(lead_time=1, time=slice(0, -1)),
+                               toy["psi_truth"].isel(lead_time=0, time=slice(1, None)),
+                               rtol=1e-6, atol=1e-8)
+    assert not np.allclose(toy["psi"].isel(lead_time=0, member=0),
+                           toy["psi_truth"].isel(lead_time=0))
+
+
+def test_spread_grows_with_lead_and_depends_on_the_flow(toy):
+    spread = metrics.ensemble_spread(toy["psi"], dim=["time", "level", "lat", "lon"])
+    assert np.all(np.diff(spread.values) > 0)
+    # spatial variation: per-point spread differs strongly across the domain at day 6
+    local = toy["psi"].sel(lead_time=np.timedelta64(6, "D")).std("member")
+    assert float(local.std() / local.mean()) > 0.2
+    ratio = metrics.spread_skill_ratio(toy["psi_truth"], toy["psi"],
+                                       dim=["time", "level", "lat", "lon"])
+    assert np.all((ratio > 0.5) & (ratio < 2.0))
+
+
+def test_model_error_changes_members_only(toy):
+    with_error = generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6),
+                                   interval=3.0, spin_up=50.0, seed=3, params=SMALL,
+                                   model_error=0.5)
+    xr.testing.assert_identical(with_error["psi_truth"], toy["psi_truth"])
+    assert not np.allclose(with_error["psi"].isel(lead_time=-1), toy["psi"].isel(lead_time=-1))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"members": 0}, "members >= 1"), ({"lead_times": (2, 1)}, "ascending"),
+     ({"lead_times": (0, 0.01)}, "multiples of dt")],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        generate_ensemble(params=SMALL, spin_up=0.0, start_dates=1, **kwargs)
+    with pytest.raises(ValueError, match="even number"):
+        QGParams(n=15)
