@@ -1,0 +1,149 @@
+"""Figures for ensemble verification: maps, rank histograms, spread-skill, scores by lead.
+
+Every function returns a :class:`matplotlib.figure.Figure` (a notebook shows it, a script
+saves it) and computes what it needs from labelled arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+import xarray as xr
+from matplotlib.figure import Figure
+
+__all__ = ["ensemble_maps", "rank_histogram_plot", "scores_by_lead", "spread_skill_plot"]
+
+
+def _require_dims(da: xr.DataArray, dims: tuple[str, ...], what: str) -> None:
+    if set(da.dims) != set(dims):
+        raise ValueError(f"{what} must have dimensions {dims} (select the rest), got {da.dims}")
+
+
+def ensemble_maps(
+    observations: xr.DataArray,
+    forecasts: xr.DataArray,
+    *,
+    member_dim: str = "member",
+    title: str | None = None,
+) -> Figure:
+    """Maps of the ensemble mean, the ensemble spread and the error of the mean.
+
+    Args:
+        observations: Verifying field with dimensions ``(lat, lon)``.
+        forecasts: Ensemble with dimensions ``(member_dim, lat, lon)``.
+        member_dim: Name of the member dimension.
+        title: Figure title.
+    """
+    _require_dims(observations, ("lat", "lon"), "observations")
+    _require_dims(forecasts, (member_dim, "lat", "lon"), "forecasts")
+    mean = forecasts.mean(member_dim)
+    spread = forecasts.std(member_dim, ddof=1)
+    error = mean - observations
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), constrained_layout=True)
+    limit = float(np.nanmax(np.abs(error.values))) or 1.0
+    panels = [
+        (mean, "ensemble mean", "viridis", {}),
+        (spread, "ensemble spread", "magma", {"vmin": 0}),
+        (error, "error of the mean", "RdBu_r", {"vmin": -limit, "vmax": limit}),
+    ]
+    units = observations.attrs.get("units", "")
+    for ax, (field, label, cmap, limits) in zip(axes, panels, strict=True):
+        image = ax.pcolormesh(field["lon"], field["lat"], field.transpose("lat", "lon"),
+                              cmap=cmap, shading="auto", **limits)
+        fig.colorbar(image, ax=ax, label=units)
+        ax.set(title=label, xlabel="longitude", ylabel="latitude")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def rank_histogram_plot(histogram: xr.DataArray, *, title: str | None = None) -> Figure:
+    """Bar chart of a rank histogram (from :func:`sciml.weather.metrics.rank_histogram`).
+
+    Bars are relative frequencies; the dashed line is the flat histogram of a reliable
+    ensemble. Extra dimensions (e.g. ``lead_time``) give one panel each.
+    """
+    if "rank" not in histogram.dims:
+        raise ValueError(f"histogram needs a 'rank' dimension, got {histogram.dims}")
+    others = [dim for dim in histogram.dims if dim != "rank"]
+    if len(others) > 1:
+        raise ValueError(f"at most one dimension besides 'rank', got {others}")
+    panels = histogram.transpose(*others, "rank") if others else histogram.expand_dims("_")
+    labels = [f"{others[0]} = {v}" for v in panels[others[0]].values] if others else [""]
+    fig, axes = plt.subplots(1, len(labels), figsize=(3.2 * len(labels) + 1, 3),
+                             sharey=True, squeeze=False, constrained_layout=True)
+    for ax, counts, label in zip(axes[0], panels, labels, strict=True):
+        freq = counts / counts.sum()
+        ax.bar(counts["rank"], freq, color="tab:blue", width=0.85)
+        ax.axhline(1 / counts.sizes["rank"], color="k", linestyle="--", linewidth=1)
+        ax.set(xlabel="rank of the observation", title=label)
+    axes[0, 0].set_ylabel("relative frequency")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def spread_skill_plot(
+    observations: xr.DataArray,
+    forecasts: xr.DataArray,
+    *,
+    member_dim: str = "member",
+    bins: int = 10,
+    title: str | None = None,
+) -> Figure:
+    """Binned spread-skill diagram: RMSE of the ensemble mean against the predicted spread.
+
+    Points are pooled, sorted by the ensemble spread (corrected by ``sqrt((M+1)/M)``) into
+    ``bins`` equally populated bins; a reliable ensemble lies on the diagonal.
+    """
+    members = forecasts.sizes[member_dim]
+    spread = forecasts.std(member_dim, ddof=1) * np.sqrt((members + 1) / members)
+    error = forecasts.mean(member_dim) - observations
+    spread, error = xr.broadcast(spread, error)
+    s, e = np.ravel(spread.values), np.ravel(error.values)
+    valid = np.isfinite(s) & np.isfinite(e)
+    if valid.sum() < bins:
+        raise ValueError(f"need at least {bins} valid points for {bins} bins, got {valid.sum()}")
+    order = np.argsort(s[valid])
+    groups = np.array_split(order, bins)
+    x = np.array([np.sqrt(np.mean(s[valid][g] ** 2)) for g in groups])
+    y = np.array([np.sqrt(np.mean(e[valid][g] ** 2)) for g in groups])
+    fig, ax = plt.subplots(figsize=(4.5, 4.2), constrained_layout=True)
+    top = float(max(x.max(), y.max())) * 1.05
+    ax.plot([0, top], [0, top], "k--", linewidth=1, label="reliable")
+    ax.plot(x, y, "o-", color="tab:red", label="binned points")
+    units = observations.attrs.get("units", "")
+    ax.set(xlabel=f"ensemble spread {units}", ylabel=f"RMSE of the mean {units}",
+           xlim=(0, top), ylim=(0, top), title=title or "spread-skill")
+    ax.legend()
+    return fig
+
+
+def scores_by_lead(
+    scores: Mapping[str, xr.DataArray],
+    *,
+    lead_dim: str = "lead_time",
+    ylabel: str = "score",
+    title: str | None = None,
+) -> Figure:
+    """Line plot of one or more scores against lead time (e.g. CRPS standard and fair).
+
+    Args:
+        scores: Label -> 1-D score along ``lead_dim``.
+        lead_dim: Lead-time dimension (timedelta values are shown in days).
+        ylabel: Y-axis label.
+        title: Axes title.
+    """
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
+    for label, score in scores.items():
+        _require_dims(score, (lead_dim,), f"score {label!r}")
+        lead = score[lead_dim].values
+        if np.issubdtype(lead.dtype, np.timedelta64):
+            lead = lead / np.timedelta64(1, "D")
+        ax.plot(lead, score.values, "o-", label=label)
+    ax.set(xlabel="lead time (days)", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig

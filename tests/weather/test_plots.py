@@ -1,0 +1,58 @@
+"""Plots return figures with the expected content and reject badly shaped input."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import xarray as xr  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from sciml.weather import metrics, plots  # noqa: E402
+
+
+@pytest.fixture
+def fields():
+    rng = np.random.default_rng(0)
+    coords = {"lat": np.linspace(-30, 30, 5), "lon": np.arange(8.0)}
+    fc = xr.DataArray(rng.standard_normal((4, 3, 5, 8)), dims=("member", "lead_time", "lat", "lon"),
+                      coords={**coords, "lead_time": np.array([0, 1, 2], "timedelta64[D]")})
+    ob = xr.DataArray(rng.standard_normal((3, 5, 8)), dims=("lead_time", "lat", "lon"),
+                      coords=fc.isel(member=0).coords, attrs={"units": "K"})
+    return ob, fc
+
+
+def test_ensemble_maps(fields):
+    ob, fc = fields
+    fig = plots.ensemble_maps(ob.isel(lead_time=0), fc.isel(lead_time=0), title="day 0")
+    assert isinstance(fig, Figure)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert {"ensemble mean", "ensemble spread", "error of the mean"} <= set(titles)
+    with pytest.raises(ValueError, match="must have dimensions"):
+        plots.ensemble_maps(ob, fc)
+
+
+def test_rank_histogram_plot(fields):
+    ob, fc = fields
+    hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])
+    fig = plots.rank_histogram_plot(hist)
+    assert len(fig.axes) == 3
+    heights = [bar.get_height() for bar in fig.axes[0].patches]
+    assert len(heights) == 5 and sum(heights) == pytest.approx(1.0)
+    assert len(plots.rank_histogram_plot(metrics.rank_histogram(ob, fc)).axes) == 1
+    with pytest.raises(ValueError, match="'rank'"):
+        plots.rank_histogram_plot(ob)
+
+
+def test_spread_skill_and_scores_by_lead(fields):
+    ob, fc = fields
+    fig = plots.spread_skill_plot(ob, fc, bins=4)
+    line = fig.axes[0].lines[1]
+    assert len(line.get_xdata()) == 4
+    crps = metrics.crps_ensemble(ob, fc, dim=["lat", "lon"])
+    fig = plots.scores_by_lead({"CRPS": crps}, ylabel="CRPS")
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_xdata(), [0, 1, 2])
+    np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), crps.values)
+    with pytest.raises(ValueError, match="bins"):
+        plots.spread_skill_plot(ob.isel(lat=0, lon=0), fc.isel(lat=0, lon=0), bins=10)
