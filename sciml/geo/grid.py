@@ -35,6 +35,11 @@ class RasterGrid:
         return self.height, self.width
 
     @property
+    def area(self) -> float:
+        """Area covered, in squared CRS units."""
+        return abs(self.transform.determinant) * self.height * self.width
+
+    @property
     def bounds(self) -> tuple[float, float, float, float]:
         """``(left, bottom, right, top)`` in the grid's CRS."""
         xs, ys = zip(

@@ -79,7 +79,8 @@ def read_osm_layer(path: str | Path, layer: str, *, where: str | None = None) ->
     """Read one layer of GDAL's OSM driver (``points``, ``lines``, ``multipolygons``).
 
     ``.osm.bz2`` files are decompressed to a temporary file first. All tags that
-    have no column of their own are in the ``tags`` column as dicts.
+    have no column of their own are in the ``tags`` column as dicts. Invalid
+    geometries (rings broken by clipping) become missing, with a warning.
 
     Args:
         path: ``.osm``, ``.osm.bz2`` or ``.osm.pbf`` file.
@@ -95,7 +96,9 @@ def read_osm_layer(path: str | Path, layer: str, *, where: str | None = None) ->
             with bz2.open(path, "rb") as src, open(plain, "wb") as dst:
                 shutil.copyfileobj(src, dst, length=1 << 20)
             return read_osm_layer(plain, layer, where=where)
-    frame = pyogrio.read_dataframe(path, layer=layer, where=where, TAGS_FORMAT="JSON")
+    frame = pyogrio.read_dataframe(
+        path, layer=layer, where=where, on_invalid="warn", TAGS_FORMAT="JSON"
+    )
     frame["tags"] = frame.pop("other_tags").map(lambda t: t if isinstance(t, dict) else {})
     return frame
 

@@ -1,0 +1,240 @@
+"""Masked tree segmentation: a 2D U-Net with a mask channel, masked losses and metrics.
+
+The mask (where the inventory is complete) is an input channel, it coats the
+image and the output, and losses and metrics count only inside it. At
+inference the mask can be all ones to map trees everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sciml.models import UNet
+
+LossKind = Literal["bce", "dice", "tversky", "bce+dice"]
+
+
+class MaskedUNet(nn.Module):
+    """2D U-Net on ``[image * mask, mask]`` whose output is meant to be coated by the mask.
+
+    Args:
+        in_channels: Image bands (3 for RGB, 4 for RGB+NIR); the mask adds one.
+        base_channels, depth, norm: See :class:`sciml.models.UNet`.
+        mask_image: Multiply the image by the mask before the network.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        *,
+        base_channels: int = 16,
+        depth: int = 3,
+        norm: Literal["batch", "group", "none"] = "batch",
+        mask_image: bool = True,
+    ) -> None:
+        super().__init__()
+        self.in_channels, self.mask_image = in_channels, mask_image
+        self.unet = UNet(
+            in_channels + 1, 1, dims=2, base_channels=base_channels, depth=depth, norm=norm
+        )
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N, 1, H, W)`` of ``image`` ``(N, C, H, W)`` and ``mask`` ``(N, 1, H, W)``."""
+        if image.shape[1] != self.in_channels:
+            raise ValueError(f"expected {self.in_channels} image bands, got {image.shape[1]}")
+        if self.mask_image:
+            image = image * mask
+        return self.unet(torch.cat([image, mask], dim=1))
+
+    @staticmethod
+    def probability(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Tree probability coated by the mask: ``sigmoid(logits) * mask``."""
+        return torch.sigmoid(logits) * mask
+
+
+def masked_loss(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    kind: LossKind = "bce",
+    alpha: float = 0.3,
+    beta: float = 0.7,
+    smooth: float = 1.0,
+) -> torch.Tensor:
+    """Segmentation loss over the ``valid`` pixels only.
+
+    Args:
+        logits: ``(N, 1, H, W)`` logits.
+        target: ``(N, 1, H, W)`` 0/1 labels.
+        valid: ``(N, 1, H, W)`` 1 where the pixel counts (inside the mask, labelled).
+        kind: ``"bce"`` (mean over valid pixels), ``"dice"``, ``"tversky"``
+            (``alpha`` weighs false positives, ``beta`` false negatives) or ``"bce+dice"``.
+        smooth: Additive smoothing of the Dice/Tversky ratio.
+    """
+    valid = valid.to(logits.dtype)
+    count = valid.sum().clamp_min(1.0)
+    if kind in ("bce", "bce+dice"):
+        bce = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+        bce = (bce * valid).sum() / count
+        if kind == "bce":
+            return bce
+    prob = torch.sigmoid(logits) * valid
+    target = target * valid
+    tp = (prob * target).sum()
+    fp = (prob * (1 - target)).sum()
+    fn = ((1 - prob) * target).sum()
+    if kind == "tversky":
+        return 1 - (tp + smooth) / (tp + alpha * fp + beta * fn + smooth)
+    dice = 1 - (2 * tp + smooth) / (2 * tp + fp + fn + smooth)
+    if kind == "dice":
+        return dice
+    if kind == "bce+dice":
+        return bce + dice
+    raise ValueError(f"unknown loss kind {kind!r}; expected bce, dice, tversky or bce+dice")
+
+
+def segmentation_metrics(
+    predicted: np.ndarray | torch.Tensor,
+    truth: np.ndarray | torch.Tensor,
+    valid: np.ndarray | torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Pixel accuracy, precision, recall, F1 and IoU of boolean maps over ``valid`` pixels.
+
+    Args:
+        predicted: Predicted tree pixels (bool or 0/1).
+        truth: True tree pixels (bool or 0/1).
+        valid: Pixels that count (default: all), e.g. the mask.
+
+    Returns:
+        ``accuracy``, ``precision``, ``recall``, ``f1``, ``iou`` (NaN when undefined)
+        and the counts ``tp``, ``fp``, ``fn``, ``tn``.
+    """
+    pred = np.asarray(predicted).astype(bool)
+    true = np.asarray(truth).astype(bool)
+    if pred.shape != true.shape:
+        raise ValueError(f"prediction shape {pred.shape} differs from truth shape {true.shape}")
+    keep = np.ones_like(pred) if valid is None else np.asarray(valid).astype(bool)
+    tp = int((pred & true & keep).sum())
+    fp = int((pred & ~true & keep).sum())
+    fn = int((~pred & true & keep).sum())
+    tn = int((~pred & ~true & keep).sum())
+
+    def ratio(num: int, den: int) -> float:
+        return num / den if den else float("nan")
+
+    precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
+    return {
+        "accuracy": ratio(tp + tn, tp + fp + fn + tn),
+        "precision": precision,
+        "recall": recall,
+        "f1": ratio(2 * tp, 2 * tp + fp + fn),
+        "iou": ratio(tp, tp + fp + fn),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+    }
+
+
+def tree_recall(
+    predicted: np.ndarray, instances: np.ndarray, *, min_fraction: float = 0.5
+) -> float:
+    """Fraction of trees found: a tree counts when ``min_fraction`` of its crown is predicted.
+
+    Args:
+        predicted: Predicted tree pixels (bool).
+        instances: Crown instance ids (0 = no tree), see :func:`sciml.geo.tree_instances`.
+        min_fraction: Share of a crown's pixels that must be predicted.
+    """
+    ids = np.asarray(instances).ravel()
+    hit = np.asarray(predicted).astype(bool).ravel()
+    size = np.bincount(ids)
+    found = np.bincount(ids, weights=hit, minlength=len(size))
+    present = size[1:] > 0
+    if not present.any():
+        raise ValueError("no tree instance in the map")
+    return float(np.mean(found[1:][present] / size[1:][present] >= min_fraction))
+
+
+def make_loss_fn(
+    kind: LossKind = "bce", *, masked: bool = True
+) -> Callable[[nn.Module, dict[str, Any]], dict[str, torch.Tensor]]:
+    """A ``loss_fn(model, batch)`` for :func:`sciml.training.fit` on :class:`SceneTiles` batches.
+
+    ``masked=True`` feeds the mask and counts only valid pixels; ``masked=False``
+    is the baseline that ignores the mask (input mask of ones, every pixel counts,
+    unlabelled pixels are background).
+    """
+
+    def loss_fn(model: nn.Module, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        image, target = batch["image"], batch["label"]
+        if masked:
+            mask, valid = batch["mask"], batch["valid"]
+        else:
+            mask = valid = torch.ones_like(batch["mask"])
+        logits = model(image, mask)
+        loss = masked_loss(logits, target, valid, kind=kind)
+        with torch.no_grad():
+            pred = logits > 0
+            keep = valid > 0
+            accuracy = (pred == (target > 0.5))[keep].float().mean()
+        return {"loss": loss, "accuracy": accuracy}
+
+    return loss_fn
+
+
+def train_segmenter(
+    model: nn.Module,
+    train_dataset: Any,
+    *,
+    run_dir: str | Path,
+    epochs: int = 5,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    loss: LossKind = "bce",
+    masked: bool = True,
+    val_dataset: Any = None,
+    progress: bool = False,
+) -> Any:
+    """Train with :func:`sciml.training.fit` (Adam, CSV metrics, atomic checkpoints).
+
+    Returns:
+        The :class:`sciml.training.TrainResult`.
+    """
+    from sciml.training import TrainConfig, fit, seed_everything
+
+    seed_everything(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    config = TrainConfig(
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        tensorboard=False,
+        handle_signals=False,
+        monitor="val_loss" if val_dataset is not None else "loss",
+    )
+    return fit(
+        model,
+        optimizer,
+        train_dataset,
+        make_loss_fn(loss, masked=masked),
+        run_dir=run_dir,
+        config=config,
+        val_dataset=val_dataset,
+        collate_fn=_collate,
+    )
+
+
+def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("image", "mask", "label", "valid")
+    return {key: torch.stack([item[key] for item in items]) for key in keys if key in items[0]}

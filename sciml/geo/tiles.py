@@ -1,0 +1,179 @@
+"""Image + mask + label tiles for training, and stitched whole-scene inference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import Dataset
+
+from sciml.geo.grid import RasterGrid
+from sciml.geo.trees import IGNORE_INDEX
+
+
+def tile_origins(size: int, tile: int, overlap: int) -> list[int]:
+    """Start offsets of tiles of ``tile`` pixels with ``overlap`` covering ``size`` pixels.
+
+    The last tile ends flush with the edge; a dimension shorter than ``tile``
+    gets one tile at 0 (it is padded).
+    """
+    if tile <= 0 or not 0 <= overlap < tile:
+        raise ValueError(f"need tile > 0 and 0 <= overlap < tile, got {tile}, {overlap}")
+    if size <= tile:
+        return [0]
+    step = tile - overlap
+    starts = list(range(0, size - tile, step))
+    return [*starts, size - tile]
+
+
+def _as_chw(image: xr.DataArray | np.ndarray) -> np.ndarray:
+    values = np.asarray(image)
+    if values.ndim == 2:
+        values = values[None]
+    if values.ndim != 3:
+        raise ValueError(f"image must be (band, y, x), got shape {values.shape}")
+    if values.dtype == np.uint8:
+        return values.astype(np.float32) / 255.0
+    return values.astype(np.float32)
+
+
+def _pad(array: np.ndarray, tile: int) -> np.ndarray:
+    height, width = array.shape[-2:]
+    pad = [(0, 0)] * (array.ndim - 2) + [(0, max(0, tile - height)), (0, max(0, tile - width))]
+    return np.pad(array, pad) if any(p[1] for p in pad) else array
+
+
+class SceneTiles(Dataset):
+    """Overlapping tiles of an image with its mask and labels, as a torch dataset.
+
+    Each item is a dict of float tensors ``image`` (C, t, t), ``mask`` (1, t, t),
+    ``label`` (1, t, t) and ``valid`` (1, t, t: inside the mask and labelled),
+    plus the tile's ``row`` and ``col``. Tiles without any mask pixel, or whose
+    image is all ``nodata``, are skipped. ``uint8`` images are scaled to [0, 1].
+
+    Args:
+        image: ``(band, y, x)`` image.
+        mask: ``(y, x)`` bool; where labels are complete (``None``: everywhere).
+        labels: ``(y, x)`` uint8 labels (0/1, ``ignore_index`` = unknown);
+            ``None`` for inference tiles.
+        tile: Tile side in pixels.
+        overlap: Overlap of neighbouring tiles in pixels.
+        nodata: Image value meaning "no data".
+        ignore_index: Label value of unknown pixels.
+    """
+
+    def __init__(
+        self,
+        image: xr.DataArray | np.ndarray,
+        mask: xr.DataArray | np.ndarray | None = None,
+        labels: xr.DataArray | np.ndarray | None = None,
+        *,
+        tile: int = 256,
+        overlap: int = 32,
+        nodata: float | None = None,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> None:
+        raw = np.asarray(image)
+        self.image = _as_chw(image)
+        shape = self.image.shape[1:]
+        self.mask = np.ones(shape, bool) if mask is None else np.asarray(mask).astype(bool)
+        self.labels = None if labels is None else np.asarray(labels)
+        for name, array in (("mask", self.mask), ("labels", self.labels)):
+            if array is not None and array.shape != shape:
+                raise ValueError(f"{name} shape {array.shape} differs from the image's {shape}")
+        self.tile, self.ignore_index = tile, ignore_index
+        has_data = np.ones(shape, bool)
+        if nodata is not None:
+            has_data = ~np.all(raw.reshape(-1, *shape) == nodata, axis=0)
+        self.origins = [
+            (row, col)
+            for row in tile_origins(shape[0], tile, overlap)
+            for col in tile_origins(shape[1], tile, overlap)
+            if self.mask[row : row + tile, col : col + tile].any()
+            and has_data[row : row + tile, col : col + tile].any()
+        ]
+        if not self.origins:
+            raise ValueError("no tile has both mask pixels and data; check the mask and nodata")
+
+    def __len__(self) -> int:
+        return len(self.origins)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row, col = self.origins[index]
+        window = (slice(row, row + self.tile), slice(col, col + self.tile))
+        image = _pad(self.image[(slice(None), *window)], self.tile)
+        mask = _pad(self.mask[window], self.tile)[None]
+        item: dict[str, Any] = {
+            "image": torch.from_numpy(np.ascontiguousarray(image)),
+            "mask": torch.from_numpy(mask.astype(np.float32)),
+            "row": row,
+            "col": col,
+        }
+        if self.labels is not None:
+            labels = _pad(self.labels[window], self.tile)[None]
+            known = labels != self.ignore_index
+            item["label"] = torch.from_numpy(np.where(known, labels, 0).astype(np.float32))
+            item["valid"] = torch.from_numpy((known & mask).astype(np.float32))
+        return item
+
+
+def blend_weights(tile: int, overlap: int) -> np.ndarray:
+    """``(tile, tile)`` weights ramping linearly over ``overlap`` pixels at each edge (> 0)."""
+    ramp = np.minimum(np.arange(tile) + 1, np.arange(tile)[::-1] + 1).astype(np.float32)
+    ramp = np.minimum(ramp / (overlap + 1), 1.0)
+    return np.outer(ramp, ramp)
+
+
+@torch.no_grad()
+def predict_scene(
+    model: torch.nn.Module,
+    image: xr.DataArray | np.ndarray,
+    mask: xr.DataArray | np.ndarray | None = None,
+    *,
+    tile: int = 256,
+    overlap: int = 32,
+    batch_size: int = 8,
+    like: Any = None,
+) -> xr.DataArray:
+    """Tree probability of the whole scene, tile by tile with blended overlaps.
+
+    The model is called as ``model(image, mask)`` and returns logits; the
+    probability is ``sigmoid(logits) * mask`` (0 off the mask).
+
+    Args:
+        model: A :class:`sciml.geo.model.MaskedUNet` or any module with that call.
+        image: ``(band, y, x)`` image (a DataArray keeps its grid).
+        mask: ``(y, x)`` mask (``None``: the whole image).
+        tile, overlap: Tiling; ``tile`` must suit the model (divisible by 2**depth).
+        batch_size: Tiles per forward pass.
+        like: Grid of the output when ``image`` is a plain array.
+
+    Returns:
+        ``(y, x)`` float32 DataArray ``"tree_probability"`` on the image's grid.
+    """
+    tiles = SceneTiles(image, mask, tile=tile, overlap=overlap)
+    height, width = tiles.image.shape[1:]
+    total = np.zeros((height, width), np.float32)
+    weight = np.zeros((height, width), np.float32)
+    weights = blend_weights(tile, overlap)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(tiles), batch_size):
+            items = [tiles[i] for i in range(start, min(start + batch_size, len(tiles)))]
+            batch_image = torch.stack([item["image"] for item in items]).to(device)
+            batch_mask = torch.stack([item["mask"] for item in items]).to(device)
+            probability = torch.sigmoid(model(batch_image, batch_mask)) * batch_mask
+            for item, prob in zip(items, probability[:, 0].cpu().numpy(), strict=True):
+                row, col = item["row"], item["col"]
+                h, w = min(tile, height - row), min(tile, width - col)
+                total[row : row + h, col : col + w] += prob[:h, :w] * weights[:h, :w]
+                weight[row : row + h, col : col + w] += weights[:h, :w]
+    finally:
+        model.train(was_training)
+    result = np.divide(total, weight, out=np.zeros_like(total), where=weight > 0)
+    grid = RasterGrid.from_like(like if like is not None else image)
+    return grid.dataarray(result, name="tree_probability")
