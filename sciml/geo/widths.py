@@ -42,11 +42,20 @@ WIDTH_TABLE: Mapping[str, tuple[float, float]] = {
 
 
 def utm_crs(frame: gpd.GeoDataFrame | gpd.GeoSeries) -> pyproj.CRS:
-    """The WGS 84 UTM zone of ``frame``'s centroid (a metric CRS for buffering)."""
+    """The WGS 84 UTM zone (EPSG:326xx north, 327xx south) of ``frame``'s bounding-box centre.
+
+    Standard 6-degree zones, without the Norway and Svalbard exceptions (a
+    neighbouring zone is still metric and nearly conformal there).
+    """
     if frame.crs is None:
         raise ValueError("geometries have no CRS; cannot choose a metric CRS for buffering")
-    crs = frame.estimate_utm_crs(datum_name="WGS 84")
-    return pyproj.CRS.from_user_input(crs)
+    to_lonlat = pyproj.Transformer.from_crs(frame.crs, "EPSG:4326", always_xy=True)
+    west, south, east, north = to_lonlat.transform_bounds(*frame.total_bounds)
+    if not np.all(np.isfinite([west, south, east, north])):
+        raise ValueError(f"cannot locate the geometries' bounds {tuple(frame.total_bounds)}")
+    lon, lat = (west + east) / 2, (south + north) / 2
+    zone = min(int((lon + 180) // 6) + 1, 60)
+    return pyproj.CRS.from_epsg((32600 if lat >= 0 else 32700) + zone)
 
 
 def road_widths(
