@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: Modules whose ``register(subparsers)`` adds a workflow's subcommands.
-WORKFLOW_CLIS: tuple[str, ...] = ()
+WORKFLOW_CLIS: tuple[str, ...] = ("sciml.weather.cli",)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 
 #: Rows per block: keeps each block's sorted copy in cache-sized pieces.
-BLOCK_ROWS = 32768
+BLOCK_ROWS = 8192
 
 
 def default_threads() -> int:

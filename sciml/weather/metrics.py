@@ -261,9 +261,14 @@ def crps_ensemble_efi_weighted(
     return _reduce(score, dim, weights)
 
 
+def _float64(values: XArray) -> XArray:
+    """Accumulate moments in float64 whatever the input precision (lazy under Dask)."""
+    return values.astype(np.float64) if hasattr(values, "astype") else values
+
+
 def _member_mean_error(observations: XArray, forecasts: XArray, member_dim: str) -> XArray:
     _check_member_dim(observations, forecasts, member_dim)
-    return forecasts.mean(member_dim, keep_attrs=True) - observations
+    return _float64(forecasts).mean(member_dim, keep_attrs=True) - _float64(observations)
 
 
 def ensemble_mean_rmse(
@@ -273,7 +278,7 @@ def ensemble_mean_rmse(
     dim: Dim = None,
     weights: xr.DataArray | None = None,
 ) -> XArray:
-    """Root-mean-square error of the ensemble mean, ``sqrt(mean_dim((xbar - y)^2))``.
+    """Root-mean-square error of the ensemble mean, ``sqrt(mean_dim((xbar - y)^2))``, float64.
 
     With ``dim=[]`` this is the absolute error of the ensemble mean at each point.
     """
@@ -287,9 +292,9 @@ def ensemble_spread(
     dim: Dim = None,
     weights: xr.DataArray | None = None,
 ) -> XArray:
-    """Ensemble spread, ``sqrt(mean_dim(var_member(x)))`` with the unbiased (ddof=1) variance."""
+    """Ensemble spread ``sqrt(mean_dim(var_member(x)))``, unbiased (ddof=1) variance, float64."""
     _check_member_dim(None, forecasts, member_dim)
-    variance = forecasts.var(member_dim, ddof=1, keep_attrs=True)
+    variance = _float64(forecasts).var(member_dim, ddof=1, keep_attrs=True)
     return np.sqrt(_reduce(variance, dim, weights))
 
 
@@ -310,7 +315,7 @@ def spread_skill_ratio(
     indistinguishable from the truth.
     """
     error2 = _member_mean_error(observations, forecasts, member_dim) ** 2
-    variance = forecasts.var(member_dim, ddof=1).where(error2.notnull())
+    variance = _float64(forecasts).var(member_dim, ddof=1).where(error2.notnull())
     ratio = np.sqrt(_reduce(variance, dim, weights) / _reduce(error2, dim, weights))
     if corrected:
         members = forecasts.sizes[member_dim]

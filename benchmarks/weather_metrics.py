@@ -1,0 +1,119 @@
+"""Per-point ensemble CRPS: sciml against properscoring (numba) and xskillscore, same arrays.
+
+Usage: python benchmarks/weather_metrics.py [--quick] [--points N] [--repeat R] [--out PATH]
+
+Each case is timed ``--repeat`` times after one warm-up call (so numba compilation is not
+counted); the table shows the best and the median wall time, and the largest relative
+difference from properscoring on the same arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import dask
+import numpy as np
+import properscoring
+import xarray as xr
+import xskillscore
+
+from sciml.io_utils import atomic_write_text
+from sciml.weather.kernels import crps_ensemble_array, default_threads
+from sciml.weather.metrics import crps_ensemble
+
+
+def _time(func: Callable[[], np.ndarray], repeat: int) -> tuple[list[float], np.ndarray]:
+    result = np.asarray(func())  # warm-up (JIT compilation, caches)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = np.asarray(func())
+        times.append(time.perf_counter() - start)
+    return times, result
+
+
+def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[dict]:
+    """Time every implementation for each ensemble size; return one row per case."""
+    rows = []
+    rng = np.random.default_rng(0)
+    for members in members_list:
+        fc = rng.standard_normal((points, members))
+        ob = rng.standard_normal(points)
+        fc_da = xr.DataArray(fc, dims=("point", "member"))
+        ob_da = xr.DataArray(ob, dims="point")
+        fc_dask, ob_dask = fc_da.chunk({"point": chunk}), ob_da.chunk({"point": chunk})
+        fc32 = fc.astype(np.float32)
+        cases = {
+            "properscoring (numba)": lambda fc=fc, ob=ob: properscoring.crps_ensemble(ob, fc),
+            "xskillscore (dask chunks)": lambda o=ob_dask, f=fc_dask: xskillscore.crps_ensemble(
+                o, f, dim=[]).values,
+            "sciml kernel (numpy array)": lambda fc=fc, ob=ob: crps_ensemble_array(ob, fc),
+            "sciml crps_ensemble (xarray)": lambda o=ob_da, f=fc_da: crps_ensemble(
+                o, f, dim=[]).values,
+            "sciml crps_ensemble (dask chunks)": lambda o=ob_dask, f=fc_dask: crps_ensemble(
+                o, f, dim=[]).values,
+            "sciml kernel float32 input": lambda f=fc32, ob=ob: crps_ensemble_array(ob, f),
+            "sciml kernel fair": lambda fc=fc, ob=ob: crps_ensemble_array(ob, fc, fair=True),
+        }
+        reference = None
+        for name, func in cases.items():
+            times, result = _time(func, repeat)
+            if reference is None:
+                reference = result
+            agree = (
+                float(np.max(np.abs(result - reference) / np.abs(reference)))
+                if "fair" not in name and "float32" not in name
+                else None
+            )
+            rows.append({
+                "members": members, "points": points, "case": name,
+                "best_s": min(times), "median_s": statistics.median(times), "times_s": times,
+                "max_rel_diff_vs_properscoring": agree,
+            })
+            print(f"{members:>3} members  {name:<34} best {min(times):7.3f} s  "
+                  f"median {statistics.median(times):7.3f} s"
+                  + (f"  max rel diff {agree:.1e}" if agree is not None else ""), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the table and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100,000 points, 2 repeats")
+    parser.add_argument("--points", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--chunk", type=int, default=125_000, help="dask chunk (points)")
+    parser.add_argument("--out", default="runs/bench/weather_metrics.json")
+    args = parser.parse_args(argv)
+    points, repeat = (100_000, 2) if args.quick else (args.points, args.repeat)
+    with dask.config.set(scheduler="threads", num_workers=default_threads()):
+        rows = run(points, [10, 50], repeat, min(args.chunk, points))
+    summary = {}
+    for members in (10, 50):
+        best = {r["case"]: r["best_s"] for r in rows if r["members"] == members}
+        ours = best["sciml kernel (numpy array)"]
+        summary[f"{members}_members"] = {
+            "speedup_vs_properscoring": best["properscoring (numba)"] / ours,
+            "speedup_vs_xskillscore": best["xskillscore (dask chunks)"] / ours,
+        }
+    print(json.dumps(summary, indent=1))
+    report = {
+        "benchmark": "weather_metrics", "rows": rows, "summary": summary,
+        "threads": default_threads(), "cpu_count": os.cpu_count(),
+        "machine": platform.machine(), "python": platform.python_version(),
+        "numpy": np.__version__, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    atomic_write_text(Path(args.out), json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
