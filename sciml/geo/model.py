@@ -7,6 +7,7 @@ inference the mask can be all ones to map trees everywhere.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +42,14 @@ class MaskedUNet(nn.Module):
     ) -> None:
         super().__init__()
         self.in_channels, self.mask_image = in_channels, mask_image
+        #: Constructor arguments, saved next to checkpoints by :func:`train_segmenter`.
+        self.config = {
+            "in_channels": in_channels,
+            "base_channels": base_channels,
+            "depth": depth,
+            "norm": norm,
+            "mask_image": mask_image,
+        }
         self.unet = UNet(
             in_channels + 1, 1, dims=2, base_channels=base_channels, depth=depth, norm=norm
         )
@@ -207,10 +216,18 @@ def train_segmenter(
 ) -> Any:
     """Train with :func:`sciml.training.fit` (Adam, CSV metrics, atomic checkpoints).
 
+    A :class:`MaskedUNet`'s constructor arguments are written to
+    ``run_dir/model.json`` so that :func:`load_segmenter` can rebuild it.
+
     Returns:
         The :class:`sciml.training.TrainResult`.
     """
+    from sciml.io_utils import atomic_write_text
     from sciml.training import TrainConfig, fit, seed_everything
+
+    if isinstance(model, MaskedUNet):
+        config = {**model.config, "masked": masked, "loss": loss}
+        atomic_write_text(Path(run_dir) / "model.json", json.dumps(config, indent=2))
 
     seed_everything(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -233,6 +250,31 @@ def train_segmenter(
         val_dataset=val_dataset,
         collate_fn=_collate,
     )
+
+
+def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUNet:
+    """Rebuild a :class:`MaskedUNet` trained by :func:`train_segmenter` from its run folder.
+
+    Args:
+        run_dir: The training run folder (``model.json``, ``checkpoints/``).
+        checkpoint: ``"last"`` or ``"best"``.
+    """
+    from sciml.checkpoint import load_checkpoint
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / "model.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{config_path} not found; is {run_dir} a training run folder?")
+    config = json.loads(config_path.read_text())
+    model = MaskedUNet(
+        config["in_channels"],
+        base_channels=config["base_channels"],
+        depth=config["depth"],
+        norm=config["norm"],
+        mask_image=config["mask_image"],
+    )
+    load_checkpoint(run_dir / "checkpoints" / f"{checkpoint}.pt", model, restore_rng=False)
+    return model.eval()
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""``sciml geo`` end to end on a small synthetic scene, through ``sciml.cli.main``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import rasterio
+
+from sciml.cli import main
+from sciml.geo import RasterGrid
+
+BOUNDS = ["385840", "6672300", "386000", "6672460"]  # 160 m x 160 m, UTM 35N
+
+
+@pytest.mark.parametrize("command", ["mask", "labels", "train", "predict", "scene"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["geo", command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: sciml geo" in capsys.readouterr().out
+
+
+def test_scene_mask_labels_train_predict(tmp_path, helsinki_pbf, capsys):
+    scene = tmp_path / "scene"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["geo", "scene", str(scene), "--osm", helsinki_pbf, "--resolution", "1",
+                     "--bounds", *BOUNDS]) == 0  # fmt: skip
+    image = scene / "image.tif"
+    mask, labels, prob = tmp_path / "mask.tif", tmp_path / "labels.tif", tmp_path / "prob.tif"
+    assert main(["geo", "mask", helsinki_pbf, str(image), str(mask), "--margin", "4"]) == 0
+    assert main(["geo", "labels", str(scene / "inventory.gpkg"), str(image), str(labels),
+                 "--mask", str(mask)]) == 0  # fmt: skip
+    run = tmp_path / "run"
+    assert main(["geo", "train", str(image), str(mask), str(labels), "--run-dir", str(run),
+                 "--epochs", "1", "--tile", "32", "--overlap", "8", "--base-channels", "4",
+                 "--depth", "2"]) == 0  # fmt: skip
+    assert main(["geo", "predict", str(image), str(prob), "--run-dir", str(run),
+                 "--tile", "64", "--overlap", "16"]) == 0  # fmt: skip
+    grid = RasterGrid.from_like(image)
+    for path in (mask, labels, prob, scene / "truth.tif"):
+        assert RasterGrid.from_like(path) == grid, path
+    with rasterio.open(labels) as src_labels, rasterio.open(mask) as src_mask:
+        road = src_mask.read(1).astype(bool)
+        values = src_labels.read(1)
+    assert road.any() and (values[~road] == 255).all() and set(np.unique(values[road])) <= {0, 1}
+    with rasterio.open(prob) as src:
+        probability = src.read(1)
+    assert probability.dtype == np.float32 and 0 <= probability.min() <= probability.max() <= 1
+    assert "tree probability" in capsys.readouterr().out
+
+
+def test_bad_width_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        main(["geo", "mask", "a.osm", "b.tif", "c.tif", "--width", "wide"])
+    assert "width must be 'osm' or metres" in capsys.readouterr().err
