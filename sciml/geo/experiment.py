@@ -18,7 +18,13 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset
 
-from sciml.geo.model import MaskedUNet, segmentation_metrics, train_segmenter, tree_recall
+from sciml.geo.model import (
+    LossKind,
+    MaskedUNet,
+    segmentation_metrics,
+    train_segmenter,
+    tree_recall,
+)
 from sciml.geo.scene import Scene
 from sciml.geo.tiles import SceneTiles, predict_scene
 
@@ -88,9 +94,20 @@ def run_experiment(
     batch_size: int = 16,
     base_channels: int = 16,
     lr: float = 2e-3,
+    loss: LossKind = "bce",
+    mask_image: bool = True,
     seed: int = 0,
 ) -> dict[str, ExperimentResult]:
     """Train the masked and the unmasked model and score both on the evaluation blocks.
+
+    Args:
+        scene: The synthetic scene.
+        run_dir: Folder for the two training runs (``masked/``, ``unmasked/``).
+        block: Side of the checkerboard blocks (pixels).
+        tile: Training tile side (pixels, divisible by 8).
+        epochs, batch_size, lr, loss, seed: Training options.
+        base_channels: Width of the U-Nets.
+        mask_image: The masked model also zeroes the image off the mask.
 
     Returns:
         ``{"masked": ..., "unmasked": ...}`` :class:`ExperimentResult`.
@@ -107,7 +124,9 @@ def run_experiment(
         labels = inventory if masked else scene.labels(masked=False).values
         train_mask = road if masked else np.ones_like(road)
         dataset = _training_tiles(scene, labels, train_mask, block=block, tile=tile)
-        model = MaskedUNet(3, base_channels=base_channels, depth=3, mask_image=masked)
+        model = MaskedUNet(
+            3, base_channels=base_channels, depth=3, mask_image=masked and mask_image
+        )
         train_segmenter(
             model,
             dataset,
@@ -116,6 +135,7 @@ def run_experiment(
             batch_size=batch_size,
             lr=lr,
             seed=seed,
+            loss=loss,
             masked=masked,
         )
         everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)

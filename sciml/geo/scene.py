@@ -11,6 +11,7 @@ complete truth (every crown) is kept aside for evaluation.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,9 @@ class Scene:
 
 
 def _areas(path: Path, crs: object) -> dict[str, np.ndarray]:
-    polygons = read_osm_layer(path, "multipolygons")
+    with warnings.catch_warnings():  # a clipped extract cuts some rings: they are not painted
+        warnings.simplefilter("ignore")
+        polygons = read_osm_layer(path, "multipolygons")
     polygons = polygons[polygons.geometry.notna()].to_crs(crs)
     tags = polygons["tags"]
     water = (polygons["natural"] == "water") | tags.map(lambda t: "water" in t)

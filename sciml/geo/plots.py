@@ -1,0 +1,81 @@
+"""Matplotlib maps of images, road masks, labels and predictions (in CRS coordinates)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from sciml.geo.grid import RasterGrid
+
+
+def _extent(grid: RasterGrid) -> tuple[float, float, float, float]:
+    left, bottom, right, top = grid.bounds
+    return left, right, bottom, top
+
+
+def _rgb(image: xr.DataArray) -> np.ndarray:
+    values = np.asarray(image)[:3].transpose(1, 2, 0)
+    return values if values.dtype == np.uint8 else np.clip(values, 0, 1)
+
+
+def show_image(image: xr.DataArray, ax: Any, *, title: str = "") -> None:
+    """Draw an RGB ``(band, y, x)`` image in its CRS coordinates."""
+    ax.imshow(_rgb(image), extent=_extent(RasterGrid.from_like(image)))
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def overlay(
+    image: xr.DataArray,
+    layer: xr.DataArray | np.ndarray,
+    ax: Any,
+    *,
+    color: str = "yellow",
+    alpha: float = 0.45,
+    title: str = "",
+) -> None:
+    """Draw ``image`` with the True (or > 0.5) pixels of ``layer`` tinted in ``color``."""
+    from matplotlib.colors import to_rgba
+
+    show_image(image, ax, title=title)
+    values = np.asarray(layer)
+    on = values > 0.5 if values.dtype != bool else values
+    tint = np.zeros((*on.shape, 4))
+    tint[on] = to_rgba(color, alpha)
+    ax.imshow(tint, extent=_extent(RasterGrid.from_like(image)))
+
+
+def labels_map(labels: xr.DataArray, ax: Any, *, title: str = "", ignore_index: int = 255) -> None:
+    """Draw labels: crowns green, background grey, ignored (off the mask) white."""
+    from matplotlib.colors import ListedColormap
+
+    values = np.asarray(labels).astype(int)
+    codes = np.where(values == ignore_index, 0, values + 1)
+    cmap = ListedColormap(["white", "0.6", "forestgreen"])
+    ax.imshow(codes, cmap=cmap, vmin=0, vmax=2, extent=_extent(RasterGrid.from_like(labels)))
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def experiment_figure(scene: Any, results: dict[str, Any]) -> Any:
+    """Image with roads mask, complete truth, inventory labels and both models' predictions."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 5, figsize=(20, 5.2), constrained_layout=True)
+    overlay(scene.image, scene.mask, axes[0], title="image + road mask")
+    labels_map(scene.labels(masked=True), axes[1], title="inventory labels (white: unknown)")
+    labels_map(scene.truth, axes[2], title="complete truth (all trees)")
+    for ax, name in zip(axes[3:], ("masked", "unmasked"), strict=True):
+        result = results[name]
+        overlay(
+            scene.image,
+            result.probability,
+            ax,
+            color="magenta",
+            title=f"{name}: recall of all trees {result.tree_recall:.2f}",
+        )
+    return fig
