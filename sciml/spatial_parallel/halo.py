@@ -208,6 +208,7 @@ class Exchange:
         self.grad_recv: dict[int, torch.Tensor] = {}
         self.sent_grads: list[torch.Tensor] = []
         self.returned: list[tuple[tuple[Index, ...], torch.Tensor | None]] = []
+        self.backward_started = False
 
     def _shape(self, box: Box) -> list[int]:
         shape = list(self.x.shape)
@@ -276,6 +277,7 @@ class Exchange:
     # backward ------------------------------------------------------------------------------
     def start_backward(self, grads: list[tuple[Box, torch.Tensor]]) -> None:
         """Route the gradients of materialized boxes: send halo parts back, keep local parts."""
+        self.backward_started = True
         axes = self.plan.axes
         for number, region in enumerate(self.plan.regions):
             if region.kind == "fill":
@@ -312,6 +314,8 @@ class Exchange:
 
     def finish_backward(self, grad_x: torch.Tensor | None) -> torch.Tensor:
         """Wait for the neighbours' halo gradients and add everything into ``grad_x``."""
+        if not self.backward_started:  # no box of this rank read a halo: still answer the peers
+            self.start_backward([])
         self._wait()
         axes = self.plan.axes
         parts = self.grad_parts + self.returned

@@ -178,14 +178,15 @@ class _WindowLayer(SpatialLayer):
         return self._plans[shape]
 
     def _out_shape(self, x: torch.Tensor, halo: HaloPlan) -> list[int] | None:
-        """Local output shape when some axis of this rank's output block is empty."""
+        """Local output shape when some axis of this rank's output block is empty, else None."""
         sizes = {a: p.out_blocks[c][1] - p.out_blocks[c][0]
                  for a, p, c in zip(halo.axes, halo.plans, halo.coords, strict=True)}  # fmt: skip
         if all(sizes.values()):
             return None
-        shape = list(x.shape)
-        for axis, size in sizes.items():
-            shape[axis] = size
+        shape = [x.shape[0], self._channels(x)]
+        for k, window in enumerate(self._windows()):
+            axis = k + 2
+            shape.append(sizes[axis] if axis in sizes else window.output_size(x.shape[axis]))
         return shape
 
     def _ranges(self, halo: HaloPlan, box: Box | None = None) -> dict[int, tuple[int, int]]:
@@ -208,7 +209,7 @@ class _WindowLayer(SpatialLayer):
             return self._overlapped(x, halo, native)
         x_ext = halo_extend(x, halo)
         if empty is not None:
-            return empty_connected(x_ext, [x.shape[0], self._channels(x), *empty[2:]])
+            return empty_connected(x_ext, empty)
         return self._post(self._op(x_ext, native), plans, self._ranges(halo))
 
     def _channels(self, x: torch.Tensor) -> int:
@@ -264,7 +265,11 @@ class _WindowLayer(SpatialLayer):
                     (v0 * w.stride - w.pad_lo - a, (v1 - 1) * w.stride - w.pad_lo + w.reach - a)
                 )
             ext_boxes.append(tuple(ext))
-        inputs = halo_finish(token, exchange, ext_boxes)
+        if ext_boxes:
+            inputs = halo_finish(token, exchange, ext_boxes)
+        else:  # this rank only sends; its backward still answers in halo_start's backward
+            exchange.wait()
+            inputs = ()
         for box, inp in zip(shells, inputs, strict=True):
             parts.append(self._post(self._op(inp, native), plans, self._ranges(halo, box)))
             boxes.append(box)

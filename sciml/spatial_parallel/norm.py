@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -20,7 +22,7 @@ def _moments(
     the sums are collectives whose backward sums the gradients too.
     """
     local = x.sum(dims)
-    count = torch.full_like(local, x.numel() // local.numel())
+    count = torch.full_like(local, math.prod(x.shape[d] for d in dims))
     stats = all_reduce_sum(torch.stack([local, count]), group)
     total, count = stats[0], stats[1].detach()
     mean = total / count

@@ -1,0 +1,141 @@
+"""Layer and model configurations checked against the single-device op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def conv(**kwargs: Any) -> tuple[str, dict[str, Any]]:
+    """A Conv3d spec with 2 input and 3 output channels."""
+    return ("Conv3d", dict(in_channels=2, out_channels=3, **kwargs))
+
+
+def seq(*layers: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A Sequential spec."""
+    return ("Seq", dict(layers=list(layers)))
+
+
+POOL_HEAD = seq(
+    conv(kernel_size=3, padding=1),
+    ("AdaptiveAvgPool3d", dict(output_size=1)),
+    ("Flatten", {}),
+    ("Linear", dict(in_features=3, out_features=2)),
+)
+
+#: One entry per layer feature: (spec, global input shape).
+LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
+    (conv(kernel_size=3, padding=1), (2, 2, 7, 6, 5)),
+    (conv(kernel_size=2), (2, 2, 7, 6, 5)),
+    (conv(kernel_size=4, padding="same"), (1, 2, 9, 6, 5)),
+    (conv(kernel_size=(3, 2, 1), stride=2, padding=1), (1, 2, 9, 7, 5)),
+    (conv(kernel_size=3, dilation=2, padding=2), (1, 2, 11, 7, 6)),
+    (conv(kernel_size=3, padding=1, padding_mode="circular"), (1, 2, 8, 6, 5)),
+    (conv(kernel_size=3, padding=1, padding_mode="replicate"), (1, 2, 8, 6, 5)),
+    (conv(kernel_size=3, padding=2, padding_mode="reflect"), (1, 2, 9, 6, 5)),
+    (
+        (
+            "Conv3d",
+            dict(in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=2, bias=False),
+        ),
+        (1, 4, 7, 6, 5),
+    ),  # fmt: skip
+    (("MaxPool3d", dict(kernel_size=2)), (1, 2, 9, 6, 5)),
+    (("MaxPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)), (1, 2, 10, 6, 5)),
+    (("MaxPool3d", dict(kernel_size=2, dilation=2, stride=1)), (1, 2, 9, 6, 5)),
+    (
+        (
+            "AvgPool3d",
+            dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+        ),
+        (1, 2, 10, 6, 5),
+    ),  # fmt: skip
+    (("AvgPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)), (1, 2, 10, 6, 5)),
+    (("AvgPool3d", dict(kernel_size=2, divisor_override=3)), (1, 2, 9, 6, 5)),
+    (
+        ("ConvTranspose3d", dict(in_channels=2, out_channels=3, kernel_size=2, stride=2)),
+        (1, 2, 5, 4, 3),
+    ),  # fmt: skip
+    (
+        (
+            "ConvTranspose3d",
+            dict(
+                in_channels=2, out_channels=3, kernel_size=3, stride=2, padding=1, output_padding=1
+            ),
+        ),
+        (1, 2, 5, 4, 3),
+    ),  # fmt: skip
+    (
+        ("ConvTranspose3d", dict(in_channels=2, out_channels=4, kernel_size=2, stride=3, groups=2)),
+        (1, 2, 5, 4, 3),
+    ),  # fmt: skip
+    (("Upsample", dict(scale_factor=2, mode="nearest")), (1, 2, 5, 4, 3)),
+    (("Upsample", dict(scale_factor=2, mode="trilinear", align_corners=False)), (1, 2, 5, 4, 3)),
+    (("Upsample", dict(size=(7, 5, 4), mode="trilinear", align_corners=True)), (1, 2, 5, 4, 3)),
+    (("Upsample", dict(scale_factor=1.5, mode="nearest-exact")), (1, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2)), (3, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2, momentum=None)), (2, 2, 5, 4, 3)),
+    (("GroupNorm", dict(num_groups=2, num_channels=4)), (2, 4, 5, 4, 3)),
+    (
+        seq(
+            conv(kernel_size=3, padding=1),
+            ("LeakyReLU", dict(negative_slope=0.1)),
+            ("Dropout", dict(p=0.3)),
+        ),
+        (2, 2, 6, 5, 4),
+    ),  # fmt: skip
+    (POOL_HEAD, (3, 2, 7, 6, 5)),
+]
+
+#: Whole models (spec, global input shape).
+MODELS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
+    (
+        (
+            "CosmoFlow",
+            dict(
+                in_channels=2,
+                out_features=3,
+                base_filters=4,
+                n_conv=3,
+                dense=(8,),
+                batch_norm=True,
+                dropout=0.2,
+            ),
+        ),
+        (2, 2, 16, 12, 12),
+    ),  # fmt: skip
+    (
+        (
+            "CosmoFlow",
+            dict(
+                in_channels=2,
+                out_features=3,
+                base_filters=4,
+                n_conv=2,
+                dense=(8,),
+                head="flatten",
+                input_size=8,
+            ),
+        ),
+        (2, 2, 8, 8, 8),
+    ),  # fmt: skip
+    (("UNet", dict(in_channels=2, out_channels=2, base_channels=4, depth=2)), (2, 2, 8, 12, 4)),
+    (
+        (
+            "UNet",
+            dict(
+                in_channels=2,
+                out_channels=2,
+                base_channels=4,
+                depth=2,
+                norm="group",
+                upsample="interpolate",
+            ),
+        ),
+        (1, 2, 12, 4, 8),
+    ),  # fmt: skip
+]
+
+
+def cases(entries: list[Any], **options: Any) -> list[dict[str, Any]]:
+    """Keyword arguments of :func:`workers.compare` for each entry."""
+    return [dict(spec=spec, shape=shape, **options) for spec, shape in entries]
