@@ -91,9 +91,11 @@ class TwoLayerQG:
         self.dealias = (self.kx.abs() <= kmax) & (self.ky.abs() <= kmax)
         nu = 0.0 if inviscid else 1.0 / (p.hyper_time * float(kmax) ** 8)
         self.hyper = torch.exp(-nu * self.k2**4 * p.dt)
-        self.u = torch.tensor([p.shear / 2, -p.shear / 2], dtype=torch.float64)
-        self.qy = torch.tensor([p.beta + self.F * p.shear, p.beta - self.F * p.shear],
-                               dtype=torch.float64)
+        self.ikx, self.iky = 1j * self.kx, 1j * self.ky
+        self.u_mean = torch.tensor([p.shear / 2, -p.shear / 2], dtype=torch.float64)[:, None, None]
+        self.qy_mean = torch.tensor(
+            [p.beta + self.F * p.shear, p.beta - self.F * p.shear], dtype=torch.float64
+        )[:, None, None]
         det = self.k2 * (self.k2 + 2 * self.F)
         self.inv_det = torch.where(det > 0, 1.0 / torch.where(det > 0, det, 1.0), 0.0)
 
@@ -108,18 +110,14 @@ class TwoLayerQG:
         """Right-hand side without hyperviscosity, in spectral space."""
         n = self.params.n
         ph = self.invert(qh)
-        ikx, iky = 1j * self.kx, 1j * self.ky
-        grads = torch.fft.irfft2(
-            torch.stack([-iky * ph, ikx * ph, ikx * qh, iky * qh]), s=(n, n)
+        u, v, qx, qy = torch.fft.irfft2(
+            torch.stack([-self.iky * ph, self.ikx * ph, self.ikx * qh, self.iky * qh]), s=(n, n)
         )
-        u, v, qx, qy = grads
-        jac = torch.fft.rfft2(u * qx + v * qy) * self.dealias
-        u_mean = self.u[:, None, None]
-        qy_mean = self.qy[:, None, None]
-        rhs = -jac - ikx * (u_mean * qh + qy_mean * ph)
+        rhs = torch.fft.rfft2(u * qx + v * qy) * self.dealias
+        rhs = -rhs - self.ikx * (self.u_mean * qh + self.qy_mean * ph)
         drag = torch.as_tensor(drag, dtype=torch.float64)
-        lower = rhs[..., 1, :, :] + drag[..., None, None] * self.k2 * ph[..., 1, :, :]
-        return torch.stack([rhs[..., 0, :, :], lower], dim=-3)
+        rhs[..., 1, :, :] += drag[..., None, None] * self.k2 * ph[..., 1, :, :]
+        return rhs
 
     def step(self, qh: Tensor, drag: Tensor | float | None = None) -> Tensor:
         """One RK4 step of ``dt`` followed by the hyperviscous decay factor.
