@@ -1,0 +1,160 @@
+"""sciml.xrdata on the real ERA5 sample and on small synthetic grids."""
+
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader
+
+from sciml.xrdata import (
+    NormStats,
+    XarrayDataset,
+    XarrayIterableDataset,
+    compute_stats,
+    open_dataset,
+)
+
+ERA5 = Path(__file__).parents[1] / "data" / "era5_ensemble_sample.nc"
+SAMPLE = ("number", "time")
+pytestmark = pytest.mark.filterwarnings("ignore:The specified chunks separate")
+LEVEL = ("isobaricInhPa",)
+
+
+@pytest.fixture()
+def era5() -> xr.Dataset:
+    return open_dataset(ERA5, chunks={"number": 3})  # smaller than stored: 4 chunks
+
+
+class CountingGetter:
+    """Counts the chunk reads that a dask computation performs."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, dsk, keys, **kwargs):  # noqa: ANN001, ANN003
+        self.calls += 1
+        return dask.get(dsk, keys, **kwargs)
+
+
+def test_open_dataset_is_lazy(era5: xr.Dataset) -> None:
+    assert isinstance(era5["z"].data, dask.array.Array)
+    assert era5["z"].chunks[0] == (3, 3, 3, 1)
+
+
+def test_samples_equal_direct_indexing(era5: xr.Dataset) -> None:
+    data = XarrayDataset(era5, ["z", "t"], sample_dims=SAMPLE, channel_dims=LEVEL)
+    assert len(data) == 40
+    assert data.channels == (
+        "z[isobaricInhPa=850.0]", "z[isobaricInhPa=500.0]",
+        "t[isobaricInhPa=850.0]", "t[isobaricInhPa=500.0]",
+    )  # fmt: skip
+    raw = xr.open_dataset(ERA5)  # eager, independent of the dataset's code path
+    for index in (0, 7, 39, -1):
+        member, time = np.unravel_index(index % 40, (10, 4))
+        expected = np.stack(
+            [raw[v].values[member, time, level] for v in ("z", "t") for level in (0, 1)]
+        )
+        assert torch.equal(data[index], torch.from_numpy(expected))
+    with pytest.raises(IndexError, match="out of range for 40 samples"):
+        data[40]
+
+
+def test_loader_batches_equal_direct_indexing_and_read_once(era5: xr.Dataset) -> None:
+    data = XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL)
+    loader = DataLoader(data, batch_size=8, shuffle=False)
+    raw = xr.open_dataset(ERA5)["t"].values.reshape(40, 2, 61, 120)
+    counter = CountingGetter()
+    with dask.config.set(scheduler=counter):
+        batches = list(loader)
+    assert counter.calls == len(batches) == 5  # one compute per batch, not per sample
+    assert torch.equal(torch.cat(batches), torch.from_numpy(raw))
+
+
+def test_loader_with_workers_matches(era5: xr.Dataset) -> None:
+    data = XarrayDataset(era5, ["z"], sample_dims=SAMPLE, channel_dims=LEVEL)
+    serial = torch.cat(list(DataLoader(data, batch_size=6)))
+    parallel = torch.cat(list(DataLoader(data, batch_size=6, num_workers=2)))
+    assert torch.equal(serial, parallel)
+
+
+def test_normalisation_statistics(era5: xr.Dataset, tmp_path: Path) -> None:
+    stats = compute_stats(era5, ["z", "t"], channel_dims=LEVEL)
+    raw = xr.open_dataset(ERA5)
+    np.testing.assert_allclose(stats.mean[0], raw["z"].values[:, :, 0].astype(np.float64).mean(),
+                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(stats.std[3], raw["t"].values[:, :, 1].astype(np.float64).std(),
+                               rtol=1e-5)  # fmt: skip
+    data = XarrayDataset(era5, ["z", "t"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)
+    batch = torch.stack([data[i] for i in range(len(data))]).double()
+    np.testing.assert_allclose(batch.mean(dim=(0, 2, 3)), 0.0, atol=1e-5)
+    np.testing.assert_allclose(batch.std(dim=(0, 2, 3), unbiased=False), 1.0, rtol=1e-5)
+    stats.to_json(tmp_path / "stats.json")
+    assert NormStats.from_json(tmp_path / "stats.json") == stats
+    with pytest.raises(ValueError, match="statistics are for channels"):
+        XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)
+
+
+def test_iterable_dataset_streams_whole_chunks(era5: xr.Dataset) -> None:
+    stream = XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL)
+    assert stream.blocks == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    mapped = XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL)
+    assert torch.equal(torch.stack(list(stream)), torch.stack([mapped[i] for i in range(40)]))
+    shuffled = XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL,
+                                     shuffle=True, seed=1)  # fmt: skip
+    loader = DataLoader(shuffled, batch_size=4, num_workers=2)
+    seen = torch.cat(list(loader))
+    assert seen.shape == (40, 2, 61, 120)
+    assert not torch.equal(seen, torch.stack(list(stream)))
+    key = lambda t: t.double().sum().item()  # noqa: E731
+    assert sorted(map(key, seen)) == sorted(map(key, stream))
+    halves = [
+        list(XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL,
+                                   replica=(r, 2)))
+        for r in range(2)
+    ]  # fmt: skip
+    assert len(halves[0]) + len(halves[1]) == 40
+
+
+def _synthetic(with_nan: bool = False) -> xr.Dataset:
+    values = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    if with_nan:
+        values[1, 2, 3] = np.nan
+    return xr.Dataset({"a": (("time", "y", "x"), values), "b": (("time", "x"), values[:, 0])})
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    ds = _synthetic()
+    with pytest.raises(KeyError, match=r"variables \['c'\] not in the dataset"):
+        XarrayDataset(ds, ["a", "c"])
+    with pytest.raises(ValueError, match="missing \\['member'\\]"):
+        XarrayDataset(ds, ["a"], sample_dims="member")
+    with pytest.raises(ValueError, match="spatial dims"):
+        XarrayDataset(ds, ["a", "b"])
+    nan = XarrayDataset(_synthetic(with_nan=True), ["a"])
+    nan[0]
+    with pytest.raises(ValueError, match=r"NaN in channel 'a' at sample \{'time': 1\}"):
+        nan[1]
+    assert torch.isnan(XarrayDataset(_synthetic(True), ["a"], allow_nan=True)[1]).any()
+    flat = xr.Dataset({"a": (("time", "x"), np.ones((3, 4)))})
+    with pytest.raises(ValueError, match="standard deviation 0.0"):
+        compute_stats(flat, ["a"])
+
+    fake = tmp_path / "fake.nc"
+    fake.write_text("hello, I am not netCDF")
+    with pytest.raises(ValueError, match="fake.nc is not a netCDF file"):
+        open_dataset(fake)
+    with pytest.raises(FileNotFoundError):
+        open_dataset(tmp_path / "missing.nc")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ValueError, match="not a Zarr store"):
+        open_dataset(tmp_path / "folder")
+
+
+def test_zarr_round_trip(tmp_path: Path) -> None:
+    ds = _synthetic()
+    ds.to_zarr(tmp_path / "s.zarr", consolidated=False)
+    data = XarrayDataset(open_dataset(tmp_path / "s.zarr"), ["a"])
+    assert torch.equal(data[1][0], torch.from_numpy(ds["a"].values[1]))
