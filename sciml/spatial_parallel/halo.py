@@ -16,6 +16,7 @@ flight (forward and backward).
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ import torch.distributed as dist
 
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DimPlan
+
+#: Seconds spent waiting for halo messages, by phase (cleared by the caller; for benchmarks).
+STATS: dict[str, float] = {}
 
 Index = slice | tuple[int, ...]
 Box = tuple[tuple[int, int], ...]  # [lo, hi) per explicit axis, in extended coordinates
@@ -231,9 +235,11 @@ class Exchange:
         self.requests.append(dist.irecv(target, src=peer, group=self.group, tag=tag))
         return buffer
 
-    def _wait(self) -> None:
+    def _wait(self, phase: str) -> None:
+        start = time.perf_counter()
         for request in self.requests:
             request.wait()
+        STATS[phase] = STATS.get(phase, 0.0) + time.perf_counter() - start
         for host, device in self.staged:
             device.copy_(host)
         self.requests, self.staged, self.sent_grads = [], [], []
@@ -250,7 +256,7 @@ class Exchange:
 
     def wait(self) -> None:
         """Complete the forward exchange."""
-        self._wait()
+        self._wait("forward")
 
     def materialize(self, box: Box) -> torch.Tensor:
         """The extended input restricted to ``box`` (after :meth:`wait`)."""
@@ -316,7 +322,7 @@ class Exchange:
         """Wait for the neighbours' halo gradients and add everything into ``grad_x``."""
         if not self.backward_started:  # no box of this rank read a halo: still answer the peers
             self.start_backward([])
-        self._wait()
+        self._wait("backward")
         axes = self.plan.axes
         parts = self.grad_parts + self.returned
         self.grad_parts, self.returned = [], []

@@ -58,16 +58,14 @@ class Window:
     def output_size(self, size: int) -> int:
         """Global output size for a global input ``size`` (PyTorch's formula)."""
         span = size + self.pad_lo + self.pad_hi - self.reach
-        if span < 0:
+        out = (span + (self.stride - 1 if self.ceil_mode else 0)) // self.stride + 1
+        if self.ceil_mode and (out - 1) * self.stride >= size + self.pad_lo:
+            out -= 1  # the last window must start inside the input or left padding
+        if out < 1:
             raise ValueError(
                 f"input size {size} (+ padding {self.pad_lo}+{self.pad_hi}) is smaller than the "
                 f"window extent {self.reach}"
             )
-        if not self.ceil_mode:
-            return span // self.stride + 1
-        out = -(-span // self.stride) + 1
-        if (out - 1) * self.stride >= size + self.pad_lo:
-            out -= 1  # the last window must start inside the input or left padding
         return out
 
     def input_range(self, out_lo: int, out_hi: int) -> tuple[int, int]:

@@ -43,13 +43,14 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def compare(
     mesh: SpatialMesh, spec: tuple[str, dict[str, Any]], shape: tuple[int, ...], *,
     dtype: torch.dtype = torch.float64, seed: int = 0, train: bool = True, steps: int = 1,
-    overlap: bool = True,
+    overlap: bool = True, sync: bool = True,
 ) -> dict[str, float]:  # fmt: skip
     """Errors of one parallel model against the single-device model on this rank."""
     torch.manual_seed(seed)
     model = build(spec).to(dtype)
     model.train(train)
     pmodel = parallelize(model, mesh, overlap=overlap)
+    pmodel.sync_gradients = sync
     errors: dict[str, float] = {}
     for step in range(steps):
         x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + step))
@@ -84,3 +85,33 @@ def run_cases(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[
             print(mesh.rank, case, flush=True)
         out.append(compare(mesh, **case))
     return out
+
+
+def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
+    """Messages of the errors that bad meshes, layers and blocks must raise."""
+    messages = {}
+
+    def catch(key: str, fn: Any) -> None:
+        try:
+            fn()
+        except (ValueError, RuntimeError) as err:
+            messages[key] = str(err)
+
+    world = 1
+    for size in mesh_kwargs.values():
+        world *= size
+    catch("mesh_product", lambda: SpatialMesh(depth=world + 1))
+    catch("mesh_negative", lambda: SpatialMesh(depth=0, height=world))
+    mesh = SpatialMesh(**mesh_kwargs)
+    conv2d = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Sequential(nn.Conv2d(2, 2, 3)))
+    catch("conv2d", lambda: parallelize(conv2d, mesh))
+    catch("adaptive", lambda: parallelize(nn.AdaptiveAvgPool3d(2), mesh))
+    catch("bilinear", lambda: parallelize(nn.Upsample(scale_factor=2, mode="bilinear"), mesh))
+    dense = parallelize(nn.Sequential(nn.Conv3d(1, 2, 1), nn.Linear(4, 2)), mesh)
+    catch("linear_on_split", lambda: dense(shard(torch.randn(1, 1, 8, 4, 4), mesh)))
+    conv5 = parallelize(nn.Conv3d(1, 1, 5, padding=2), mesh)
+    catch("halo", lambda: conv5(shard(torch.randn(1, 1, 4, 8, 8), mesh)))
+    catch("not_5d", lambda: conv5(torch.randn(1, 8, 8)))
+    bad_block = torch.randn(1, 1, 3 + mesh.rank, 8, 8)
+    catch("bad_block", lambda: conv5(bad_block))
+    return messages
