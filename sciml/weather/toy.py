@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import xarray as xr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from sciml.io_utils import atomic_path
 from sciml.weather.qg import QGParams, TwoLayerQG

@@ -7,9 +7,10 @@ remaining members: for an ensemble whose members are exchangeable this is what a
 
 Two leave-one-out statistics are identities and carry no information, so they are not
 reported: pooled over the verifying members the spread-skill ratio is exactly 1
-(``x_k - mean_{-k} = M/(M-1) (x_k - mean)``), and the pooled rank histogram is exactly
-flat (the ranks of the members among each other are a permutation). Per verifying member
-the rank histogram does say something (e.g. whether a control member sits in the middle).
+(``x_k - mean_{-k} = M/(M-1) (x_k - mean)``), and the pooled rank histogram is flat up
+to ties broken at random (the members' ranks among each other are a permutation). Per
+verifying member the rank histogram does say something (e.g. whether a control member
+sits in the middle).
 """
 
 from __future__ import annotations
