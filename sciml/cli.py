@@ -14,7 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: Modules whose ``register(subparsers)`` adds a workflow's subcommands.
-WORKFLOW_CLIS: tuple[str, ...] = ("sciml.weather.cli", "sciml.geo.cli")
+WORKFLOW_CLIS: tuple[str, ...] = (
+    "sciml.weather.cli",
+    "sciml.geo.cli",
+    "sciml.spatial_parallel.cli",
+)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

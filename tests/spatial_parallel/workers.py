@@ -115,3 +115,31 @@ def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
     bad_block = torch.randn(1, 1, 3 + mesh.rank, 8, 8)
     catch("bad_block", lambda: conv5(bad_block))
     return messages
+
+
+def sharding_and_losses(mesh_kwargs: dict[str, int]) -> dict[str, float]:
+    """shard/unshard round trips and the loss helpers against whole-tensor values."""
+    from sciml.spatial_parallel import global_loss, mse_loss, spatial_mean
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 2, 7, 5, 4, dtype=torch.float64, generator=g)
+    t = torch.randn(3, 2, 7, 5, 4, dtype=torch.float64, generator=g)
+    local = shard(x, mesh)
+    mine = x[mesh.block(x.shape)[0]]  # this replica's part of the batch
+    term = spatial_mean(local, mesh)
+    total = term.detach().clone()
+    torch.distributed.all_reduce(total, group=mesh.spatial_group)
+    mse = mse_loss(local, shard(t, mesh), mesh).detach().clone()
+    torch.distributed.all_reduce(mse, group=mesh.spatial_group)
+    replica_mse = (mine - t[mesh.block(x.shape)[0]]).square().mean() if len(mine) else 0.0
+    batch_means = [x[s].mean() for s in torch.tensor_split(torch.arange(3), mesh.data)]
+    return {
+        "unshard": rel(unshard(local, mesh), x),
+        "head_unshard": rel(unshard(local.sum((2, 3, 4)), mesh), x.sum((2, 3, 4)))
+        if mesh.spatial_size == 1
+        else 0.0,
+        "spatial_mean": abs(float(total) - float(mine.mean())) if len(mine) else 0.0,
+        "mse": abs(float(mse) - float(replica_mse)),
+        "global_loss": abs(global_loss(term, mesh) - float(sum(batch_means) / mesh.data)),
+    }
