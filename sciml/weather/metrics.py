@@ -55,6 +55,12 @@ def _is_lazy(*objs: object) -> bool:
 
 
 def _check_member_dim(observations: object, forecasts: object, member_dim: str) -> None:
+    for name, value in (("observations", observations), ("forecasts", forecasts)):
+        if value is not None and not isinstance(value, xr.DataArray | xr.Dataset):
+            raise TypeError(
+                f"{name} must be an xarray DataArray or Dataset (labelled dimensions), "
+                f"got {type(value).__name__}"
+            )
     if member_dim not in forecasts.dims:  # type: ignore[attr-defined]
         raise ValueError(
             f"forecasts have no member dimension {member_dim!r}; their dimensions are "

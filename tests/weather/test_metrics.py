@@ -279,6 +279,8 @@ def test_clear_errors_for_member_dimension():
         m.crps_ensemble(ob, fc, member_dim="number")
     with pytest.raises(ValueError, match="observations must not have"):
         m.crps_ensemble(fc, fc)
+    with pytest.raises(TypeError, match="forecasts must be an xarray"):
+        m.crps_ensemble(ob, fc.values)
 
 
 def test_real_era5_each_member_against_the_others(era5):
