@@ -31,12 +31,14 @@ def _small_unet() -> nn.Module:
 
 
 def check_model(
-    mesh_shape: dict[str, int], shape: tuple[int, ...], *, seed: int = 0
+    mesh_shape: dict[str, int], shape: tuple[int, ...], *, seed: int = 0, slices: bool = False
 ) -> dict[str, Any]:
     """Run a small 3D U-Net split over ``mesh_shape`` and on one device; compare.
 
     Returns this rank's block bounds, the output's and gradients' largest
-    relative differences, and the parallel forward+backward time.
+    relative differences, and the parallel forward+backward time; with
+    ``slices``, also the middle width slice of channel 0 of the gathered
+    parallel output and of the single-device output (NumPy arrays).
     """
     mesh = SpatialMesh(**mesh_shape)
     torch.manual_seed(seed)
@@ -61,7 +63,14 @@ def check_model(
         rel(q.grad, p.grad)
         for p, q in zip(model.parameters(), pmodel.module.parameters(), strict=True)
     ]
-    return {
+    extra = {}
+    if slices:
+        middle = shape[-1] // 2
+        extra = {
+            "parallel_slice": y_all[0, 0, :, :, middle].numpy(),
+            "single_slice": y.detach()[0, 0, :, :, middle].numpy(),
+        }
+    return extra | {
         "rank": mesh.rank,
         "coords": mesh.coords,
         "block": [(s.start, s.stop) for s in mesh.block(shape)[2:]],
