@@ -1,0 +1,103 @@
+"""The batch scripts under slurm/, on a real one-node Slurm started for the tests.
+
+Needs Debian's slurmctld, slurmd, slurm-client and munge and root (``.ci/run``
+installs them on CI); skipped, with the reason, where they are missing.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).parents[1]
+CLUSTER = ROOT / "slurm" / "local-cluster.sh"
+SBATCH = ROOT / "slurm" / "train.sbatch"
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.xdist_group("slurm"),
+    pytest.mark.skipif(
+        shutil.which("slurmctld") is None or os.geteuid() != 0,
+        reason="needs root and Slurm (apt-get install slurmctld slurmd slurm-client munge)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    state = tmp_path_factory.mktemp("slurm")
+    subprocess.run(["bash", str(CLUSTER), "start", str(state)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYTEST_"))}
+    env |= {"SLURM_CONF": str(state / "slurm.conf"), "SCIML_VENV": str(Path(sys.prefix))}
+    yield env
+    subprocess.run(["bash", str(CLUSTER), "stop", str(state)], check=False, timeout=60)
+
+
+def _sbatch(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run(["sbatch", "--parsable", *args], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    return out.stdout.strip().split(";")[0]
+
+
+def _state(env: dict[str, str], job: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
+                         text=True, timeout=30)  # fmt: skip
+    return out.stdout.strip()
+
+
+def _wait_gone(env: dict[str, str], job: str, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while _state(env, job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _state(env, job), f"job {job} still queued after {seconds} s"
+
+
+def test_srun_two_tasks_initialise_from_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "ranks"
+    job = _sbatch(slurm_env, "--wait", "--ntasks=2", f"--output={tmp_path}/job.out", str(SBATCH),
+                  sys.executable, "tests/scripts/dist_job.py", str(out))  # fmt: skip
+    ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
+    assert all(r["source"] == "slurm" and r["world_size"] == 2 for r in ranks), ranks
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["sum"] == 3.0 for r in ranks)
+    assert f"job {job} (restart 0)" in (tmp_path / "job.out").read_text()
+
+
+def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    subprocess.run([sys.executable, "tests/scripts/train_job.py", str(straight)], cwd=ROOT,
+                   check=True, timeout=120)  # fmt: skip
+    run = tmp_path / "run"
+    log = tmp_path / "job.out"
+    job = _sbatch(slurm_env, f"--output={log}", str(SBATCH), sys.executable,
+                  "tests/scripts/train_job.py", str(run), "--slow", "0.05")  # fmt: skip
+    metrics = run / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) > 8:
+            break
+        time.sleep(0.1)
+    # what Slurm does ahead of the time limit with --signal=USR1@120
+    subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env, check=True, timeout=30)
+    deadline = time.monotonic() + 120
+    while "requeueing" not in (log.read_text() if log.exists() else "") or (
+        _state(slurm_env, job) != "PENDING"
+    ):
+        assert time.monotonic() < deadline, "the job never requeued itself"
+        time.sleep(0.2)
+    # a requeued job waits for its begin time (minutes); let it start now
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env,
+                   check=True, timeout=30)  # fmt: skip
+    _wait_gone(slurm_env, job)
+    text = log.read_text()
+    assert "interrupted at step" in text and f"job {job} (restart 1)" in text, text
+    a = torch.load(straight / "final.pt", weights_only=True)
+    b = torch.load(run / "final.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)
