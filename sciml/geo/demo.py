@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: UTM 35N crop of the Helsinki extract: a park and its streets.
+#: UTM 35N crop of the Helsinki extract (500 m x 500 m): a park and its streets.
 DEMO_BOUNDS = (385600.0, 6672150.0, 386100.0, 6672650.0)
-QUICK_BOUNDS = (385760.0, 6672300.0, 386000.0, 6672540.0)
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
@@ -18,7 +17,7 @@ def _osbs(outdir: Path, *, epochs: int) -> tuple[str, dict[str, float]]:
     import matplotlib.pyplot as plt
     import torch
 
-    from sciml.geo.model import MaskedUNet, segmentation_metrics, train_segmenter
+    from sciml.geo.model import MaskedUNet, segmentation_metrics, torch_threads, train_segmenter
     from sciml.geo.plots import labels_map, overlay
     from sciml.geo.rasters import read_image, write_geotiff
     from sciml.geo.tiles import SceneTiles, predict_scene
@@ -32,9 +31,10 @@ def _osbs(outdir: Path, *, epochs: int) -> tuple[str, dict[str, float]]:
     labels = tree_labels(trees, image, mask=known)
     torch.manual_seed(0)
     model = MaskedUNet(3, base_channels=8, depth=3)
-    dataset = SceneTiles(image, known, labels, tile=64, overlap=16)
-    train_segmenter(model, dataset, run_dir=outdir / "osbs_run", epochs=epochs, batch_size=8)
-    probability = predict_scene(model, image, None, tile=128, overlap=32)
+    dataset = SceneTiles(image, known, labels, tile=64, overlap=16, augment=True)
+    with torch_threads(1):
+        train_segmenter(model, dataset, run_dir=outdir / "osbs_run", epochs=epochs, batch_size=8)
+        probability = predict_scene(model, image, None, tile=128, overlap=32)
     write_geotiff(probability, outdir / "osbs_probability.tif")
     metrics = segmentation_metrics(probability.values > 0.5, truth, ~known)
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.5), constrained_layout=True)
@@ -62,20 +62,14 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     folder = outdir / "geo"
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    scene = synthesize_scene(resolution=1.0, bounds=QUICK_BOUNDS if quick else DEMO_BOUNDS)
+    scene = synthesize_scene(resolution=1.0, bounds=DEMO_BOUNDS)
     results = run_experiment(
-        scene,
-        folder / "runs",
-        block=80 if quick else 125,
-        tile=32,
-        epochs=1 if quick else 4,
-        batch_size=16,
-        base_channels=4 if quick else 8,
+        scene, folder / "runs", block=125, tile=32, epochs=1 if quick else 2, base_channels=8
     )
     fig = experiment_figure(scene, results)
     fig.savefig(folder / "experiment.png", dpi=80)
     plt.close(fig)
-    osbs_figure, osbs = _osbs(folder, epochs=1 if quick else 5)
+    osbs_figure, osbs = _osbs(folder, epochs=1 if quick else 3)
     masked = results["masked"]
     counts = scene.trees["in_inventory"].value_counts()
     lines = [

@@ -22,6 +22,7 @@ from sciml.geo.model import (
     LossKind,
     MaskedUNet,
     segmentation_metrics,
+    torch_threads,
     train_segmenter,
     tree_recall,
 )
@@ -79,6 +80,7 @@ def _training_tiles(
                     labels[window],
                     tile=tile,
                     overlap=tile // 4,
+                    augment=True,
                 )
             )
     return ConcatDataset(parts)
@@ -97,6 +99,7 @@ def run_experiment(
     loss: LossKind = "bce",
     mask_image: bool = True,
     seed: int = 0,
+    threads: int | None = 1,
 ) -> dict[str, ExperimentResult]:
     """Train the masked and the unmasked model and score both on the evaluation blocks.
 
@@ -104,10 +107,12 @@ def run_experiment(
         scene: The synthetic scene.
         run_dir: Folder for the two training runs (``masked/``, ``unmasked/``).
         block: Side of the checkerboard blocks (pixels).
-        tile: Training tile side (pixels, divisible by 8).
+        tile: Training tile side (pixels, divisible by 8); tiles are augmented
+            with their 8 dihedral orientations.
         epochs, batch_size, lr, loss, seed: Training options.
         base_channels: Width of the U-Nets.
         mask_image: The masked model also zeroes the image off the mask.
+        threads: Torch threads while training and predicting (``None``: unchanged).
 
     Returns:
         ``{"masked": ..., "unmasked": ...}`` :class:`ExperimentResult`.
@@ -119,37 +124,39 @@ def run_experiment(
     instances = np.where(evaluation, scene.instances.values, 0)
     inventory = scene.labels(masked=True).values
     results = {}
-    for name, masked in (("masked", True), ("unmasked", False)):
-        torch.manual_seed(seed)
-        labels = inventory if masked else scene.labels(masked=False).values
-        train_mask = road if masked else np.ones_like(road)
-        dataset = _training_tiles(scene, labels, train_mask, block=block, tile=tile)
-        model = MaskedUNet(
-            3, base_channels=base_channels, depth=3, mask_image=masked and mask_image
-        )
-        train_segmenter(
-            model,
-            dataset,
-            run_dir=run_dir / name,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            seed=seed,
-            loss=loss,
-            masked=masked,
-        )
-        everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)
-        on_roads = predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
-        found = everywhere.values > 0.5
-        inside = road & evaluation
-        results[name] = ExperimentResult(
-            name=name,
-            tree_recall=tree_recall(found, instances),
-            truth=segmentation_metrics(found, truth, evaluation),
-            in_mask=segmentation_metrics(on_roads.values > 0.5, inventory == 1, inside),
-            probability=everywhere,
-            model=model,
-        )
+    with torch_threads(threads):
+        for name, masked in (("masked", True), ("unmasked", False)):
+            torch.manual_seed(seed)
+            labels = inventory if masked else scene.labels(masked=False).values
+            train_mask = road if masked else np.ones_like(road)
+            dataset = _training_tiles(scene, labels, train_mask, block=block, tile=tile)
+            model = MaskedUNet(
+                3, base_channels=base_channels, depth=3, mask_image=masked and mask_image
+            )
+            train_segmenter(
+                model,
+                dataset,
+                run_dir=run_dir / name,
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                seed=seed,
+                loss=loss,
+                masked=masked,
+            )
+            everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)
+            on_roads = predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
+            found = everywhere.values > 0.5
+            results[name] = ExperimentResult(
+                name=name,
+                tree_recall=tree_recall(found, instances),
+                truth=segmentation_metrics(found, truth, evaluation),
+                in_mask=segmentation_metrics(
+                    on_roads.values > 0.5, inventory == 1, road & evaluation
+                ),
+                probability=everywhere,
+                model=model,
+            )
     return results
 
 

@@ -62,6 +62,8 @@ class SceneTiles(Dataset):
         overlap: Overlap of neighbouring tiles in pixels.
         nodata: Image value meaning "no data".
         ignore_index: Label value of unknown pixels.
+        augment: Also serve each tile in its 8 dihedral orientations (rotations
+            by 90 degrees, with and without a flip): 8 times the items.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class SceneTiles(Dataset):
         overlap: int = 32,
         nodata: float | None = None,
         ignore_index: int = IGNORE_INDEX,
+        augment: bool = False,
     ) -> None:
         raw = np.asarray(image)
         self.image = _as_chw(image)
@@ -83,7 +86,7 @@ class SceneTiles(Dataset):
         for name, array in (("mask", self.mask), ("labels", self.labels)):
             if array is not None and array.shape != shape:
                 raise ValueError(f"{name} shape {array.shape} differs from the image's {shape}")
-        self.tile, self.ignore_index = tile, ignore_index
+        self.tile, self.ignore_index, self.augment = tile, ignore_index, augment
         has_data = np.ones(shape, bool)
         if nodata is not None:
             has_data = ~np.all(raw.reshape(-1, *shape) == nodata, axis=0)
@@ -98,9 +101,21 @@ class SceneTiles(Dataset):
             raise ValueError("no tile has both mask pixels and data; check the mask and nodata")
 
     def __len__(self) -> int:
-        return len(self.origins)
+        return len(self.origins) * (8 if self.augment else 1)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"tile index {index} out of range for {len(self)} tiles")
+        orientation, index = divmod(index, len(self.origins))
+        item = self._tile(index)
+        if orientation:
+            for key in ("image", "mask", "label", "valid"):
+                if key in item:
+                    turned = torch.rot90(item[key], orientation % 4, dims=(-2, -1))
+                    item[key] = turned.flip(-1) if orientation >= 4 else turned
+        return item
+
+    def _tile(self, index: int) -> dict[str, Any]:
         row, col = self.origins[index]
         window = (slice(row, row + self.tile), slice(col, col + self.tile))
         image = _pad(self.image[(slice(None), *window)], self.tile)

@@ -128,3 +128,23 @@ def test_masked_unet_shapes_and_mask_coating():
     with pytest.raises(ValueError, match="expected 4 image bands"):
         model(torch.rand(2, 3, 32, 32), mask)
     assert pyproj.CRS(GRID.crs).to_epsg() == 32635
+
+
+def test_augmented_tiles_are_the_eight_orientations():
+    rng = np.random.default_rng(2)
+    image = rng.uniform(size=(3, 40, 40)).astype(np.float32)
+    labels = rng.integers(0, 2, (40, 40)).astype(np.uint8)
+    plain = SceneTiles(image, None, labels, tile=16, overlap=4)
+    augmented = SceneTiles(image, None, labels, tile=16, overlap=4, augment=True)
+    assert len(augmented) == 8 * len(plain)
+    base = plain[1]["label"]
+    seen = []
+    for k in range(8):
+        item = augmented[k * len(plain) + 1]
+        expected = torch.rot90(base, k % 4, dims=(-2, -1))
+        expected = expected.flip(-1) if k >= 4 else expected
+        torch.testing.assert_close(item["label"], expected)
+        seen.append(item["image"].numpy().tobytes())
+    assert len(set(seen)) == 8
+    with pytest.raises(IndexError):
+        augmented[len(augmented)]
