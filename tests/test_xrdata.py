@@ -158,3 +158,13 @@ def test_zarr_round_trip(tmp_path: Path) -> None:
     ds.to_zarr(tmp_path / "s.zarr", consolidated=False)
     data = XarrayDataset(open_dataset(tmp_path / "s.zarr"), ["a"])
     assert torch.equal(data[1][0], torch.from_numpy(ds["a"].values[1]))
+
+
+def test_runs_on_the_users_dask_client(era5: xr.Dataset) -> None:
+    from dask.distributed import Client, get_task_stream
+
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        with get_task_stream(c) as stream:
+            stats = compute_stats(era5, ["t"], channel_dims=LEVEL)
+            XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)[0]
+        assert len(stream.data) > 0  # the work ran on the client's workers
