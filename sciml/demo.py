@@ -17,6 +17,9 @@ from sciml.io_utils import atomic_write_text
 #: Section name -> module providing ``demo(outdir, *, quick)``.
 SECTIONS: dict[str, str] = {
     "spine": "sciml.spine_demo",
+    "spatial": "sciml.spatial_parallel.demo",
+    "weather": "sciml.weather.demo",
+    "geo": "sciml.geo.demo",
 }
 
 
