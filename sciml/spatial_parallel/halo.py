@@ -372,7 +372,19 @@ class _HaloExtend(torch.autograd.Function):
 
 
 def halo_extend(x: torch.Tensor, plan: HaloPlan) -> torch.Tensor:
-    """``x`` extended (or trimmed) to the input range its output block needs."""
+    """``x`` extended (or trimmed) to the input range its output block needs.
+
+    When the rank needs only its own data and nothing is exchanged, the result
+    is a view of ``x`` (no copy).
+    """
+    regions = plan.regions
+    if (
+        not plan.needs_exchange
+        and len(regions) == 1
+        and regions[0].kind == "local"
+        and all(isinstance(i, slice) for i in regions[0].index)
+    ):
+        return _take(x, plan.axes, regions[0].index)
     return _HaloExtend.apply(x, plan)
 
 
