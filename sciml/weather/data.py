@@ -203,7 +203,7 @@ def open_ensemble(
     _check_same_grid(datasets, files)
     combined = datasets[0]
     if len(datasets) > 1:
-        combined = xr.combine_by_coords(
+        combined = xr.combine_by_coords(  # type: ignore[assignment]
             datasets,
             combine_attrs="drop_conflicts",
             data_vars="all",
@@ -258,7 +258,7 @@ def split_by_time(
 
 
 def normalisation_statistics(
-    ds: xr.Dataset, *, dims: Sequence[str] | None = None
+    ds: xr.Dataset, *, dims: Sequence[Hashable] | None = None
 ) -> tuple[xr.Dataset, xr.Dataset]:
     """Lazy mean and standard deviation of every variable (per level by default).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +67,11 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
         "",
     ]
 
-    size = {"members": 5, "start_dates": 3, "lead_times": (0, 2, 4), "spin_up": 30.0} if quick \
+    size: dict[str, Any] = (
+        {"members": 5, "start_dates": 3, "lead_times": (0, 2, 4), "spin_up": 30.0}
+        if quick
         else {"members": 10, "start_dates": 12, "lead_times": (0, 1, 2, 3, 4, 6, 8)}
+    )
     toy = generate_ensemble(seed=0, **size)
     write_ensemble(toy, figdir / "toy_ensemble.nc")
     dims = ["time", "level", "lat", "lon"]

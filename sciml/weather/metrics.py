@@ -74,13 +74,18 @@ def _check_member_dim(observations: object, forecasts: object, member_dim: str) 
 
 
 def _reduce(score: XArray, dim: Dim, weights: xr.DataArray | None) -> XArray:
-    if dim is not None and not isinstance(dim, str) and isinstance(dim, Sequence):
-        dim = list(dim)
-        if not dim:
+    dims: list[Hashable] | None
+    if dim is None:
+        dims = None
+    elif isinstance(dim, str) or not isinstance(dim, Sequence):
+        dims = [dim]
+    else:
+        dims = list(dim)
+        if not dims:
             return score
     if weights is None:
-        return score.mean(dim, keep_attrs=True)
-    return score.weighted(weights).mean(dim, keep_attrs=True)
+        return score.mean(dims, keep_attrs=True)
+    return score.weighted(weights).mean(dims, keep_attrs=True)
 
 
 def _single_member_chunk(forecasts: XArray, member_dim: str) -> XArray:
@@ -190,15 +195,14 @@ def twcrps_ensemble(
         fair: Fair instead of standard estimator.
         weights: Weights for the average over ``dim``.
     """
-    if v_func is None:
-        if not a < b:
-            raise ValueError(f"twcrps_ensemble needs a < b, got a={a}, b={b}")
+    if v_func is None and not a < b:
+        raise ValueError(f"twcrps_ensemble needs a < b, got a={a}, b={b}")
 
-        def v_func(values: XArray) -> XArray:
-            return values.clip(min=a, max=b, keep_attrs=True)
+    def chain(values: XArray) -> XArray:
+        return values.clip(min=a, max=b, keep_attrs=True) if v_func is None else v_func(values)
 
     return crps_ensemble(
-        v_func(observations), v_func(forecasts), member_dim, dim, fair=fair, weights=weights
+        chain(observations), chain(forecasts), member_dim, dim, fair=fair, weights=weights
     )
 
 
@@ -289,7 +293,7 @@ def ensemble_mean_rmse(
     With ``dim=[]`` this is the absolute error of the ensemble mean at each point.
     """
     squared = _member_mean_error(observations, forecasts, member_dim) ** 2
-    return np.sqrt(_reduce(squared, dim, weights))
+    return _reduce(squared, dim, weights) ** 0.5
 
 
 def ensemble_spread(
@@ -301,7 +305,7 @@ def ensemble_spread(
     """Ensemble spread ``sqrt(mean_dim(var_member(x)))``, unbiased (ddof=1) variance, float64."""
     _check_member_dim(None, forecasts, member_dim)
     variance = _float64(forecasts).var(member_dim, ddof=1, keep_attrs=True)
-    return np.sqrt(_reduce(variance, dim, weights))
+    return _reduce(variance, dim, weights) ** 0.5
 
 
 def spread_skill_ratio(
@@ -322,7 +326,7 @@ def spread_skill_ratio(
     """
     error2 = _member_mean_error(observations, forecasts, member_dim) ** 2
     variance = _float64(forecasts).var(member_dim, ddof=1).where(error2.notnull())
-    ratio = np.sqrt(_reduce(variance, dim, weights) / _reduce(error2, dim, weights))
+    ratio = (_reduce(variance, dim, weights) / _reduce(error2, dim, weights)) ** 0.5
     if corrected:
         members = forecasts.sizes[member_dim]
         ratio = ratio * np.sqrt((members + 1) / members)
@@ -371,7 +375,7 @@ def rank_histogram(
     members = forecasts.sizes[member_dim]
     bins = xr.DataArray(np.arange(1, members + 2), dims="rank", name="rank")
     bins = bins.assign_coords(rank=bins.values)
-    counts = (ranks == bins).sum(dim if dim is not None else list(ranks.dims))
+    counts: XArray = (ranks == bins).sum(dim if dim is not None else list(ranks.dims))
     return counts.rename("rank_histogram") if isinstance(counts, xr.DataArray) else counts
 
 

@@ -43,7 +43,7 @@ def ensemble_maps(
     error = mean - observations
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), constrained_layout=True)
     limit = float(np.nanmax(np.abs(error.values))) or 1.0
-    panels = [
+    panels: list[tuple[xr.DataArray, str, str, dict[str, float]]] = [
         (mean, "ensemble mean", "viridis", {}),
         (spread, "ensemble spread", "magma", {"vmin": 0}),
         (error, "error of the mean", "RdBu_r", {"vmin": -limit, "vmax": limit}),

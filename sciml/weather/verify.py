@@ -45,18 +45,21 @@ def score_summary(
         Dataset with ``crps``, ``crps_fair``, ``spread``, ``rmse``, ``spread_skill`` (with the
         (M+1)/M correction) and ``spread_skill_raw``.
     """
-    kwargs = {"member_dim": member_dim, "dim": dim, "weights": weights}
     valid = observations.notnull()
-    spread = metrics.ensemble_spread(forecasts.where(valid), **kwargs)
+    args = (member_dim, dim)
     return xr.Dataset(
         {
-            "crps": metrics.crps_ensemble(observations, forecasts, **kwargs),
-            "crps_fair": metrics.crps_ensemble(observations, forecasts, fair=True, **kwargs),
-            "spread": spread,
-            "rmse": metrics.ensemble_mean_rmse(observations, forecasts, **kwargs),
-            "spread_skill": metrics.spread_skill_ratio(observations, forecasts, **kwargs),
+            "crps": metrics.crps_ensemble(observations, forecasts, *args, weights=weights),
+            "crps_fair": metrics.crps_ensemble(
+                observations, forecasts, *args, fair=True, weights=weights
+            ),
+            "spread": metrics.ensemble_spread(forecasts.where(valid), *args, weights=weights),
+            "rmse": metrics.ensemble_mean_rmse(observations, forecasts, *args, weights=weights),
+            "spread_skill": metrics.spread_skill_ratio(
+                observations, forecasts, *args, weights=weights
+            ),
             "spread_skill_raw": metrics.spread_skill_ratio(
-                observations, forecasts, corrected=False, **kwargs
+                observations, forecasts, *args, weights=weights, corrected=False
             ),
         }
     )
