@@ -13,6 +13,7 @@ Example (every rank, after ``torch.distributed`` is initialised)::
 from sciml.spatial_parallel.heads import (
     SpatialAdaptiveAvgPool3d,
     SpatialDropout,
+    SpatialDropout3d,
     SpatialFlatten,
 )
 from sciml.spatial_parallel.layers import (
@@ -37,6 +38,7 @@ __all__ = [
     "SpatialConv3d",
     "SpatialConvTranspose3d",
     "SpatialDropout",
+    "SpatialDropout3d",
     "SpatialFlatten",
     "SpatialGroupNorm",
     "SpatialMaxPool3d",

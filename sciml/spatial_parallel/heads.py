@@ -84,3 +84,19 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
         mask = mask[tuple(index)].div_(1 - self.p)
         out = x * mask
         return mark_replicated(out) if is_replicated(x) else out
+
+
+class SpatialDropout3d(SpatialLayer, nn.Dropout3d):
+    """:class:`torch.nn.Dropout3d` (whole channels) with the single-device mask of the
+    global batch; every spatial rank of a sample drops the same channels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        if not self.training or self.p == 0:
+            return x
+        if self.p == 1:
+            return x * 0
+        batch = self.mesh.global_batch(x.shape[0])
+        mask = torch.empty(batch, x.shape[1], 1, 1, 1, dtype=x.dtype, device=x.device)
+        mask = mask.bernoulli_(1 - self.p)[self.mesh.block(mask.shape)[0]]
+        return x * mask.div_(1 - self.p)

@@ -13,6 +13,7 @@ from sciml.spatial_parallel.grad_sync import GradientSync
 from sciml.spatial_parallel.heads import (
     SpatialAdaptiveAvgPool3d,
     SpatialDropout,
+    SpatialDropout3d,
     SpatialFlatten,
 )
 from sciml.spatial_parallel.layers import (
@@ -38,6 +39,7 @@ SWAPS: dict[type[nn.Module], Any] = {
     nn.AdaptiveAvgPool3d: SpatialAdaptiveAvgPool3d,
     nn.Flatten: SpatialFlatten,
     nn.Dropout: SpatialDropout,
+    nn.Dropout3d: SpatialDropout3d,
 }
 
 #: Elementwise layers: correct on any block as they are.

@@ -83,6 +83,7 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
         ),
         (2, 2, 6, 5, 4),
     ),  # fmt: skip
+    (seq(conv(kernel_size=3, padding=1), ("Dropout3d", dict(p=0.5))), (3, 2, 6, 5, 4)),
     (POOL_HEAD, (3, 2, 7, 6, 5)),
 ]
 

@@ -57,3 +57,9 @@ def test_hybrid_data_parallel() -> None:
 
 def test_data_parallel_only() -> None:
     check(dict(data=2), cases(MODELS, steps=2, **F64), 1e-9)
+
+
+def test_eval_mode_uses_running_statistics() -> None:
+    """Eval mode after training steps: BatchNorm reads the (global) running statistics."""
+    entries = cases(MODELS[:1] + MODELS[2:3], steps=2, evaluate=True, dtype=torch.float64)
+    check(dict(data=2, depth=2), entries, 1e-9)

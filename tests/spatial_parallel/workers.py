@@ -43,7 +43,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def compare(
     mesh: SpatialMesh, spec: tuple[str, dict[str, Any]], shape: tuple[int, ...], *,
     dtype: torch.dtype = torch.float64, seed: int = 0, train: bool = True, steps: int = 1,
-    overlap: bool = True, sync: bool = True,
+    overlap: bool = True, sync: bool = True, evaluate: bool = False,
 ) -> dict[str, float]:  # fmt: skip
     """Errors of one parallel model against the single-device model on this rank."""
     torch.manual_seed(seed)
@@ -69,6 +69,13 @@ def compare(
         errors[f"out{step}"] = rel(yl.detach(), ref_y)
         errors[f"unshard{step}"] = rel(unshard(yl.detach(), mesh), y.detach())
         errors[f"xgrad{step}"] = rel(xl.grad, shard(xr.grad, mesh))
+    if evaluate:  # then an eval-mode pass: running statistics, no dropout
+        model.eval()
+        pmodel.eval()
+        x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + 50))
+        y = model(x)
+        yl = pmodel(shard(x, mesh))
+        errors["eval"] = rel(unshard(yl.detach(), mesh), y.detach())
     for (name, p), q in zip(model.named_parameters(), pmodel.module.parameters(), strict=True):
         errors[f"grad:{name}"] = rel(q.grad, p.grad / mesh.data)
     for (name, b), c in zip(model.named_buffers(), pmodel.module.buffers(), strict=True):
