@@ -1,5 +1,7 @@
 """Metrics against properscoring, xskillscore, scoringrules, closed forms and direct numpy."""
 
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import numpy as np
 import properscoring as ps
 import pytest
@@ -8,6 +10,7 @@ import scipy.stats
 import scoringrules as sr
 import xarray as xr
 import xskillscore as xs
+from hypothesis import given, settings
 
 from sciml.weather import metrics as m
 from sciml.weather.kernels import crps_ensemble_array, efi_array
@@ -303,3 +306,19 @@ def test_real_era5_each_member_against_the_others(era5):
     spread = m.ensemble_spread(z, dim=["latitude", "longitude"])
     direct = np.sqrt(np.var(z.values.astype(np.float64), 0, ddof=1).mean((-1, -2)))
     np.testing.assert_allclose(spread, direct, rtol=RTOL)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 9)),
+               elements=st.floats(-1e3, 1e3, allow_nan=False).map(lambda v: round(v, 1))),
+    st.floats(-1e3, 1e3, allow_nan=False),
+)
+def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
+    """Any ensemble (ties included): sorted kernel == O(M^2) energy form, fair and standard."""
+    obs = ens[:, 0] + shift / 7
+    for fair in (False, ens.shape[1] > 1):
+        got = crps_ensemble_array(obs, ens, fair=fair)
+        np.testing.assert_allclose(got, _pairwise_crps(obs, ens, fair=fair), rtol=1e-9,
+                                   atol=1e-9)
+    assert np.all(crps_ensemble_array(obs, ens) >= 0)
