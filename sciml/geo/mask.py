@@ -30,6 +30,14 @@ DEFAULT_CHUNK = 4096
 TIFF_TILE = 512
 
 
+def _as_roads(roads: gpd.GeoDataFrame | str | Path) -> gpd.GeoDataFrame:
+    if isinstance(roads, str | Path):
+        from sciml.geo.osm import load_roads
+
+        return load_roads(roads)
+    return roads
+
+
 def road_polygons(
     roads: gpd.GeoDataFrame,
     grid: RasterGrid,
@@ -153,7 +161,7 @@ def rasterize_geometries(
 
 
 def road_mask(
-    roads: gpd.GeoDataFrame,
+    roads: gpd.GeoDataFrame | str | Path,
     like: Any,
     *,
     width: float | Literal["osm"] = "osm",
@@ -166,7 +174,8 @@ def road_mask(
     """Boolean road mask on the exact grid and CRS of a reference raster.
 
     Args:
-        roads: Road lines from :func:`sciml.geo.load_roads` (any CRS).
+        roads: Road lines from :func:`sciml.geo.load_roads` (any CRS), or a road
+            file that :func:`sciml.geo.load_roads` reads with its default classes.
         like: Reference raster: path, open rasterio dataset, xarray object with
             a CRS, or :class:`RasterGrid`.
         width: ``"osm"`` for per-road widths from the tags, or a constant in metres.
@@ -186,7 +195,7 @@ def road_mask(
         ValueError: The raster has no CRS, or no road overlaps it.
     """
     grid = RasterGrid.from_like(like)
-    geoms = road_polygons(roads, grid, width=width, margin=margin, table=table)
+    geoms = road_polygons(_as_roads(roads), grid, width=width, margin=margin, table=table)
     values = rasterize_geometries(
         geoms, grid, all_touched=all_touched, chunks=chunks, num_workers=num_workers
     )
@@ -209,7 +218,7 @@ class _WindowWriter:
 
 
 def write_road_mask(
-    roads: gpd.GeoDataFrame,
+    roads: gpd.GeoDataFrame | str | Path,
     like: Any,
     path: str | Path,
     *,
@@ -245,7 +254,7 @@ def write_road_mask(
     if chunk % TIFF_TILE:
         raise ValueError(f"chunk must be a multiple of {TIFF_TILE} pixels, got {chunk}")
     grid = RasterGrid.from_like(like)
-    geoms = road_polygons(roads, grid, width=width, margin=margin, table=table)
+    geoms = road_polygons(_as_roads(roads), grid, width=width, margin=margin, table=table)
     blocks = _mask_blocks(_Burner(geoms, grid, all_touched), grid, chunk)
     profile = {
         "driver": "GTiff",
@@ -272,7 +281,7 @@ def write_road_mask(
         dst.update_tags(width=str(width), margin_m=str(margin), all_touched=str(all_touched))
         da.store(
             blocks,
-            _WindowWriter(dst),
+            _WindowWriter(dst),  # type: ignore[arg-type]  # any __setitem__ target works
             lock=threading.Lock(),
             scheduler="threads",
             num_workers=num_workers,

@@ -242,8 +242,8 @@ def train_segmenter(
     from sciml.training import TrainConfig, fit, seed_everything
 
     if isinstance(model, MaskedUNet):
-        config = {**model.config, "masked": masked, "loss": loss}
-        atomic_write_text(Path(run_dir) / "model.json", json.dumps(config, indent=2))
+        saved = {**model.config, "masked": masked, "loss": loss}
+        atomic_write_text(Path(run_dir) / "model.json", json.dumps(saved, indent=2))
 
     seed_everything(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

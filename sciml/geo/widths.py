@@ -77,6 +77,11 @@ def road_widths(
     Raises:
         ValueError: A road class needs the table but has no entry in it.
     """
+    if "highway" not in roads:
+        raise ValueError(
+            "width='osm' needs a 'highway' column (OSM road class); "
+            f"columns: {list(roads.columns)}; or pass a constant width in metres"
+        )
     merged = {**WIDTH_TABLE, **(table or {})}
     highway = roads["highway"].astype(str)
     tagged = pd.to_numeric(roads.get("width"), errors="coerce")

@@ -191,3 +191,13 @@ def test_width_table_and_sources(helsinki_roads):
     np.testing.assert_allclose(
         custom["width_m"][residential], 2.0 * helsinki_roads["lanes"][residential]
     )
+
+
+def test_roads_given_as_a_file(helsinki_pbf, helsinki_roads):
+    grid = RasterGrid.from_bounds(BOX_UTM, 1.0, UTM35)
+    from_file = road_mask(helsinki_pbf, like=grid, width="osm")
+    np.testing.assert_array_equal(from_file.values, road_mask(helsinki_roads, grid).values)
+    no_class = helsinki_roads.drop(columns="highway")
+    with pytest.raises(ValueError, match="needs a 'highway' column"):
+        road_mask(no_class, grid, width="osm")
+    assert road_mask(no_class, grid, width=5).values.any()
