@@ -101,10 +101,16 @@ def standardise_names(ds: xr.Dataset, *, source: str = "dataset") -> xr.Dataset:
     ds = ds.rename(renames)
     if "time" not in ds.dims and "valid_time" in ds.dims:
         ds = ds.rename({"valid_time": "time"})
-    for name in ("member", "level", "lead_time"):
+    for name in ("member", "time", "lead_time", "level"):
         if name in ds.coords and name not in ds.dims and ds[name].ndim == 0:
-            # a single member or level stored as a scalar coordinate: keep it as a dimension
+            # one member, date, step or level stored as a scalar coordinate (cfgrib does this
+            # for files holding a single one, as in ENS-10): keep it as a dimension so that
+            # files combine along it
             ds = ds.expand_dims(name)
+    if "valid_time" in ds.coords and ds["valid_time"].ndim == 0:
+        ds = ds.drop_vars("valid_time").assign_coords(
+            valid_time=ds["time"] + ds["lead_time"] if "lead_time" in ds.dims else ds["time"]
+        )
     return ds
 
 

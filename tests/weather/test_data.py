@@ -139,3 +139,26 @@ def test_split_and_lazy_normalisation(era5):
     np.testing.assert_allclose(scaled["t"].mean(["member", "time", "lat", "lon"]), 0, atol=1e-4)
     with pytest.raises(ValueError, match="cannot reduce over"):
         normalisation_statistics(train, dims=["x"])
+
+
+def test_single_date_grib_like_files_combine_along_time(tmp_path):
+    """cfgrib keeps one date/step/member as scalar coordinates (ENS-10 files): expand them."""
+    paths = []
+    for day in (1, 2):
+        dims = ("number", "isobaricInhPa", "latitude", "longitude")
+        one = xr.Dataset(
+            {"t": (dims, np.full((2, 1, 2, 3), day))},
+            coords={"number": [0, 1], "isobaricInhPa": [850.0], "latitude": [10.0, 0.0],
+                    "longitude": [0.0, 1.0, 2.0],
+                    "time": np.datetime64(f"2018-01-0{day}", "ns"),
+                    "step": np.timedelta64(48, "h").astype("timedelta64[ns]"),
+                    "valid_time": np.datetime64(f"2018-01-0{day + 2}", "ns")},
+        )
+        paths.append(tmp_path / f"ens10_{day}.nc")
+        one.to_netcdf(paths[-1])
+    ds = open_ensemble(paths)
+    assert ds["t"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
+    assert ds.sizes["time"] == 2
+    np.testing.assert_array_equal(ds["t"].isel(member=0, lead_time=0, level=0, lat=0, lon=0),
+                                  [1, 2])
+    assert ds["valid_time"].values.ravel()[-1] == np.datetime64("2018-01-04", "ns")
