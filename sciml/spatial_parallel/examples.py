@@ -31,7 +31,7 @@ def _small_unet() -> nn.Module:
 
 
 def check_model(
-    mesh_shape: dict[str, int], shape: tuple[int, ...], *, seed: int = 0, slices: bool = False
+    mesh_shape: dict[str, Any], shape: tuple[int, ...], *, seed: int = 0, slices: bool = False
 ) -> dict[str, Any]:
     """Run a small 3D U-Net split over ``mesh_shape`` and on one device; compare.
 
@@ -56,7 +56,8 @@ def check_model(
     elapsed = time.perf_counter() - start
     y_all = unshard(y_local.detach(), mesh)
 
-    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    def rel(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
+        assert a is not None and b is not None
         return float((a - b).abs().max() / b.abs().max())
 
     grads = [
@@ -75,7 +76,7 @@ def check_model(
         "coords": mesh.coords,
         "block": [(s.start, s.stop) for s in mesh.block(shape)[2:]],
         "output": rel(y_all, y.detach()),
-        "input_grad": rel(local.grad, shard(reference.grad, mesh)),
+        "input_grad": rel(local.grad, shard(reference.grad, mesh)),  # type: ignore[arg-type]
         "param_grad": max(grads),
         "seconds": elapsed,
     }
@@ -90,7 +91,7 @@ def conv_stack(channels: int, layers: int) -> nn.Module:
 
 
 def time_conv_stack(
-    mesh_shape: dict[str, int] | None,
+    mesh_shape: dict[str, Any] | None,
     size: int,
     *,
     channels: int = 16,
@@ -125,13 +126,13 @@ def time_conv_stack(
 
 
 def peak_memory(
-    mesh_shape: dict[str, int] | None, size: int, *, base_filters: int = 32, n_conv: int = 5
+    mesh_shape: dict[str, Any] | None, size: int, *, base_filters: int = 32, n_conv: int = 5
 ) -> dict[str, float]:
     """Peak resident memory growth (MiB) of a CosmoFlow forward+backward on this rank."""
     from sciml.models import CosmoFlow
 
     torch.manual_seed(0)
-    model = CosmoFlow(4, 4, base_filters=base_filters, n_conv=n_conv)
+    model: nn.Module = CosmoFlow(4, 4, base_filters=base_filters, n_conv=n_conv)
     x = torch.randn(1, 4, size, size, size)
     if mesh_shape is not None:
         mesh = SpatialMesh(**mesh_shape)

@@ -306,10 +306,10 @@ class Exchange:
                     _narrow(self.grad_recv[number], axes, within).add_(source)
         for number, region in enumerate(self.plan.regions):
             if region.kind == "recv":
-                grad = self.grad_recv.get(number)
-                if grad is None:
-                    grad = self.x.new_zeros(self._shape(region.box))
-                self._isend(grad, region.peer, region.tag)
+                back = self.grad_recv.get(number)
+                if back is None:
+                    back = self.x.new_zeros(self._shape(region.box))
+                self._isend(back, region.peer, region.tag)
         self.grad_recv = {}
         for send in self.plan.sends:
             shape = list(self.x.shape)

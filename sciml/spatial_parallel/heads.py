@@ -16,18 +16,18 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel.comm import gather_replicated, replicated_sum
-from sciml.spatial_parallel.layers import REPLICATED, SpatialLayer
+from sciml.spatial_parallel.layers import REPLICATED_TAG, SpatialLayer
 
 
 def mark_replicated(x: torch.Tensor) -> torch.Tensor:
     """Tag ``x`` as identical on every spatial rank of its replica."""
-    setattr(x, REPLICATED, True)
+    setattr(x, REPLICATED_TAG, True)
     return x
 
 
 def is_replicated(x: torch.Tensor) -> bool:
     """True when ``x`` was tagged by :func:`mark_replicated` (not a split block)."""
-    return bool(getattr(x, REPLICATED, False))
+    return bool(getattr(x, REPLICATED_TAG, False))
 
 
 class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):

@@ -39,7 +39,7 @@ from sciml.spatial_parallel.partition import (
     window_plan,
 )
 
-REPLICATED = "_sciml_replicated"
+REPLICATED_TAG = "_sciml_replicated"
 
 
 def _triple(value: Any) -> tuple[int, int, int]:
@@ -89,7 +89,7 @@ class SpatialLayer:
                 f"{self._label()}: expected a local (N, C, D, H, W) block, got shape "
                 f"{tuple(x.shape)}"
             )
-        if getattr(x, REPLICATED, False):
+        if getattr(x, REPLICATED_TAG, False):
             raise ValueError(
                 f"{self._label()}: received a globally pooled (replicated) tensor; spatially "
                 f"split layers must come before global pooling"
@@ -300,7 +300,7 @@ class SpatialConv3d(_WindowLayer, nn.Conv3d):
             elif self.padding == "valid":
                 lo = hi = 0
             else:
-                lo = hi = self.padding[k]
+                lo = hi = int(self.padding[k])
             windows.append(Window(kernel, self.stride[k], dilation, lo, hi))
         return tuple(windows)  # type: ignore[return-value]
 
@@ -412,7 +412,7 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
 
     def _window(self, k: int) -> TransposeWindow:
         return TransposeWindow(
-            self.kernel_size[k], self.stride[k], self.dilation[k], self.padding[k],
+            self.kernel_size[k], self.stride[k], self.dilation[k], int(self.padding[k]),
             self.output_padding[k],
         )  # fmt: skip
 
@@ -421,7 +421,8 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
             raise ValueError(f"{self._label()}: output_size= is not supported on a split volume")
         self._check_input(x)
         halo = self._plan(self._global_shape(x))
-        padding, output_padding = list(self.padding), list(self.output_padding)
+        padding = [int(p) for p in self.padding]
+        output_padding = [int(p) for p in self.output_padding]
         for axis in halo.axes:
             padding[axis - 2] = output_padding[axis - 2] = 0
         x_ext = halo_extend(x, halo) if halo.axes else x
@@ -459,14 +460,15 @@ def _source_index(
     align_corners: bool, dtype: torch.dtype,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Input indices ``i0, i1`` and the weight of ``i1`` for outputs ``out`` (as PyTorch)."""
-    real = np.float64 if dtype == torch.float64 else np.float32
+    real: Any = np.float64 if dtype == torch.float64 else np.float32
+    ratio: Any
     if mode == "trilinear" and align_corners:
         ratio = real((size - 1) / (out_size - 1)) if out_size > 1 else real(0)
     elif scale is not None and scale > 0:
         ratio = real(1.0 / scale)
     else:
         ratio = real(size) / real(out_size)
-    o = out.astype(real)
+    o: Any = out.astype(real)
     if mode == "nearest":
         if out_size == size:
             i0 = out
@@ -500,10 +502,10 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
     def _sizes(self, shape: tuple[int, int, int]) -> list[tuple[int, float | None]]:
         if self.size is not None:
             return [(s, None) for s in _triple(self.size)]
-        factors = self.scale_factor
-        factors = factors if isinstance(factors, tuple | list) else (factors,) * 3
+        factor = self.scale_factor
+        factors = list(factor) if isinstance(factor, tuple | list) else [factor] * 3
         keep = not self.recompute_scale_factor
-        return [(math.floor(n * float(f)), float(f) if keep else None)
+        return [(math.floor(n * float(f)), float(f) if keep else None)  # type: ignore[arg-type]
                 for n, f in zip(shape, factors, strict=True)]  # fmt: skip
 
     def _plan(self, shape: tuple[int, int, int]) -> tuple[HaloPlan, list[Any]]:

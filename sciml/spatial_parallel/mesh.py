@@ -105,7 +105,7 @@ class SpatialMesh:
     @property
     def grid(self) -> tuple[int, int, int]:
         """Ranks along ``(depth, height, width)``."""
-        return self.shape[1:]  # type: ignore[return-value]
+        return self.shape[1:]
 
     @property
     def spatial_size(self) -> int:
@@ -115,7 +115,7 @@ class SpatialMesh:
     @property
     def spatial_coords(self) -> tuple[int, int, int]:
         """This rank's ``(depth, height, width)`` block indices."""
-        return self.coords[1:]  # type: ignore[return-value]
+        return self.coords[1:]
 
     @property
     def data_index(self) -> int:

@@ -43,7 +43,9 @@ class SpatialBatchNorm3d(SpatialLayer, nn.BatchNorm3d):
                 x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                 self.eps,
             )  # fmt: skip
-        count, mean, centred, var = _moments(x, (0, 2, 3, 4), dist.group.WORLD)
+        world = dist.group.WORLD
+        assert world is not None
+        count, mean, centred, var = _moments(x, (0, 2, 3, 4), world)
         y = centred * torch.rsqrt(var + self.eps).view(1, -1, 1, 1, 1)
         if self.affine:
             y = y * self.weight.view(1, -1, 1, 1, 1) + self.bias.view(1, -1, 1, 1, 1)
@@ -53,6 +55,8 @@ class SpatialBatchNorm3d(SpatialLayer, nn.BatchNorm3d):
 
     @torch.no_grad()
     def _update_running(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+        assert self.running_mean is not None and self.running_var is not None
+        assert self.num_batches_tracked is not None
         self.num_batches_tracked.add_(1)
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         unbiased = var * (count / (count - 1)) if count > 1 else var
