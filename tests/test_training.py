@@ -177,3 +177,10 @@ def test_two_data_parallel_replicas_match_one_process(tmp_path: Path) -> None:
     for name, value in model.state_dict().items():
         torch.testing.assert_close(weights[0][name], value, rtol=1e-5, atol=1e-6)
         assert torch.equal(weights[0][name], weights[1][name])
+
+
+def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    _train(tmp_path, epochs=1, tensorboard=True)
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100
