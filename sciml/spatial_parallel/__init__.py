@@ -26,7 +26,7 @@ from sciml.spatial_parallel.layers import (
 from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.norm import SpatialBatchNorm3d, SpatialGroupNorm
-from sciml.spatial_parallel.parallelize import SpatialParallel, parallelize
+from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
 from sciml.spatial_parallel.partition import HaloError, block_bounds
 from sciml.spatial_parallel.sharding import shard, unshard
 
@@ -43,10 +43,10 @@ __all__ = [
     "SpatialGroupNorm",
     "SpatialMaxPool3d",
     "SpatialMesh",
-    "SpatialParallel",
     "SpatialUpsample",
     "block_bounds",
     "global_loss",
+    "gradient_sync",
     "mse_loss",
     "parallelize",
     "shard",

@@ -61,8 +61,7 @@ def check_model(
         return float((a - b).abs().max() / b.abs().max())
 
     grads = [
-        rel(q.grad, p.grad)
-        for p, q in zip(model.parameters(), pmodel.module.parameters(), strict=True)
+        rel(q.grad, p.grad) for p, q in zip(model.parameters(), pmodel.parameters(), strict=True)
     ]
     extra = {}
     if slices:

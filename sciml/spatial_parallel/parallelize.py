@@ -53,39 +53,15 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
 REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.LayerNorm)
 
 
-class SpatialParallel(nn.Module):
-    """A model whose layers work on spatial blocks, with built-in gradient reduction.
+def gradient_sync(model: nn.Module) -> GradientSync:
+    """The gradient reduction attached to a model returned by :func:`parallelize`.
 
-    After ``backward()`` every parameter's ``.grad`` is the single-device gradient
-    of the global loss, averaged over the data-parallel replicas (see
-    :mod:`sciml.spatial_parallel.grad_sync`). ``state_dict`` keys carry the
-    ``module.`` prefix, as with DistributedDataParallel.
-
-    Attributes:
-        module: The converted model.
-        mesh: The process grid.
+    Set ``gradient_sync(pmodel).enabled = False`` to keep local gradients.
     """
-
-    def __init__(self, module: nn.Module, mesh: SpatialMesh, replicated: set[str], *,
-                 bucket_mb: float) -> None:  # fmt: skip
-        super().__init__()
-        self.module = module
-        self.mesh = mesh
-        params = [(p, name.rsplit(".", 1)[0] in replicated)
-                  for name, p in module.named_parameters()]  # fmt: skip
-        self.grad_sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
-
-    @property
-    def sync_gradients(self) -> bool:
-        """Whether backward passes reduce gradients (default ``True``)."""
-        return self.grad_sync.enabled
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.grad_sync.enabled = bool(value)
+    sync = model.__dict__.get("spatial_grad_sync")
+    if not isinstance(sync, GradientSync):
+        raise ValueError(f"{type(model).__name__} was not made by sciml parallelize()")
+    return sync
 
 
 def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
@@ -106,13 +82,19 @@ def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
 
 def parallelize(
     model: nn.Module, mesh: SpatialMesh, *, overlap: bool = True, bucket_mb: float = 25.0
-) -> SpatialParallel:
+) -> nn.Module:
     """A spatially parallel copy of ``model`` for ``mesh``.
 
-    Swaps the layers of :data:`SWAPS`, keeps elementwise layers, and lets dense
-    layers (:data:`REPLICATED`) run on the replicated tensor after global
-    pooling. Parameters and buffers are broadcast from rank 0 so that every
-    rank starts from the same model. ``model`` itself is not modified.
+    Swaps the layers of :data:`SWAPS` (subclasses of the layers they replace,
+    so parameter names and ``state_dict`` keys are unchanged), keeps
+    elementwise layers, and lets dense layers (:data:`REPLICATED`) run on the
+    replicated tensor after global pooling. Parameters and buffers are
+    broadcast from rank 0 so that every rank starts from the same model;
+    ``model`` itself is not modified.
+
+    After ``backward()`` every parameter's ``.grad`` is the single-device
+    gradient of the global loss, averaged over the data-parallel replicas
+    (see :mod:`sciml.spatial_parallel.grad_sync` and :func:`gradient_sync`).
 
     Args:
         model: A plain ``torch.nn`` 3D CNN (e.g. ``sciml.models.UNet(dims=3)``).
@@ -159,4 +141,8 @@ def parallelize(
         for tensor in [*model.parameters(), *model.buffers()]:
             if dist.get_world_size() > 1:
                 dist.broadcast(tensor, src=0)
-    return SpatialParallel(model, mesh, replicated, bucket_mb=bucket_mb)
+    params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
+    # a plain attribute, not a submodule: the state_dict stays the original model's
+    model.__dict__["spatial_grad_sync"] = GradientSync(params, mesh, bucket_mb=bucket_mb)
+    model.__dict__["spatial_mesh"] = mesh
+    return model

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+from sciml.spatial_parallel import SpatialMesh, gradient_sync, parallelize, shard, unshard
 
 
 def build(spec: tuple[str, dict[str, Any]]) -> nn.Module:
@@ -50,7 +50,7 @@ def compare(
     model = build(spec).to(dtype)
     model.train(train)
     pmodel = parallelize(model, mesh, overlap=overlap)
-    pmodel.sync_gradients = sync
+    gradient_sync(pmodel).enabled = sync
     errors: dict[str, float] = {}
     for step in range(steps):
         x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + step))
@@ -76,10 +76,11 @@ def compare(
         y = model(x)
         yl = pmodel(shard(x, mesh))
         errors["eval"] = rel(unshard(yl.detach(), mesh), y.detach())
-    for (name, p), q in zip(model.named_parameters(), pmodel.module.parameters(), strict=True):
+    for (name, p), q in zip(model.named_parameters(), pmodel.parameters(), strict=True):
         errors[f"grad:{name}"] = rel(q.grad, p.grad / mesh.data)
-    for (name, b), c in zip(model.named_buffers(), pmodel.module.buffers(), strict=True):
+    for (name, b), c in zip(model.named_buffers(), pmodel.buffers(), strict=True):
         errors[f"buffer:{name}"] = rel(c.to(b.dtype), b)
+    assert list(pmodel.state_dict()) == list(model.state_dict())
     return errors
 
 
