@@ -2,12 +2,37 @@
 
 Example (every rank, after ``torch.distributed`` is initialised)::
 
-    from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+    from sciml.spatial_parallel import SpatialMesh, mse_loss, parallelize, shard, unshard
 
     mesh = SpatialMesh(data=1, depth=2, height=2, width=1)
-    pmodel = parallelize(model, mesh)
-    y_local = pmodel(shard(x_global, mesh))
-    y = unshard(y_local, mesh)
+    pmodel = parallelize(model, mesh)       # same class, same state_dict keys
+    y_local = pmodel(shard(x_global, mesh))  # this rank's block of model(x_global)
+    mse_loss(y_local, shard(target, mesh), mesh).backward()
+    y = unshard(y_local, mesh)                # the whole output, on every rank
+
+Conventions:
+
+* Blocks follow :func:`torch.tensor_split` along every split axis (sizes need
+  not divide); the batch is split the same way over the ``data`` replicas.
+* Split outputs: the global loss is the *sum* of the ranks' local losses
+  (:func:`spatial_mean` / :func:`mse_loss` give the terms of a global mean).
+  Replicated outputs (after ``AdaptiveAvgPool3d(1)`` or ``Flatten`` and a
+  dense head): each rank's local loss *is* the global loss.
+* After ``backward()`` every ``.grad`` equals the single-device gradient of
+  the global loss, averaged over the data-parallel replicas (bucketed
+  all-reduce overlapped with the backward pass), and each rank's input
+  gradient is its block of the global input gradient. BatchNorm statistics
+  and running statistics are those of the whole global batch.
+* Dropout draws the single-device mask of the global tensor from the shared
+  random state (seed every rank alike) and keeps its block.
+
+Not supported (``parallelize`` raises, naming the layer): 2D layers,
+adaptive pooling to sizes other than 1, ``Upsample`` modes other than
+nearest/nearest-exact/trilinear, max pooling with ``return_indices``, dense
+layers applied to a split volume, and a halo wider than a neighbour's block
+(:class:`HaloError`: use fewer ranks along that axis or a larger input).
+Custom modules that call ``torch.nn.functional`` convolutions directly are
+not seen by ``parallelize``.
 """
 
 from sciml.spatial_parallel.heads import (
