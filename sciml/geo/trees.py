@@ -216,7 +216,7 @@ def crown_polygons(trees: gpd.GeoDataFrame, crs: Any) -> np.ndarray:
     geoms = trees.geometry.to_crs(metric)
     is_point = (geoms.geom_type == "Point").to_numpy()
     radius = np.where(is_point, trees["crown_diameter"].to_numpy(dtype=float) / 2.0, 0.0)
-    crowns = np.where(is_point, shapely.buffer(geoms.to_numpy(), radius, quad_segs=8), geoms)
+    crowns = np.where(is_point, shapely.buffer(geoms.to_numpy(), radius), geoms)
     return gpd.GeoSeries(crowns, crs=metric).to_crs(crs).to_numpy()
 
 

@@ -123,7 +123,8 @@ def buffer_roads(
             the inventory is complete).
         crs: Metric CRS to buffer in (default: the UTM zone of the centroid).
         table: Width table overrides, see :func:`road_widths`.
-        quad_segs: Segments per quarter circle of the round caps and joins.
+        quad_segs: Segments per quarter circle of the round caps and joins (8, as
+            shapely and GEOS by default).
 
     Returns:
         Polygons in the buffering CRS, indexed like ``roads``.

@@ -23,7 +23,7 @@ def _reference(roads, grid: RasterGrid, half_widths: np.ndarray) -> np.ndarray:
     to_utm = pyproj.Transformer.from_crs(roads.crs, UTM35, always_xy=True).transform
     to_grid = pyproj.Transformer.from_crs(UTM35, grid.crs, always_xy=True).transform
     lines = shapely.transform(roads.geometry.to_numpy(), to_utm, interleaved=False)
-    buffers = shapely.buffer(lines, half_widths, quad_segs=8)
+    buffers = shapely.buffer(lines, half_widths)  # shapely defaults: round caps, quad_segs=8
     polygons = shapely.transform(buffers, to_grid, interleaved=False)
     union = shapely.union_all(polygons)
     return rasterize([union], out_shape=grid.shape, transform=grid.transform).astype(bool)
@@ -153,8 +153,12 @@ def test_margin_and_all_touched_grow_the_mask(helsinki_roads):
 
 def test_bad_input(helsinki_roads, tmp_path):
     no_crs = tmp_path / "no_crs.tif"
-    _write_raster(no_crs, None)
-    with pytest.raises(ValueError, match="no_crs.tif: raster has no CRS"):
+    with pytest.warns(rasterio.errors.NotGeoreferencedWarning):
+        _write_raster(no_crs, None)
+    with (
+        pytest.warns(rasterio.errors.NotGeoreferencedWarning),
+        pytest.raises(ValueError, match="no_crs.tif: raster has no CRS"),
+    ):
         road_mask(helsinki_roads, no_crs)
     far = RasterGrid.from_bounds((500000.0, 7000000.0, 500100.0, 7000100.0), 1.0, UTM35)
     with pytest.raises(ValueError, match="no road overlaps the raster"):
