@@ -32,6 +32,7 @@ def _cmd_mask(args: argparse.Namespace) -> int:
         margin=args.margin,
         all_touched=args.all_touched,
         num_workers=args.workers,
+        progress=True,
     )
     print(f"road mask ({len(roads)} roads): {path}")
     return 0

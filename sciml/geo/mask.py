@@ -203,6 +203,34 @@ def road_mask(
     return grid.dataarray(values, name="road_mask", attrs=attrs)
 
 
+class _BlockProgress:
+    """A tqdm bar over the rasterised blocks of a Dask computation (a Dask callback)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+
+    def __enter__(self) -> _BlockProgress:
+        if self.enabled:
+            from dask.callbacks import Callback
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.total, desc="road mask", unit="block")
+
+            def posttask(key: Any, *_: Any) -> None:
+                name = key[0] if isinstance(key, tuple) else key  # fused keys keep the prefix
+                if isinstance(name, str) and name.startswith("burn-"):
+                    bar.update(1)
+
+            self._bar, self._callback = bar, Callback(posttask=posttask)
+            self._callback.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._callback.__exit__(*exc)
+            self._bar.close()
+
+
 class _WindowWriter:
     """A ``__setitem__`` target for :func:`dask.array.store` writing GeoTIFF windows."""
 
@@ -230,6 +258,7 @@ def write_road_mask(
     num_workers: int | None = None,
     compress: str = "deflate",
     cache_mb: int = 64,
+    progress: bool = False,
 ) -> Path:
     """Stream the road mask of a raster of any size to a tiled, compressed GeoTIFF.
 
@@ -245,6 +274,7 @@ def write_road_mask(
         num_workers: Threads rasterising and compressing (default: all cores).
         compress: GeoTIFF compression (``"deflate"``, ``"lzw"``, ``"zstd"``...).
         cache_mb: GDAL block cache in MB (bounds the writer's memory).
+        progress: Show a tqdm bar over the blocks.
 
     Returns:
         ``path``.
@@ -277,6 +307,7 @@ def write_road_mask(
         rasterio.Env(GDAL_CACHEMAX=cache_mb * 2**20),  # rasterio takes bytes
         atomic_path(path, suffix=".tif") as tmp,
         rasterio.open(tmp, "w", **profile) as dst,
+        _BlockProgress(blocks.npartitions, progress),
     ):
         dst.update_tags(width=str(width), margin_m=str(margin), all_touched=str(all_touched))
         da.store(
