@@ -45,6 +45,14 @@ __all__ = [
 _NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
 
 
+def _has_consolidated_metadata(store: Path) -> bool:
+    """True if a Zarr v2 or v3 store carries consolidated metadata."""
+    v3 = store / "zarr.json"
+    return (store / ".zmetadata").exists() or (
+        v3.exists() and '"consolidated_metadata"' in v3.read_text()
+    )
+
+
 def open_dataset(path: Path | str, *, chunks: Any = "auto", **kwargs: Any) -> xr.Dataset:
     """Open a netCDF file or a Zarr store lazily, as a Dask-backed dataset.
 
@@ -63,6 +71,7 @@ def open_dataset(path: Path | str, *, chunks: Any = "auto", **kwargs: Any) -> xr
     if path.is_dir():
         if not any((path / name).exists() for name in (".zgroup", ".zattrs", "zarr.json")):
             raise ValueError(f"{path} is a folder but not a Zarr store (no .zgroup or zarr.json)")
+        kwargs.setdefault("consolidated", _has_consolidated_metadata(path))
         return xr.open_zarr(path, chunks=chunks, **kwargs)
     with open(path, "rb") as handle:
         head = handle.read(8)
