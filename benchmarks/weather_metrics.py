@@ -2,9 +2,10 @@
 
 Usage: python benchmarks/weather_metrics.py [--quick] [--points N] [--repeat R] [--out PATH]
 
-Each case is timed ``--repeat`` times after one warm-up call (so numba compilation is not
-counted); the table shows the best and the median wall time, and the largest relative
-difference from properscoring on the same arrays.
+Every case is called once to warm up (numba compilation is not counted), then the cases
+are timed in turn ``--repeat`` times, so that load from other processes hits them alike;
+the table shows the best and the median wall time, and the largest relative difference
+from properscoring on the same arrays.
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ from sciml.weather.kernels import crps_ensemble_array, default_threads
 from sciml.weather.metrics import crps_ensemble
 
 
-def _time(func: Callable[[], np.ndarray], repeat: int) -> tuple[list[float], np.ndarray]:
-    result = np.asarray(func())  # warm-up (JIT compilation, caches)
-    times = []
+def _time_round_robin(
+    cases: dict[str, Callable[[], np.ndarray]], repeat: int
+) -> dict[str, tuple[list[float], np.ndarray]]:
+    """Warm every case up once, then time them in turn ``repeat`` times (fair under load)."""
+    results = {name: np.asarray(func()) for name, func in cases.items()}  # JIT, caches
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = np.asarray(func())
-        times.append(time.perf_counter() - start)
-    return times, result
+        for name, func in cases.items():
+            start = time.perf_counter()
+            results[name] = np.asarray(func())
+            times[name].append(time.perf_counter() - start)
+    return {name: (times[name], results[name]) for name in cases}
 
 
 def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[dict]:
@@ -62,11 +67,9 @@ def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[d
             "sciml kernel float32 input": lambda f=fc32, ob=ob: crps_ensemble_array(ob, f),
             "sciml kernel fair": lambda fc=fc, ob=ob: crps_ensemble_array(ob, fc, fair=True),
         }
-        reference = None
-        for name, func in cases.items():
-            times, result = _time(func, repeat)
-            if reference is None:
-                reference = result
+        timed = _time_round_robin(cases, repeat)
+        reference = timed["properscoring (numba)"][1]
+        for name, (times, result) in timed.items():
             agree = (
                 float(np.max(np.abs(result - reference) / np.abs(reference)))
                 if "fair" not in name and "float32" not in name
