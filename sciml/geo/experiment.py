@@ -41,7 +41,8 @@ class ExperimentResult:
         name: ``"masked"`` or ``"unmasked"``.
         tree_recall: Share of all trees (complete truth) with half their crown found.
         truth: Pixel metrics against the complete truth (all trees).
-        in_mask: Pixel metrics inside the road mask against the inventory labels.
+        in_mask: Pixel metrics inside the road mask against the inventory labels
+            (the masked model is given the road mask, the unmasked one ones).
         probability: Predicted tree probability of the whole scene (mask of ones).
         model: The trained model.
     """
@@ -145,7 +146,11 @@ def run_experiment(
                 masked=masked,
             )
             everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)
-            on_roads = predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
+            on_roads = (  # each model sees the mask channel it was trained with
+                predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
+                if masked
+                else everywhere
+            )
             found = everywhere.values > 0.5
             results[name] = ExperimentResult(
                 name=name,
