@@ -19,7 +19,7 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     """
     outdir = pathlib.Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    shape = (1, 2, 16, 16, 8) if quick else (2, 2, 33, 24, 16)
+    shape = (1, 2, 16, 16, 8) if quick else (2, 2, 32, 24, 16)  # U-Net depth 2: sizes divide by 4
     fig = plot_decomposition((shape[2], shape[3]), (2, 1))
     fig.savefig(outdir / "spatial_decomposition.png", dpi=90)
     plt.close(fig)
