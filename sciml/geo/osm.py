@@ -153,7 +153,15 @@ def load_roads(
     if frame.crs is None:
         raise ValueError(f"{path}: the road layer has no CRS; expected a georeferenced layer")
     frame = frame[frame["highway"].notna() & frame.geometry.notna()]
-    frame = frame[frame.geometry.geom_type.isin(_LINE_TYPES)]
+    lines = frame.geometry.geom_type.isin(_LINE_TYPES)
+    if not lines.all():
+        kinds = sorted(set(frame.geometry.geom_type[~lines]))
+        warnings.warn(
+            f"{path}: skipping {int((~lines).sum())} highway feature(s) that are not lines "
+            f"({kinds}); road masks are built from centre lines",
+            stacklevel=2,
+        )
+    frame = frame[lines]
     if classes is not None:
         wanted = set(classes)
         frame = frame[frame["highway"].isin(wanted)]

@@ -112,3 +112,13 @@ def test_parse_tags():
     np.testing.assert_array_equal(metres.to_numpy(), [7.0, 7.5, 3.5, np.nan, np.nan, np.nan])
     lanes = parse_lanes(pd.Series(["2", "2;3", "x", None]))
     np.testing.assert_array_equal(lanes.to_numpy(), [2.0, 3.0, np.nan, np.nan])
+
+
+def test_non_line_roads_are_reported(helsinki_roads, tmp_path):
+    mixed = helsinki_roads.iloc[:4].copy()
+    mixed.loc[0, "geometry"] = mixed.geometry.iloc[0].buffer(0.0001)
+    path = tmp_path / "mixed.gpkg"
+    mixed.to_file(path, driver="GPKG")
+    with pytest.warns(UserWarning, match=r"skipping 1 highway feature\(s\) that are not lines"):
+        roads = load_roads(path)
+    assert len(roads) == 3
