@@ -148,3 +148,11 @@ def test_augmented_tiles_are_the_eight_orientations():
     assert len(set(seen)) == 8
     with pytest.raises(IndexError):
         augmented[len(augmented)]
+
+
+def test_tiles_without_data_are_skipped():
+    image = np.zeros((3, 64, 64), dtype=np.uint8)
+    image[:, :32, :32] = 100  # data only in the top-left quarter; 0 = nodata
+    tiles = SceneTiles(image, None, None, tile=32, overlap=0, nodata=0)
+    assert [(t["row"], t["col"]) for t in (tiles[i] for i in range(len(tiles)))] == [(0, 0)]
+    assert "label" not in tiles[0]
