@@ -205,6 +205,7 @@ class Exchange:
 
     def __init__(self, plan: HaloPlan, x: torch.Tensor, group: dist.ProcessGroup) -> None:
         self.plan, self.x, self.group = plan, x, group
+        self.like, self.shape = x.new_empty(0), tuple(x.shape)  # survive release()
         self.recv: dict[int, torch.Tensor] = {}
         self.requests: list[Any] = []
         self.staged: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -213,9 +214,11 @@ class Exchange:
         self.sent_grads: list[torch.Tensor] = []
         self.returned: list[tuple[tuple[Index, ...], torch.Tensor | None]] = []
         self.backward_started = False
+        #: Materialize only the received halos (own data and padding read as zeros).
+        self.halo_only = False
 
     def _shape(self, box: Box) -> list[int]:
-        shape = list(self.x.shape)
+        shape = list(self.shape)
         for axis, (lo, hi) in zip(self.plan.axes, box, strict=True):
             shape[axis] = hi - lo
         return shape
@@ -270,8 +273,8 @@ class Exchange:
                                               zip(part, box, strict=True)))  # fmt: skip
             within = tuple((lo - r, hi - r) for (lo, hi), (r, _) in
                            zip(part, region.box, strict=True))  # fmt: skip
-            if region.kind == "fill":
-                target.fill_(self.plan.fill)
+            if region.kind == "fill" or (self.halo_only and region.kind == "local"):
+                target.fill_(0.0 if self.halo_only else self.plan.fill)
             elif region.kind == "recv":
                 target.copy_(_narrow(self.recv[number], axes, within))
             else:
@@ -286,7 +289,7 @@ class Exchange:
         self.backward_started = True
         axes = self.plan.axes
         for number, region in enumerate(self.plan.regions):
-            if region.kind == "fill":
+            if region.kind == "fill" or (self.halo_only and region.kind == "local"):
                 continue
             for box, grad in grads:
                 part = _clip(region.box, box)
@@ -308,14 +311,14 @@ class Exchange:
             if region.kind == "recv":
                 back = self.grad_recv.get(number)
                 if back is None:
-                    back = self.x.new_zeros(self._shape(region.box))
+                    back = self.like.new_zeros(self._shape(region.box))
                 self._isend(back, region.peer, region.tag)
         self.grad_recv = {}
         for send in self.plan.sends:
-            shape = list(self.x.shape)
+            shape = list(self.shape)
             for axis, idx in zip(axes, send.index, strict=True):
                 shape[axis] = idx.stop - idx.start if isinstance(idx, slice) else len(idx)
-            buffer = self._irecv(self.x.new_empty(shape), send.peer, send.tag)
+            buffer = self._irecv(self.like.new_empty(shape), send.peer, send.tag)
             self.returned.append((send.index, buffer))
 
     def finish_backward(self, grad_x: torch.Tensor | None) -> torch.Tensor:
@@ -327,32 +330,36 @@ class Exchange:
         parts = self.grad_parts + self.returned
         self.grad_parts, self.returned = [], []
         if grad_x is None:
-            grad_x = _whole_local(parts, self.x, axes)
+            grad_x = _whole_local(parts, self.like, self.shape, axes)
         elif not grad_x.is_contiguous():
             grad_x = grad_x.contiguous()
         for index, value in parts:
             if value is not None:
                 _add_at(grad_x, axes, index, value)
+        return grad_x
+
+    def release(self) -> None:
+        """Drop the input and the received halos once the extended input is built."""
         self.x = None  # type: ignore[assignment]
         self.recv = {}
-        return grad_x
 
 
 def _whole_local(
     parts: list[tuple[tuple[Index, ...], torch.Tensor | None]],
-    x: torch.Tensor,
+    like: torch.Tensor,
+    shape: tuple[int, ...],
     axes: tuple[int, ...],
 ) -> torch.Tensor:
     """Start the input gradient from a part covering the whole block (no zero fill) if any."""
     for number, (index, value) in enumerate(parts):
         covers = all(
-            isinstance(i, slice) and i.start == 0 and i.stop == x.shape[a]
+            isinstance(i, slice) and i.start == 0 and i.stop == shape[a]
             for a, i in zip(axes, index, strict=True)
         )
         if covers and value is not None:
             parts[number] = (index, None)
             return value.clone(memory_format=torch.contiguous_format)
-    return torch.zeros_like(x)
+    return like.new_zeros(shape)
 
 
 class _HaloExtend(torch.autograd.Function):
@@ -362,7 +369,9 @@ class _HaloExtend(torch.autograd.Function):
         exchange.start()
         exchange.wait()
         ctx.exchange = exchange
-        return exchange.materialize(plan.full_box)
+        out = exchange.materialize(plan.full_box)
+        exchange.release()
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -405,13 +414,15 @@ class _HaloFinish(torch.autograd.Function):
     def forward(ctx: Any, token: torch.Tensor, exchange: Exchange, *boxes: Box) -> Any:
         exchange.wait()
         ctx.exchange, ctx.boxes = exchange, boxes
-        return tuple(exchange.materialize(box) for box in boxes)
+        out = tuple(exchange.materialize(box) for box in boxes)
+        exchange.release()
+        return out
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         pairs = [(box, g) for box, g in zip(ctx.boxes, grads, strict=True) if g is not None]
         ctx.exchange.start_backward(pairs)
-        return (ctx.exchange.x.new_zeros(0), None, *(None for _ in ctx.boxes))
+        return (ctx.exchange.like.new_zeros(0), None, *(None for _ in ctx.boxes))
 
 
 def halo_start(x: torch.Tensor, plan: HaloPlan) -> tuple[torch.Tensor, torch.Tensor, Exchange]:
@@ -423,12 +434,15 @@ def halo_start(x: torch.Tensor, plan: HaloPlan) -> tuple[torch.Tensor, torch.Ten
 
 
 def halo_finish(
-    token: torch.Tensor, exchange: Exchange, boxes: list[Box]
+    token: torch.Tensor, exchange: Exchange, boxes: list[Box], *, halo_only: bool = False
 ) -> tuple[torch.Tensor, ...]:
     """Wait for the exchange and return the extended input restricted to each box.
 
+    With ``halo_only`` the rank's own data and the padding read as zeros: the
+    boxes then hold only what the neighbours sent (for additive corrections).
     In the backward pass the halo gradients of these boxes are sent back
     while the interior's backward runs; :func:`halo_start`'s backward adds
     them up.
     """
+    exchange.halo_only = halo_only
     return _HaloFinish.apply(token, exchange, *boxes)

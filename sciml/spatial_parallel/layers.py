@@ -110,6 +110,11 @@ class SpatialLayer:
         return shape
 
 
+def native_only(native: tuple[int, int, int], axes: tuple[int, ...]) -> tuple[int, int, int]:
+    """The operator's own padding on the axes not assembled explicitly, zero on the others."""
+    return tuple(0 if k + 2 in axes else p for k, p in enumerate(native))  # type: ignore[return-value]
+
+
 def _index(axes: tuple[int, ...], box: Box) -> tuple[slice, ...]:
     index = [slice(None)] * 5
     for axis, (lo, hi) in zip(axes, box, strict=True):
@@ -133,6 +138,23 @@ class _Assemble(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         return (None, None, None, *(grad[index] for index in ctx.index))
+
+
+class _AddInto(torch.autograd.Function):
+    """``out[index] += part`` in place, without the full-size gradient copy of autograd's
+    view bookkeeping; the backward hands ``out``'s gradient through and a view to ``part``."""
+
+    @staticmethod
+    def forward(ctx: Any, out: torch.Tensor, index: tuple[slice, ...], *parts: Any) -> Any:
+        ctx.index = index
+        ctx.mark_dirty(out)
+        for box_index, part in zip(index, parts, strict=True):
+            out[box_index] += part
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return (grad, None, *(grad[box_index] for box_index in ctx.index))
 
 
 class _WindowLayer(SpatialLayer):
@@ -269,6 +291,7 @@ class _WindowLayer(SpatialLayer):
             inputs = halo_finish(token, exchange, ext_boxes)
         else:  # this rank only sends; its backward still answers in halo_start's backward
             exchange.wait()
+            exchange.release()
             inputs = ()
         for box, inp in zip(shells, inputs, strict=True):
             parts.append(self._post(self._op(inp, native), plans, self._ranges(halo, box)))
@@ -309,6 +332,67 @@ class SpatialConv3d(_WindowLayer, nn.Conv3d):
 
     def _op(self, x: torch.Tensor, padding: tuple[int, int, int]) -> torch.Tensor:
         return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+    def _additive(self, halo: HaloPlan) -> bool:
+        """Stride 1 and symmetric 'same' zero padding on every split axis: the local
+        convolution with zero padding is the output block up to the halo terms."""
+        windows = self._windows()
+        return self.padding_mode == "zeros" and all(
+            windows[axis - 2].stride == 1
+            and windows[axis - 2].pad_lo == windows[axis - 2].pad_hi
+            and plan.out_size == plan.size
+            for axis, plan in zip(halo.axes, halo.plans, strict=True)
+        )
+
+    def _overlapped(
+        self, x: torch.Tensor, halo: HaloPlan, native: tuple[int, int, int]
+    ) -> torch.Tensor:
+        """Convolve the whole block with zeros for the halos while they travel, then add
+        the convolution of the received halos to the boundary shell (linearity)."""
+        if not self._additive(halo):
+            return super()._overlapped(x, halo, native)
+        windows = self._windows()
+        padding = tuple(windows[k].pad_lo if k + 2 in halo.axes else native[k] for k in range(3))
+        alias, token, exchange = halo_start(x, halo)
+        out = F.conv3d(alias, self.weight, self.bias, 1, padding, self.dilation, self.groups)
+        shells, ext_boxes = [], []
+        current = [(0, p.out_blocks[c][1] - p.out_blocks[c][0])
+                   for p, c in zip(halo.plans, halo.coords, strict=True)]  # fmt: skip
+        for k, axis in enumerate(halo.axes):
+            w = windows[axis - 2]
+            plan, coord = halo.plans[k], halo.coords[k]
+            pieces, size = plan.pieces[coord], current[k][1]
+            # rows that read a neighbour's block (the global edge is the conv's own padding)
+            lo = min(size, w.pad_lo) if pieces[0].source not in (None, coord) else 0
+            hi = max(lo, size - (w.reach - 1 - w.pad_lo))
+            hi = hi if pieces[-1].source not in (None, coord) else size
+            for rows in ((0, lo), (hi, size)):
+                if rows[1] > rows[0]:
+                    shells.append(tuple(current[:k] + [rows] + current[k + 1 :]))
+            current[k] = (lo, hi)
+            if hi <= lo:
+                break  # no interior left: the shells cover the whole block
+        for box in shells:  # output rows -> extended-input rows (ext starts at block - halo)
+            ext = []
+            for k, axis in enumerate(halo.axes):
+                w = windows[axis - 2]
+                shift = (
+                    halo.plans[k].blocks[halo.coords[k]][0] - halo.plans[k].needs[halo.coords[k]][0]
+                )
+                a, b = box[k]
+                ext.append((a - w.pad_lo + shift, b - 1 - w.pad_lo + w.reach + shift))
+            ext_boxes.append(tuple(ext))
+        if not shells:
+            exchange.wait()
+            exchange.release()
+            return out
+        inputs = halo_finish(token, exchange, ext_boxes, halo_only=True)
+        corrections = [
+            F.conv3d(inp, self.weight, None, 1, native_only(native, halo.axes), self.dilation,
+                     self.groups)
+            for inp in inputs
+        ]  # fmt: skip
+        return _AddInto.apply(out, tuple(_index(halo.axes, box) for box in shells), *corrections)
 
     def _channels(self, x: torch.Tensor) -> int:
         return self.out_channels
