@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resolution", type=float, default=1.0, help="metres per pixel")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the runs in --run-dir instead of restarting"
+    )
     args = parser.parse_args(argv)
 
     from sciml.geo.demo import DEMO_BOUNDS
@@ -42,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         "base_channels": 8 if args.quick else 16,
         "seed": args.seed,
     }
-    results = run_experiment(scene, Path(args.run_dir) / f"seed{args.seed}", **options)
+    run_dir = Path(args.run_dir) / f"seed{args.seed}"
+    if not args.resume:
+        shutil.rmtree(run_dir, ignore_errors=True)  # fit would resume old checkpoints
+    results = run_experiment(scene, run_dir, **options)
     table = results_table(results)
     print(table)
     counts = scene.trees.groupby(["source", "in_inventory"]).size()
