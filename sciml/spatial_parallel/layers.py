@@ -240,6 +240,8 @@ class _WindowLayer(SpatialLayer):
     def _overlapped(
         self, x: torch.Tensor, halo: HaloPlan, native: tuple[int, int, int]
     ) -> torch.Tensor:
+        """Compute the outputs that read only this rank's block while the halos travel,
+        then the boundary shell from the assembled halos, and write both into one block."""
         windows = self._windows()
         plans = dict(zip(halo.axes, halo.plans, strict=True))
         full, inner, local_in = [], [], []

@@ -151,12 +151,6 @@ class DimPlan:
         """Number of ranks along this dimension."""
         return len(self.blocks)
 
-    def is_trivial(self, rank: int) -> bool:
-        """True when ``rank`` needs exactly its own block (no halo, no trim, no padding)."""
-        lo, hi = self.blocks[rank]
-        pieces = self.pieces[rank]
-        return self.needs[rank] == (lo, hi) and all(p.source == rank for p in pieces)
-
 
 def _owner(index: int, blocks: Sequence[tuple[int, int]]) -> int:
     for rank, (lo, hi) in enumerate(blocks):
