@@ -5,6 +5,14 @@ Public API::
     from sciml.geo import load_roads, road_mask
     roads = load_roads("city.osm.pbf")
     mask = road_mask(roads, like="ortho.tif", width="osm")
+
+Modules: ``osm`` (road and OSM layers), ``widths`` (metric widths, UTM
+buffering), ``grid`` (a raster's grid), ``mask`` (in-memory and streamed
+masks), ``trees`` (inventories -> crown labels), ``rasters`` (GeoTIFF I/O),
+``tiles`` (training tiles, stitched inference), ``model`` (masked U-Net,
+losses, metrics), ``scene`` and ``experiment`` (synthetic Helsinki scene,
+masked vs unmasked), ``plots``, ``demo``, ``cli``. The torch-based modules
+are not imported here, so that ``import sciml.geo`` stays light.
 """
 
 from sciml.geo.grid import RasterGrid
