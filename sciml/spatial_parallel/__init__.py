@@ -41,6 +41,7 @@ from sciml.spatial_parallel.heads import (
     SpatialDropout3d,
     SpatialFlatten,
 )
+from sciml.spatial_parallel.io import read_block
 from sciml.spatial_parallel.layers import (
     SpatialAvgPool3d,
     SpatialConv3d,
@@ -74,6 +75,7 @@ __all__ = [
     "gradient_sync",
     "mse_loss",
     "parallelize",
+    "read_block",
     "shard",
     "spatial_mean",
     "unshard",

@@ -8,7 +8,7 @@ import pytest
 
 from sciml.cli import main
 from sciml.distributed import spawn
-from tests.spatial_parallel.workers import sharding_and_losses
+from tests.spatial_parallel.workers import sharded_read, sharding_and_losses
 
 
 @pytest.mark.parametrize("mesh", [{"data": 2, "depth": 2}, {"data": 2}], ids=["2x2x1x1", "2x1"])
@@ -41,3 +41,23 @@ def test_demo_section(tmp_path: Path) -> None:
     markdown = demo(tmp_path, quick=True)
     assert "**match**" in markdown
     assert (tmp_path / "spatial_decomposition.png").stat().st_size > 0
+
+
+def test_read_block_from_netcdf(tmp_path: Path) -> None:
+    import numpy as np
+    import xarray as xr
+
+    values = np.random.default_rng(0).standard_normal((3, 2, 7, 5, 4)).astype("float32")
+    dims = ("n", "c", "d", "h", "w")
+    xr.Dataset({"density": (dims, values)}).to_netcdf(tmp_path / "cube.nc")
+    errors = spawn(sharded_read, 4, {"data": 2, "depth": 2}, str(tmp_path / "cube.nc"))
+    assert max(errors) == 0.0
+
+
+def test_read_block_rejects_wrong_rank() -> None:
+    import numpy as np
+
+    from sciml.spatial_parallel.io import read_block
+
+    with pytest.raises(ValueError, match=r"\(N, C, D, H, W\) array, got shape \(4, 4\)"):
+        read_block(np.zeros((4, 4)), None)  # type: ignore[arg-type]

@@ -151,3 +151,17 @@ def sharding_and_losses(mesh_kwargs: dict[str, int]) -> dict[str, float]:
         "mse": abs(float(mse) - float(replica_mse)),
         "global_loss": abs(global_loss(term, mesh) - float(sum(batch_means) / mesh.data)),
     }
+
+
+def sharded_read(mesh_kwargs: dict[str, int], path: str) -> float:
+    """read_block of a netCDF variable (through Dask-backed xarray) against shard()."""
+    import xarray as xr
+
+    from sciml.spatial_parallel.io import read_block
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    with xr.open_dataset(path, chunks={"d": 2}) as dataset:
+        lazy = dataset["density"]
+        block = read_block(lazy, mesh)
+        whole = torch.from_numpy(lazy.values)
+    return rel(block, shard(whole, mesh))
