@@ -45,6 +45,8 @@ __all__ = ["generate_ensemble", "write_ensemble"]
 #: Toy defaults: cheap (32 x 32 x 2), chaotic, errors doubling in about a day.
 TOY_PARAMS = QGParams(n=32, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 EPOCH = np.datetime64("2000-01-01T00:00", "ns")
+#: Trajectories integrated together (start dates x (members + truth)); bounds the memory.
+BATCH_ENTRIES = 256
 
 
 def _perturbations(model: TwoLayerQG, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -122,15 +124,24 @@ def _generate(members, start_dates, leads, steps, interval, spin_up, perturbatio
     if model_error > 0:
         factor = torch.exp(model_error * torch.randn(start_dates, members, generator=generator))
         drag[:, 1:] *= factor.to(torch.float64)
-    psi, q = [], []
-    done = 0
-    for target in tqdm(np.round(steps).astype(int), disable=not progress, desc="QG ensemble"):
-        for _ in range(target - done):
-            batch = model.step(batch, drag)
-        done = target
-        psi.append(model.to_grid(model.invert(batch)).numpy())
-        q.append(model.to_grid(batch).numpy())
-    return _to_dataset(np.stack(psi, 2), np.stack(q, 2), leads, interval, spin_up, params,
+    n = params.n
+    shape = (start_dates, members + 1, len(leads), 2, n, n)
+    psi, q = np.empty(shape), np.empty(shape)
+    group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
+    bar = tqdm(total=start_dates * int(round(steps[-1])), disable=not progress,
+               desc="QG ensemble", unit="date-step")
+    for first in range(0, start_dates, group):
+        part = slice(first, min(first + group, start_dates))
+        state, done = batch[part], 0
+        for index, target in enumerate(np.round(steps).astype(int)):
+            for _ in range(target - done):
+                state = model.step(state, drag[part])
+            bar.update((target - done) * (part.stop - part.start))
+            done = target
+            psi[part, :, index] = model.to_grid(model.invert(state)).numpy()
+            q[part, :, index] = model.to_grid(state).numpy()
+    bar.close()
+    return _to_dataset(psi, q, leads, interval, spin_up, params,
                        members=members, seed=seed, perturbation=perturbation,
                        model_error=model_error)
 
@@ -181,10 +192,17 @@ def _to_dataset(psi, q, leads, interval, spin_up, params, **settings) -> xr.Data
     return ds
 
 
-def write_ensemble(ds: xr.Dataset, path: Path | str) -> Path:
-    """Write a (toy) ensemble dataset to netCDF atomically, compressed; return the path."""
+def write_ensemble(ds: xr.Dataset, path: Path | str, *, dtype: str = "float32") -> Path:
+    """Write an ensemble dataset to netCDF atomically and compressed; return the path.
+
+    Args:
+        ds: Dataset (e.g. from :func:`generate_ensemble`).
+        path: Output path.
+        dtype: On-disk type of the data variables (float32 like real archives halves the
+            size; ``"float64"`` keeps the model's precision).
+    """
     path = Path(path)
-    encoding = {name: {"zlib": True, "complevel": 4} for name in ds.data_vars}
+    encoding = {name: {"zlib": True, "complevel": 4, "dtype": dtype} for name in ds.data_vars}
     with atomic_path(path, suffix=".nc") as tmp:
         ds.to_netcdf(tmp, encoding=encoding)
     return path
