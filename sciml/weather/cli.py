@@ -19,6 +19,7 @@ def _cmd_toy(args: argparse.Namespace) -> int:
         model_error=args.model_error,
         seed=args.seed,
         progress=not args.quiet,
+        threads=args.threads,
     )
     path = write_ensemble(ds, args.out)
     print(f"wrote {path}: {dict(ds.sizes)}")
@@ -82,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     toy.add_argument("--perturbation", type=float, default=0.02)
     toy.add_argument("--model-error", type=float, default=0.0)
     toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--threads", type=int, default=1,
+                     help="worker threads (2 on a 2-core machine; same result)")
     toy.add_argument("--quiet", action="store_true", help="no progress bar")
     toy.set_defaults(func=_cmd_toy)
 

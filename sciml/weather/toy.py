@@ -30,6 +30,7 @@ seed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -81,8 +82,9 @@ def generate_ensemble(
         seed: Seed of every random draw.
         params: Model parameters.
         progress: Show a tqdm progress bar.
-        threads: torch intra-op threads while generating (small FFTs run fastest on one;
-            the previous setting is restored).
+        threads: Worker threads, each integrating batches of start dates (the result does
+            not depend on it). torch runs single-threaded inside each (small FFTs are fastest
+            so); its previous setting is restored.
 
     Returns:
         The dataset described in the module docstring.
@@ -96,16 +98,16 @@ def generate_ensemble(
     if not np.allclose(steps, np.round(steps)):
         raise ValueError(f"lead_times {lead_times} must be multiples of dt={params.dt}")
     previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     try:
         return _generate(members, start_dates, leads, steps, interval, spin_up, perturbation,
-                         model_error, seed, params, progress)
+                         model_error, seed, params, progress, threads)
     finally:
         torch.set_num_threads(previous)
 
 
 def _generate(members, start_dates, leads, steps, interval, spin_up, perturbation, model_error,
-              seed, params, progress) -> xr.Dataset:
+              seed, params, progress, threads) -> xr.Dataset:
     generator = torch.Generator().manual_seed(seed)
     model = TwoLayerQG(params)
     state = model.run(model.random_state(generator), spin_up)
@@ -130,8 +132,8 @@ def _generate(members, start_dates, leads, steps, interval, spin_up, perturbatio
     group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
     bar = tqdm(total=start_dates * int(round(steps[-1])), disable=not progress,
                desc="QG ensemble", unit="date-step")
-    for first in range(0, start_dates, group):
-        part = slice(first, min(first + group, start_dates))
+
+    def integrate(part: slice) -> None:
         state, done = batch[part], 0
         for index, target in enumerate(np.round(steps).astype(int)):
             for _ in range(target - done):
@@ -140,6 +142,11 @@ def _generate(members, start_dates, leads, steps, interval, spin_up, perturbatio
             done = target
             psi[part, :, index] = model.to_grid(model.invert(state)).numpy()
             q[part, :, index] = model.to_grid(state).numpy()
+
+    parts = [slice(i, min(i + group, start_dates)) for i in range(0, start_dates, group)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:  # torch ops release the GIL
+        for future in [pool.submit(integrate, part) for part in parts]:
+            future.result()
     bar.close()
     return _to_dataset(psi, q, leads, interval, spin_up, params,
                        members=members, seed=seed, perturbation=perturbation,

@@ -84,7 +84,7 @@ def test_toy_is_deterministic_and_seed_dependent(toy, monkeypatch):
     # same seed, integrated one start date at a time instead of all together: identical
     monkeypatch.setattr(toy_module, "BATCH_ENTRIES", 7)
     again = generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6), interval=3.0,
-                              spin_up=50.0, seed=3, params=SMALL)
+                              spin_up=50.0, seed=3, params=SMALL, threads=2)
     xr.testing.assert_identical(again, toy)
     other = generate_ensemble(members=2, start_dates=1, lead_times=(0,), spin_up=50.0, seed=4,
                               params=SMALL)
