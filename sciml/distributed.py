@@ -358,7 +358,7 @@ def spawn(
         RuntimeError: If a rank raised (its traceback is included), exited
             without a result, or the whole run took longer than ``timeout``.
     """
-    ctx = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)
     results = ctx.Queue()
     port = _free_port()
     procs = [

@@ -27,7 +27,7 @@ import csv
 import math
 import random
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -194,6 +194,15 @@ def epoch_batches(
     if drop_last and batches and len(batches[-1]) < batch_size:
         batches.pop()
     return batches
+
+
+def _check_sized(name: str, dataset: object) -> None:
+    if not isinstance(dataset, Sized):
+        raise TypeError(f"{name} must be a map-style dataset with a length, got {type(dataset)}")
+
+
+def _length(dataset: Dataset[Any]) -> int:
+    return len(dataset)  # type: ignore[arg-type]  # checked by _check_sized
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -384,6 +393,9 @@ def fit(
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
     """
     config = config or TrainConfig()
+    _check_sized("train_dataset", train_dataset)
+    if val_dataset is not None:
+        _check_sized("val_dataset", val_dataset)
     run_dir = Path(run_dir)
     rank, _ = _replica()
     replica = replica or _replica()
@@ -415,7 +427,7 @@ def fit(
         with _SignalFlag(config.handle_signals) as signals:
             while state.epoch < config.epochs:
                 batches = epoch_batches(
-                    len(train_dataset), config.batch_size, epoch=state.epoch, seed=config.seed,
+                    _length(train_dataset), config.batch_size, epoch=state.epoch, seed=config.seed,
                     shuffle=config.shuffle, drop_last=config.drop_last, replica=replica,
                 )  # fmt: skip
                 model.train()
@@ -505,7 +517,7 @@ def _evaluate(
 ) -> dict[str, float]:
     """Mean of ``loss_fn``'s values over ``dataset`` (samples weighted equally)."""
     model.eval()
-    batches = epoch_batches(len(dataset), config.batch_size, epoch=0, seed=config.seed,
+    batches = epoch_batches(_length(dataset), config.batch_size, epoch=0, seed=config.seed,
                             shuffle=False, replica=replica)  # fmt: skip
     sums: dict[str, float] = {}
     count = 0

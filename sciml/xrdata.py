@@ -107,7 +107,8 @@ class NormStats:
 def _check_names(ds: xr.Dataset, variables: Sequence[str], dims: Sequence[str]) -> None:
     missing = [v for v in variables if v not in ds.data_vars]
     if missing:
-        raise KeyError(f"variables {missing} not in the dataset; it has {sorted(ds.data_vars)}")
+        available = sorted(map(str, ds.data_vars))
+        raise KeyError(f"variables {missing} not in the dataset; it has {available}")
     for var in variables:
         absent = [d for d in dims if d not in ds[var].dims]
         if absent:
