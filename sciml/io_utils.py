@@ -9,6 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path | str, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
@@ -26,6 +32,7 @@ def atomic_path(path: Path | str, *, suffix: str = "") -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(name)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual mode
     try:
         yield tmp
         with open(tmp, "rb+") as handle:
