@@ -162,3 +162,47 @@ def test_single_date_grib_like_files_combine_along_time(tmp_path):
     np.testing.assert_array_equal(ds["t"].isel(member=0, lead_time=0, level=0, lat=0, lon=0),
                                   [1, 2])
     assert ds["valid_time"].values.ravel()[-1] == np.datetime64("2018-01-04", "ns")
+
+
+def _write_grib(path, days, members, rng):
+    """Tiny GRIB2 ensemble written with ecCodes (cfgrib's writer needs an older xarray)."""
+    eccodes = pytest.importorskip("eccodes")
+    values = {}
+    with open(path, "wb") as handle:
+        for day in days:
+            for number in members:
+                grib = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
+                eccodes.codes_set(grib, "productDefinitionTemplateNumber", 1)
+                keys = {
+                    "discipline": 0, "parameterCategory": 0, "parameterNumber": 0,  # t
+                    "typeOfFirstFixedSurface": 100, "level": 850, "dataDate": 20170100 + day,
+                    "dataTime": 0, "stepRange": "0", "perturbationNumber": number,
+                    "numberOfForecastsInEnsemble": len(members), "typeOfEnsembleForecast": 3,
+                    "Ni": 4, "Nj": 3, "latitudeOfFirstGridPointInDegrees": 10.0,
+                    "latitudeOfLastGridPointInDegrees": 0.0,
+                    "longitudeOfFirstGridPointInDegrees": 0.0,
+                    "longitudeOfLastGridPointInDegrees": 15.0,
+                    "iDirectionIncrementInDegrees": 5.0, "jDirectionIncrementInDegrees": 5.0,
+                }
+                for key, value in keys.items():
+                    eccodes.codes_set(grib, key, value)
+                values[day, number] = 250 + rng.standard_normal((3, 4))
+                eccodes.codes_set_values(grib, values[day, number].ravel())
+                eccodes.codes_write(grib, handle)
+                eccodes.codes_release(grib)
+    return values
+
+
+def test_real_grib_through_cfgrib(tmp_path):
+    pytest.importorskip("cfgrib")
+    rng = np.random.default_rng(0)
+    first = _write_grib(tmp_path / "day1.grib", [1], [0, 1, 2], rng)
+    second = _write_grib(tmp_path / "day2.grib", [2], [0, 1, 2], rng)
+    ds = open_ensemble([tmp_path / "day1.grib", tmp_path / "day2.grib"], members=[0, 2])
+    assert ds["t"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
+    assert ds["level"].values.tolist() == [850.0] and ds["member"].values.tolist() == [0, 2]
+    expected = {**first, **second}
+    for i, day in enumerate((1, 2)):
+        for j, number in enumerate((0, 2)):
+            got = ds["t"].isel(member=j, time=i, lead_time=0, level=0).values
+            np.testing.assert_allclose(got, expected[day, number], atol=1e-3)
