@@ -165,7 +165,8 @@ class _WindowLayer(SpatialLayer):
     operator's own padding.
     """
 
-    overlap: bool = False
+    #: Overlap the halo exchange with the interior (``None``: on CUDA tensors only).
+    overlap: bool | None = None
     fill_value: ClassVar[float] = 0.0
 
     def _windows(self) -> tuple[Window, Window, Window]:
@@ -227,7 +228,8 @@ class _WindowLayer(SpatialLayer):
         if not halo.axes:
             return self._op(x, native)
         empty = self._out_shape(x, halo)
-        if self.overlap and halo.needs_exchange and empty is None:
+        overlap = x.is_cuda if self.overlap is None else self.overlap
+        if overlap and halo.needs_exchange and empty is None:
             return self._overlapped(x, halo, native)
         x_ext = halo_extend(x, halo)
         if empty is not None:

@@ -81,7 +81,7 @@ def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
 
 
 def parallelize(
-    model: nn.Module, mesh: SpatialMesh, *, overlap: bool = True, bucket_mb: float = 25.0
+    model: nn.Module, mesh: SpatialMesh, *, overlap: bool | None = None, bucket_mb: float = 25.0
 ) -> nn.Module:
     """A spatially parallel copy of ``model`` for ``mesh``.
 
@@ -99,7 +99,9 @@ def parallelize(
     Args:
         model: A plain ``torch.nn`` 3D CNN (e.g. ``sciml.models.UNet(dims=3)``).
         mesh: The process grid.
-        overlap: Compute convolution and pooling interiors while halos travel.
+        overlap: Compute convolution and pooling interiors while halos travel
+            (``None``: on CUDA tensors only; on CPU the thin boundary convolutions
+            cost more than the gloo halo time they hide, see the benchmarks).
         bucket_mb: Size of the gradient all-reduce buckets, in MiB.
 
     Raises:
