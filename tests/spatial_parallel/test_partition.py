@@ -127,6 +127,7 @@ def test_circular_wraps_to_the_last_rank() -> None:
     assert plan.pieces[1][-1].source == 0 and plan.pieces[1][-1].index == (0,)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
 @pytest.mark.parametrize(("kernel", "dilation"), [(1, 1), (2, 1), (3, 2), (4, 3)])
 def test_same_padding_matches_torch(kernel: int, dilation: int) -> None:
     lo, hi = same_padding(kernel, dilation)
