@@ -6,7 +6,7 @@ import torch
 
 from sciml.distributed import spawn
 from tests.spatial_parallel.cases import LAYERS, MODELS, cases
-from tests.spatial_parallel.workers import expect_errors, run_cases
+from tests.spatial_parallel.workers import expect_errors, overlap_paths, run_cases
 
 
 def test_errors_name_the_problem_on_four_ranks() -> None:
@@ -40,3 +40,13 @@ def test_harness_detects_missing_gradient_reduction() -> None:
         grads = [v for k, v in results[0][case].items() if k.startswith("grad:")]
         assert max(grads) > 1e-3
         assert results[0][case]["out0"] <= 1e-12
+
+
+def test_overlap_paths_are_the_ones_documented() -> None:
+    """Depth splits assemble interior + shell; height/width splits add halo corrections;
+    on CPU the default is the blocking exchange (a plain convolution node)."""
+    depth = spawn(overlap_paths, 2, {"depth": 2})[0]
+    width = spawn(overlap_paths, 2, {"width": 2})[0]
+    assert depth["on"] == "_AssembleBackward" and width["on"] == "_AddIntoBackward"
+    for nodes in (depth, width):
+        assert nodes["default"] == nodes["off"] == "ConvolutionBackward0"

@@ -165,3 +165,14 @@ def sharded_read(mesh_kwargs: dict[str, int], path: str) -> float:
         block = read_block(lazy, mesh)
         whole = torch.from_numpy(lazy.values)
     return rel(block, shard(whole, mesh))
+
+
+def overlap_paths(mesh_kwargs: dict[str, int]) -> dict[str, str]:
+    """The autograd node that produces a split conv's output for each overlap setting."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    x = shard(torch.randn(1, 2, 8, 8, 8), mesh).requires_grad_()
+    nodes = {}
+    for key, overlap in (("default", None), ("on", True), ("off", False)):
+        conv = parallelize(nn.Conv3d(2, 2, 3, padding=1), mesh, overlap=overlap)
+        nodes[key] = type(conv(x).grad_fn).__name__
+    return nodes
