@@ -80,6 +80,29 @@ class GradientSync:
         self.queued = False
         self.active = dist.get_world_size() > 1
 
+    def watch(self, output: Any) -> None:
+        """Join the reduction whenever a backward pass reaches ``output``.
+
+        A rank whose output block is empty can produce an output that depends
+        on no parameter, so no parameter hook fires there; without this it would
+        skip the all-reduce that the other ranks wait in.
+        """
+        tensors = [output] if isinstance(output, torch.Tensor) else output
+        if not isinstance(tensors, list | tuple):
+            return
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                tensor.register_hook(self._join)
+
+    def _join(self, grad: torch.Tensor) -> None:
+        if self.enabled and self.active:
+            self._queue_finish()
+
+    def _queue_finish(self) -> None:
+        if not self.queued:
+            self.queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
     def _hook(self, param: nn.Parameter) -> Any:
         def hook(grad: torch.Tensor) -> torch.Tensor:
             if not (self.enabled and self.active):
@@ -89,9 +112,7 @@ class GradientSync:
             bucket.buffer[offset : offset + bucket.sizes[i]].copy_(grad.reshape(-1))
             bucket.buffer[offset : offset + bucket.sizes[i]].mul_(bucket.scales[i])
             bucket.ready.add(i)
-            if not self.queued:
-                self.queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+            self._queue_finish()
             self._launch_ready()
             return torch.zeros_like(grad)
 

@@ -145,6 +145,8 @@ def parallelize(
                 dist.broadcast(tensor, src=0)
     params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
     # a plain attribute, not a submodule: the state_dict stays the original model's
-    model.__dict__["spatial_grad_sync"] = GradientSync(params, mesh, bucket_mb=bucket_mb)
+    sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
+    model.__dict__["spatial_grad_sync"] = sync
     model.__dict__["spatial_mesh"] = mesh
+    model.register_forward_hook(lambda module, args, output: sync.watch(output))
     return model
