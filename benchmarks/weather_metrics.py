@@ -57,13 +57,16 @@ def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[d
         fc32 = fc.astype(np.float32)
         cases = {
             "properscoring (numba)": lambda fc=fc, ob=ob: properscoring.crps_ensemble(ob, fc),
-            "xskillscore (dask chunks)": lambda o=ob_dask, f=fc_dask: xskillscore.crps_ensemble(
-                o, f, dim=[]).values,
+            "xskillscore (dask chunks)": lambda o=ob_dask, f=fc_dask: (
+                xskillscore.crps_ensemble(o, f, dim=[]).values
+            ),
             "sciml kernel (numpy array)": lambda fc=fc, ob=ob: crps_ensemble_array(ob, fc),
-            "sciml crps_ensemble (xarray)": lambda o=ob_da, f=fc_da: crps_ensemble(
-                o, f, dim=[]).values,
-            "sciml crps_ensemble (dask chunks)": lambda o=ob_dask, f=fc_dask: crps_ensemble(
-                o, f, dim=[]).values,
+            "sciml crps_ensemble (xarray)": lambda o=ob_da, f=fc_da: (
+                crps_ensemble(o, f, dim=[]).values
+            ),
+            "sciml crps_ensemble (dask chunks)": lambda o=ob_dask, f=fc_dask: (
+                crps_ensemble(o, f, dim=[]).values
+            ),
             "sciml kernel float32 input": lambda f=fc32, ob=ob: crps_ensemble_array(ob, f),
             "sciml kernel fair": lambda fc=fc, ob=ob: crps_ensemble_array(ob, fc, fair=True),
         }
@@ -75,14 +78,23 @@ def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[d
                 if "fair" not in name and "float32" not in name
                 else None
             )
-            rows.append({
-                "members": members, "points": points, "case": name,
-                "best_s": min(times), "median_s": statistics.median(times), "times_s": times,
-                "max_rel_diff_vs_properscoring": agree,
-            })
-            print(f"{members:>3} members  {name:<34} best {min(times):7.3f} s  "
-                  f"median {statistics.median(times):7.3f} s"
-                  + (f"  max rel diff {agree:.1e}" if agree is not None else ""), flush=True)
+            rows.append(
+                {
+                    "members": members,
+                    "points": points,
+                    "case": name,
+                    "best_s": min(times),
+                    "median_s": statistics.median(times),
+                    "times_s": times,
+                    "max_rel_diff_vs_properscoring": agree,
+                }
+            )
+            print(
+                f"{members:>3} members  {name:<34} best {min(times):7.3f} s  "
+                f"median {statistics.median(times):7.3f} s"
+                + (f"  max rel diff {agree:.1e}" if agree is not None else ""),
+                flush=True,
+            )
     return rows
 
 
@@ -108,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         }
     print(json.dumps(summary, indent=1))
     report = {
-        "benchmark": "weather_metrics", "rows": rows, "summary": summary,
-        "threads": default_threads(), "cpu_count": os.cpu_count(),
-        "machine": platform.machine(), "python": platform.python_version(),
-        "numpy": np.__version__, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "benchmark": "weather_metrics",
+        "rows": rows,
+        "summary": summary,
+        "threads": default_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     atomic_write_text(Path(args.out), json.dumps(report, indent=1))
     print(f"wrote {args.out}")

@@ -83,8 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     toy.add_argument("--perturbation", type=float, default=0.02)
     toy.add_argument("--model-error", type=float, default=0.0)
     toy.add_argument("--seed", type=int, default=0)
-    toy.add_argument("--threads", type=int, default=1,
-                     help="worker threads (2 on a 2-core machine; same result)")
+    toy.add_argument(
+        "--threads", type=int, default=1, help="worker threads (2 on a 2-core machine; same result)"
+    )
     toy.add_argument("--quiet", action="store_true", help="no progress bar")
     toy.set_defaults(func=_cmd_toy)
 
@@ -97,8 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("forecasts", nargs="+", help="ensemble file(s): netCDF, Zarr, GRIB")
     score.add_argument("--variable", required=True)
     score.add_argument("--observations", nargs="+", help="file(s) with the verifying values")
-    score.add_argument("--by", nargs="*", default=None,
-                       help="dimensions to keep (default: lead_time when present)")
+    score.add_argument(
+        "--by", nargs="*", default=None, help="dimensions to keep (default: lead_time when present)"
+    )
     score.add_argument("--lat-weights", action="store_true", help="cos-latitude weighting")
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)

@@ -68,8 +68,10 @@ def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
 
 
 def _open_one(path: Path) -> xr.Dataset:
-    if path.suffix == ".zarr" or (path.is_dir() and (path / ".zgroup").exists()) or (
-        path.is_dir() and (path / "zarr.json").exists()
+    if (
+        path.suffix == ".zarr"
+        or (path.is_dir() and (path / ".zgroup").exists())
+        or (path.is_dir() and (path / "zarr.json").exists())
     ):
         return xr.open_zarr(path, chunks={})
     if path.suffix.lower() in GRIB_SUFFIXES:
@@ -143,9 +145,7 @@ def _check_same_grid(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> N
                 )
 
 
-def _select(
-    ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: str
-) -> xr.Dataset:
+def _select(ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: str) -> xr.Dataset:
     if wanted is None:
         return ds
     if dim not in ds.dims:

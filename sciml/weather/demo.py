@@ -48,12 +48,21 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     loo_table.index.name = "time"
     control = era5.isel(member=0, drop=True)
     others = era5.isel(member=slice(1, None))
-    maps = _save(plots.ensemble_maps(control.isel(time=0), others.isel(time=0),
-                                     title="ERA5 T850, members 1-9 against member 0"),
-                 figdir, "era5_maps.png")
+    maps = _save(
+        plots.ensemble_maps(
+            control.isel(time=0),
+            others.isel(time=0),
+            title="ERA5 T850, members 1-9 against member 0",
+        ),
+        figdir,
+        "era5_maps.png",
+    )
     per_member = metrics.rank_histogram(control, others)
-    ranks = _save(plots.rank_histogram_plot(per_member, title="ERA5 T850: rank of member 0"),
-                  figdir, "era5_rank_member0.png")
+    ranks = _save(
+        plots.rank_histogram_plot(per_member, title="ERA5 T850: rank of member 0"),
+        figdir,
+        "era5_rank_member0.png",
+    )
     lines += [
         f"Real ERA5 sample (`{DATA.name}`, 10 members, T850, cos-latitude weights). No truth "
         "ships with it, so each member is verified against the other nine (leave-one-out; "
@@ -79,23 +88,43 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     table = scores.to_dataframe()
     table.index = [f"{lead / np.timedelta64(1, 'D'):g} d" for lead in table.index]
     table.index.name = "lead"
-    by_lead = _save(plots.scores_by_lead(
-        {"CRPS": scores["crps"], "fair CRPS": scores["crps_fair"], "spread": scores["spread"],
-         "RMSE of mean": scores["rmse"]}, ylabel="streamfunction", title="toy QG ensemble"),
-        figdir, "toy_scores_by_lead.png")
+    by_lead = _save(
+        plots.scores_by_lead(
+            {
+                "CRPS": scores["crps"],
+                "fair CRPS": scores["crps_fair"],
+                "spread": scores["spread"],
+                "RMSE of mean": scores["rmse"],
+            },
+            ylabel="streamfunction",
+            title="toy QG ensemble",
+        ),
+        figdir,
+        "toy_scores_by_lead.png",
+    )
     hist = metrics.rank_histogram(toy["psi_truth"], toy["psi"], dim=dims)
-    hist_fig = _save(plots.rank_histogram_plot(hist.isel(lead_time=[1, -1])), figdir,
-                     "toy_rank_histograms.png")
-    skill = _save(plots.spread_skill_plot(toy["psi_truth"].isel(lead_time=-1),
-                                          toy["psi"].isel(lead_time=-1),
-                                          title="toy: spread-skill at the last lead"),
-                  figdir, "toy_spread_skill.png")
+    hist_fig = _save(
+        plots.rank_histogram_plot(hist.isel(lead_time=[1, -1])), figdir, "toy_rank_histograms.png"
+    )
+    skill = _save(
+        plots.spread_skill_plot(
+            toy["psi_truth"].isel(lead_time=-1),
+            toy["psi"].isel(lead_time=-1),
+            title="toy: spread-skill at the last lead",
+        ),
+        figdir,
+        "toy_spread_skill.png",
+    )
     lead = toy["lead_time"].values[-2]
-    toy_maps = _save(plots.ensemble_maps(
-        toy["psi_truth"].sel(lead_time=lead).isel(time=0, level=0),
-        toy["psi"].sel(lead_time=lead).isel(time=0, level=0),
-        title=f"toy QG upper-layer streamfunction, lead {lead / np.timedelta64(1, 'D'):g} d"),
-        figdir, "toy_maps.png")
+    toy_maps = _save(
+        plots.ensemble_maps(
+            toy["psi_truth"].sel(lead_time=lead).isel(time=0, level=0),
+            toy["psi"].sel(lead_time=lead).isel(time=0, level=0),
+            title=f"toy QG upper-layer streamfunction, lead {lead / np.timedelta64(1, 'D'):g} d",
+        ),
+        figdir,
+        "toy_maps.png",
+    )
     lines += [
         f"Toy two-layer QG ensemble ({size['members']} members, {size['start_dates']} start "
         "dates, perfect model, perturbed initial conditions; file `weather/toy_ensemble.nc`) "

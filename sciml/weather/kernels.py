@@ -116,9 +116,7 @@ def crps_ensemble_array(
     return out.reshape(shape)
 
 
-def crps_gaussian_array(
-    observations: np.ndarray, mu: np.ndarray, sigma: np.ndarray
-) -> np.ndarray:
+def crps_gaussian_array(observations: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """Closed-form CRPS of a normal distribution N(mu, sigma^2) (Gneiting et al. 2005).
 
     ``sigma == 0`` gives the limit ``|y - mu|``; negative ``sigma`` gives NaN.

@@ -50,8 +50,14 @@ def ensemble_maps(
     ]
     units = observations.attrs.get("units", "")
     for ax, (field, label, cmap, limits) in zip(axes, panels, strict=True):
-        image = ax.pcolormesh(field["lon"], field["lat"], field.transpose("lat", "lon"),
-                              cmap=cmap, shading="auto", **limits)
+        image = ax.pcolormesh(
+            field["lon"],
+            field["lat"],
+            field.transpose("lat", "lon"),
+            cmap=cmap,
+            shading="auto",
+            **limits,
+        )
         fig.colorbar(image, ax=ax, label=units)
         ax.set(title=label, xlabel="longitude", ylabel="latitude")
     if title:
@@ -72,8 +78,14 @@ def rank_histogram_plot(histogram: xr.DataArray, *, title: str | None = None) ->
         raise ValueError(f"at most one dimension besides 'rank', got {others}")
     panels = histogram.transpose(*others, "rank") if others else histogram.expand_dims("_")
     labels = [f"{others[0]} = {v}" for v in panels[others[0]].values] if others else [""]
-    fig, axes = plt.subplots(1, len(labels), figsize=(3.2 * len(labels) + 1, 3),
-                             sharey=True, squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        1,
+        len(labels),
+        figsize=(3.2 * len(labels) + 1, 3),
+        sharey=True,
+        squeeze=False,
+        constrained_layout=True,
+    )
     for ax, counts, label in zip(axes[0], panels, labels, strict=True):
         freq = counts / counts.sum()
         ax.bar(counts["rank"], freq, color="tab:blue", width=0.85)
@@ -115,8 +127,13 @@ def spread_skill_plot(
     ax.plot([0, top], [0, top], "k--", linewidth=1, label="reliable")
     ax.plot(x, y, "o-", color="tab:red", label="binned points")
     units = observations.attrs.get("units", "")
-    ax.set(xlabel=f"ensemble spread {units}", ylabel=f"RMSE of the mean {units}",
-           xlim=(0, top), ylim=(0, top), title=title or "spread-skill")
+    ax.set(
+        xlabel=f"ensemble spread {units}",
+        ylabel=f"RMSE of the mean {units}",
+        xlim=(0, top),
+        ylim=(0, top),
+        title=title or "spread-skill",
+    )
     ax.legend()
     return fig
 

@@ -100,14 +100,38 @@ def generate_ensemble(
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _generate(members, start_dates, leads, steps, interval, spin_up, perturbation,
-                         model_error, seed, params, progress, threads)
+        return _generate(
+            members,
+            start_dates,
+            leads,
+            steps,
+            interval,
+            spin_up,
+            perturbation,
+            model_error,
+            seed,
+            params,
+            progress,
+            threads,
+        )
     finally:
         torch.set_num_threads(previous)
 
 
-def _generate(members, start_dates, leads, steps, interval, spin_up, perturbation, model_error,
-              seed, params, progress, threads) -> xr.Dataset:
+def _generate(
+    members,
+    start_dates,
+    leads,
+    steps,
+    interval,
+    spin_up,
+    perturbation,
+    model_error,
+    seed,
+    params,
+    progress,
+    threads,
+) -> xr.Dataset:
     generator = torch.Generator().manual_seed(seed)
     model = TwoLayerQG(params)
     state = model.run(model.random_state(generator), spin_up)
@@ -130,8 +154,12 @@ def _generate(members, start_dates, leads, steps, interval, spin_up, perturbatio
     shape = (start_dates, members + 1, len(leads), 2, n, n)
     psi, q = np.empty(shape), np.empty(shape)
     group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
-    bar = tqdm(total=start_dates * int(round(steps[-1])), disable=not progress,
-               desc="QG ensemble", unit="date-step")
+    bar = tqdm(
+        total=start_dates * int(round(steps[-1])),
+        disable=not progress,
+        desc="QG ensemble",
+        unit="date-step",
+    )
 
     def integrate(part: slice) -> None:
         state, done = batch[part], 0
@@ -148,9 +176,18 @@ def _generate(members, start_dates, leads, steps, interval, spin_up, perturbatio
         for future in [pool.submit(integrate, part) for part in parts]:
             future.result()
     bar.close()
-    return _to_dataset(psi, q, leads, interval, spin_up, params,
-                       members=members, seed=seed, perturbation=perturbation,
-                       model_error=model_error)
+    return _to_dataset(
+        psi,
+        q,
+        leads,
+        interval,
+        spin_up,
+        params,
+        members=members,
+        seed=seed,
+        perturbation=perturbation,
+        model_error=model_error,
+    )
 
 
 def _to_dataset(psi, q, leads, interval, spin_up, params, **settings) -> xr.Dataset:
@@ -159,19 +196,40 @@ def _to_dataset(psi, q, leads, interval, spin_up, params, **settings) -> xr.Data
     time = EPOCH + (np.arange(psi.shape[0]) * interval * 86400e9).astype("timedelta64[ns]")
     lead = (leads * 86400e9).astype("timedelta64[ns]")
     coords = {
-        "member": ("member", np.arange(psi.shape[1] - 1),
-                   {"standard_name": "realization", "long_name": "ensemble member"}),
-        "time": ("time", time, {"standard_name": "forecast_reference_time",
-                                "long_name": "start date"}),
-        "lead_time": ("lead_time", lead, {"standard_name": "forecast_period",
-                                          "long_name": "lead time"}),
-        "level": ("level", np.array([1, 2]),
-                  {"long_name": "QG layer (1: upper, 2: lower)", "units": "1", "positive": "down"}),
-        "lat": ("lat", 30 + 30 * (np.arange(n) + 0.5) / n,
-                {"standard_name": "latitude", "units": "degrees_north",
-                 "comment": "label of the periodic beta-plane y coordinate"}),
-        "lon": ("lon", 360 * np.arange(n) / n,
-                {"standard_name": "longitude", "units": "degrees_east"}),
+        "member": (
+            "member",
+            np.arange(psi.shape[1] - 1),
+            {"standard_name": "realization", "long_name": "ensemble member"},
+        ),
+        "time": (
+            "time",
+            time,
+            {"standard_name": "forecast_reference_time", "long_name": "start date"},
+        ),
+        "lead_time": (
+            "lead_time",
+            lead,
+            {"standard_name": "forecast_period", "long_name": "lead time"},
+        ),
+        "level": (
+            "level",
+            np.array([1, 2]),
+            {"long_name": "QG layer (1: upper, 2: lower)", "units": "1", "positive": "down"},
+        ),
+        "lat": (
+            "lat",
+            30 + 30 * (np.arange(n) + 0.5) / n,
+            {
+                "standard_name": "latitude",
+                "units": "degrees_north",
+                "comment": "label of the periodic beta-plane y coordinate",
+            },
+        ),
+        "lon": (
+            "lon",
+            360 * np.arange(n) / n,
+            {"standard_name": "longitude", "units": "degrees_east"},
+        ),
     }
     dims = ("member", "time", "lead_time", "level", "lat", "lon")
     truth_dims = dims[1:]

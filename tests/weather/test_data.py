@@ -26,8 +26,9 @@ def test_open_real_sample_maps_names_and_stays_lazy(era5):
 
 
 def test_select_variables_levels_members(era5):
-    ds = open_ensemble(str(ERA5), variables=["z"], levels=[500], members=range(5),
-                       chunks={"member": 1})
+    ds = open_ensemble(
+        str(ERA5), variables=["z"], levels=[500], members=range(5), chunks={"member": 1}
+    )
     assert list(ds.data_vars) == ["z"]
     assert ds.sizes["member"] == 5 and ds["level"].values.tolist() == [500.0]
     assert ds["z"].chunks[0] == (1,) * 5
@@ -117,8 +118,10 @@ def test_cfgrib_forecast_layout_with_steps():
     ds = standardise_names(raw)
     assert ds["t2m"].dims == ("member", "time", "lead_time", "lat", "lon")
     assert ds["valid_time"].dims == ("time", "lead_time")
-    era5_api = xr.Dataset({"z": (("valid_time", "latitude", "longitude"), np.zeros((2, 2, 3)))},
-                          coords={"valid_time": raw.time.values})
+    era5_api = xr.Dataset(
+        {"z": (("valid_time", "latitude", "longitude"), np.zeros((2, 2, 3)))},
+        coords={"valid_time": raw.time.values},
+    )
     assert standardise_names(era5_api)["z"].dims == ("time", "lat", "lon")
 
 
@@ -148,19 +151,24 @@ def test_single_date_grib_like_files_combine_along_time(tmp_path):
         dims = ("number", "isobaricInhPa", "latitude", "longitude")
         one = xr.Dataset(
             {"t": (dims, np.full((2, 1, 2, 3), day))},
-            coords={"number": [0, 1], "isobaricInhPa": [850.0], "latitude": [10.0, 0.0],
-                    "longitude": [0.0, 1.0, 2.0],
-                    "time": np.datetime64(f"2018-01-0{day}", "ns"),
-                    "step": np.timedelta64(48, "h").astype("timedelta64[ns]"),
-                    "valid_time": np.datetime64(f"2018-01-0{day + 2}", "ns")},
+            coords={
+                "number": [0, 1],
+                "isobaricInhPa": [850.0],
+                "latitude": [10.0, 0.0],
+                "longitude": [0.0, 1.0, 2.0],
+                "time": np.datetime64(f"2018-01-0{day}", "ns"),
+                "step": np.timedelta64(48, "h").astype("timedelta64[ns]"),
+                "valid_time": np.datetime64(f"2018-01-0{day + 2}", "ns"),
+            },
         )
         paths.append(tmp_path / f"ens10_{day}.nc")
         one.to_netcdf(paths[-1])
     ds = open_ensemble(paths)
     assert ds["t"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
     assert ds.sizes["time"] == 2
-    np.testing.assert_array_equal(ds["t"].isel(member=0, lead_time=0, level=0, lat=0, lon=0),
-                                  [1, 2])
+    np.testing.assert_array_equal(
+        ds["t"].isel(member=0, lead_time=0, level=0, lat=0, lon=0), [1, 2]
+    )
     assert ds["valid_time"].values.ravel()[-1] == np.datetime64("2018-01-04", "ns")
 
 
@@ -174,15 +182,25 @@ def _write_grib(path, days, members, rng):
                 grib = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
                 eccodes.codes_set(grib, "productDefinitionTemplateNumber", 1)
                 keys = {
-                    "discipline": 0, "parameterCategory": 0, "parameterNumber": 0,  # t
-                    "typeOfFirstFixedSurface": 100, "level": 850, "dataDate": 20170100 + day,
-                    "dataTime": 0, "stepRange": "0", "perturbationNumber": number,
-                    "numberOfForecastsInEnsemble": len(members), "typeOfEnsembleForecast": 3,
-                    "Ni": 4, "Nj": 3, "latitudeOfFirstGridPointInDegrees": 10.0,
+                    "discipline": 0,
+                    "parameterCategory": 0,
+                    "parameterNumber": 0,  # t
+                    "typeOfFirstFixedSurface": 100,
+                    "level": 850,
+                    "dataDate": 20170100 + day,
+                    "dataTime": 0,
+                    "stepRange": "0",
+                    "perturbationNumber": number,
+                    "numberOfForecastsInEnsemble": len(members),
+                    "typeOfEnsembleForecast": 3,
+                    "Ni": 4,
+                    "Nj": 3,
+                    "latitudeOfFirstGridPointInDegrees": 10.0,
                     "latitudeOfLastGridPointInDegrees": 0.0,
                     "longitudeOfFirstGridPointInDegrees": 0.0,
                     "longitudeOfLastGridPointInDegrees": 15.0,
-                    "iDirectionIncrementInDegrees": 5.0, "jDirectionIncrementInDegrees": 5.0,
+                    "iDirectionIncrementInDegrees": 5.0,
+                    "jDirectionIncrementInDegrees": 5.0,
                 }
                 for key, value in keys.items():
                     eccodes.codes_set(grib, key, value)

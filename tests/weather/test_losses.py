@@ -32,8 +32,9 @@ def test_crps_loss_matches_numpy_metric(data, fair):
 def test_twcrps_and_gaussian_losses_match_references(data):
     obs, ens = data
     got = twcrps_ensemble_loss(obs, ens, a=0.2, reduction="none")
-    np.testing.assert_allclose(got.numpy(), sr.twcrps_ensemble(obs.numpy(), ens.numpy(), 0.2),
-                               rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        got.numpy(), sr.twcrps_ensemble(obs.numpy(), ens.numpy(), 0.2), rtol=1e-10, atol=1e-14
+    )
     mu, sigma = ens.mean(-1), ens.std(-1)
     got = crps_gaussian_loss(obs, mu, sigma, reduction="sum")
     ref = crps_gaussian_array(obs.numpy(), mu.numpy(), sigma.numpy()).sum()
@@ -48,7 +49,8 @@ def test_weights_and_reductions(data):
     expected = (per_point * w).sum() / (w.expand_as(per_point)).sum()
     assert float(weighted) == pytest.approx(float(expected), rel=1e-12)
     assert float(crps_ensemble_loss(obs, ens, reduction="sum")) == pytest.approx(
-        float(per_point.sum()))
+        float(per_point.sum())
+    )
     with pytest.raises(ValueError, match="reduction"):
         crps_ensemble_loss(obs, ens, reduction="max")
     with pytest.raises(ValueError, match="shape"):
@@ -63,9 +65,11 @@ def test_crps_loss_gradcheck(data, fair):
     obs = obs[:2, :3].clone().requires_grad_()
     ens = ens[:2, :3].clone().requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda o, e: crps_ensemble_loss(o, e, fair=fair, reduction="none"), (obs, ens))
+        lambda o, e: crps_ensemble_loss(o, e, fair=fair, reduction="none"), (obs, ens)
+    )
     assert torch.autograd.gradcheck(
-        lambda o, e: twcrps_ensemble_loss(o, e, a=-0.5, b=2.0, reduction="none"), (obs, ens))
+        lambda o, e: twcrps_ensemble_loss(o, e, a=-0.5, b=2.0, reduction="none"), (obs, ens)
+    )
 
 
 def test_gaussian_loss_gradcheck(data):
@@ -74,7 +78,8 @@ def test_gaussian_loss_gradcheck(data):
     mu = ens[:2, :, 0].clone().requires_grad_()
     sigma = (ens[:2, :, 1].abs() + 0.1).requires_grad_()
     assert torch.autograd.gradcheck(
-        lambda o, m, s: crps_gaussian_loss(o, m, s, reduction="none"), (obs, mu, sigma))
+        lambda o, m, s: crps_gaussian_loss(o, m, s, reduction="none"), (obs, mu, sigma)
+    )
 
 
 def test_crps_gradient_closed_form(data):

@@ -59,8 +59,9 @@ def test_crps_matches_properscoring_per_point(members, ties, nans):
     ref = ps.crps_ensemble(ob.values, fc.transpose(..., "member").values)
     assert got.dims == ob.dims
     np.testing.assert_allclose(got.values, ref, rtol=RTOL, atol=1e-12)
-    np.testing.assert_allclose(got.values, _pairwise_crps(ob.values, np.moveaxis(fc.values, 0, -1)),
-                               rtol=RTOL, atol=1e-12)
+    np.testing.assert_allclose(
+        got.values, _pairwise_crps(ob.values, np.moveaxis(fc.values, 0, -1)), rtol=RTOL, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("dim", [None, [], "time", ["lat", "lon"], ["time", "lat", "lon"]])
@@ -105,8 +106,7 @@ def test_crps_float32_and_large_offsets_keep_precision():
     assert got.dtype == np.float64
     ref = ps.crps_ensemble(obs.astype(np.float64), ens.astype(np.float64))
     np.testing.assert_allclose(got, ref, rtol=RTOL)
-    np.testing.assert_allclose(got, _pairwise_crps(obs.astype(float), ens.astype(float)),
-                               rtol=RTOL)
+    np.testing.assert_allclose(got, _pairwise_crps(obs.astype(float), ens.astype(float)), rtol=RTOL)
 
 
 def test_crps_many_blocks_and_threads_agree():
@@ -149,8 +149,9 @@ def test_twcrps_matches_scoringrules(fair):
     ens = fc.transpose(..., "member").values
     est = "fair" if fair else "nrg"
     got = m.twcrps_ensemble(ob, fc, dim=[], a=0.3, fair=fair)
-    np.testing.assert_allclose(got, sr.twcrps_ensemble(ob.values, ens, 0.3, estimator=est),
-                               rtol=RTOL, atol=1e-12)
+    np.testing.assert_allclose(
+        got, sr.twcrps_ensemble(ob.values, ens, 0.3, estimator=est), rtol=RTOL, atol=1e-12
+    )
     got = m.twcrps_ensemble(ob, fc, dim=[], a=-1.0, b=0.5, fair=fair)
     ref = sr.twcrps_ensemble(ob.values, ens, -1.0, 0.5, estimator=est)
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=1e-12)
@@ -166,11 +167,12 @@ def test_crps_gaussian_matches_properscoring_and_limits():
     ob, fc = _fields(rng, 6, nans=True)
     mu, sigma = fc.mean("member"), fc.std("member") + 0.1
     got = m.crps_gaussian(ob, mu, sigma, dim=[])
-    np.testing.assert_allclose(got, ps.crps_gaussian(ob.values, mu.values, sigma.values),
-                               rtol=RTOL)
+    np.testing.assert_allclose(got, ps.crps_gaussian(ob.values, mu.values, sigma.values), rtol=RTOL)
     xr.testing.assert_allclose(
         m.crps_gaussian(ob, mu, sigma, dim="lat", weights=m.latitude_weights(ob)),
-        xs.crps_gaussian(ob, mu, sigma, dim="lat", weights=m.latitude_weights(ob)), rtol=RTOL)
+        xs.crps_gaussian(ob, mu, sigma, dim="lat", weights=m.latitude_weights(ob)),
+        rtol=RTOL,
+    )
     zero = m.crps_gaussian(ob, mu, 0.0, dim=[])
     np.testing.assert_allclose(zero, np.abs(ob - mu), rtol=RTOL)
     assert np.isnan(m.crps_gaussian(ob, mu, -1.0, dim=[])).all()
@@ -178,8 +180,9 @@ def test_crps_gaussian_matches_properscoring_and_limits():
     levels = (np.arange(20_000) + 0.5) / 20_000
     big = xr.DataArray(scipy.stats.norm.ppf(levels, 0.3, 1.7)[:, None], dims=("member", "x"))
     y = xr.DataArray([1.1], dims="x")
-    assert float(m.crps_ensemble(y, big)) == pytest.approx(float(m.crps_gaussian(y, 0.3, 1.7)),
-                                                            rel=1e-4)
+    assert float(m.crps_ensemble(y, big)) == pytest.approx(
+        float(m.crps_gaussian(y, 0.3, 1.7)), rel=1e-4
+    )
 
 
 def test_efi_exact_against_quadrature_and_limits():
@@ -188,6 +191,7 @@ def test_efi_exact_against_quadrature_and_limits():
     members = rng.gamma(2.5, size=(3, 6))
     got = efi_array(members, climate)
     for i in range(3):
+
         def integrand(p, i=i):
             q = np.quantile(climate[i], p)
             return (p - np.mean(members[i] < q)) / np.sqrt(p * (1 - p))
@@ -197,8 +201,9 @@ def test_efi_exact_against_quadrature_and_limits():
         assert got[i] == pytest.approx(2 / np.pi * ref, abs=1e-6)
     uniform = np.linspace(0, 1, 101)
     x = rng.uniform(0, 1, (5, 9))
-    np.testing.assert_allclose(efi_array(x, uniform),
-                               4 / np.pi * np.arcsin(np.sqrt(x)).mean(-1) - 1, rtol=RTOL)
+    np.testing.assert_allclose(
+        efi_array(x, uniform), 4 / np.pi * np.arcsin(np.sqrt(x)).mean(-1) - 1, rtol=RTOL
+    )
     assert efi_array(np.full((1, 4), 5.0), uniform)[0] == 1.0
     assert efi_array(np.full((1, 4), -5.0), uniform)[0] == -1.0
 
@@ -241,8 +246,9 @@ def test_spread_rmse_ratio_against_numpy_and_calibrated_ensemble():
     np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc, dim=[]), np.sqrt(err2))
     w = m.latitude_weights(ob).values[None, :, None]
     wmean = (err2 * w).sum() / np.broadcast_to(w, err2.shape).sum()
-    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc, weights=m.latitude_weights(ob)),
-                               np.sqrt(wmean))
+    np.testing.assert_allclose(
+        m.ensemble_mean_rmse(ob, fc, weights=m.latitude_weights(ob)), np.sqrt(wmean)
+    )
     # members and truth drawn from the same distribution: corrected ratio ~ 1
     M = 4
     truth_and_members = rng.standard_normal((M + 1, 200_000))
@@ -259,7 +265,8 @@ def test_crps_skill_score():
     ref = fc.rename(member="number") * 2
     got = m.crps_skill_score(ob, fc, ref, dim="time", reference_member_dim="number")
     expected = 1 - m.crps_ensemble(ob, fc, dim="time") / m.crps_ensemble(
-        ob, ref, member_dim="number", dim="time")
+        ob, ref, member_dim="number", dim="time"
+    )
     xr.testing.assert_allclose(got, expected)
 
 
@@ -294,8 +301,10 @@ def test_real_era5_each_member_against_the_others(era5):
         got = m.crps_ensemble(obs, ens, dim=[])
         x = np.moveaxis(ens.values.astype(np.float64), 0, -1)
         y = obs.values.astype(np.float64)
-        direct = np.abs(x - y[..., None]).mean(-1) - np.abs(
-            x[..., :, None] - x[..., None, :]).mean((-1, -2)) / 2
+        direct = (
+            np.abs(x - y[..., None]).mean(-1)
+            - np.abs(x[..., :, None] - x[..., None, :]).mean((-1, -2)) / 2
+        )
         np.testing.assert_allclose(got, direct, rtol=RTOL, atol=1e-9 * float(np.abs(y).max()))
         below = (x < y[..., None]).sum(-1)
         tied = (x == y[..., None]).any(-1)
@@ -310,8 +319,11 @@ def test_real_era5_each_member_against_the_others(era5):
 
 @settings(max_examples=40, deadline=None)
 @given(
-    hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 9)),
-               elements=st.floats(-1e3, 1e3, allow_nan=False).map(lambda v: round(v, 1))),
+    hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 6), st.integers(1, 9)),
+        elements=st.floats(-1e3, 1e3, allow_nan=False).map(lambda v: round(v, 1)),
+    ),
     st.floats(-1e3, 1e3, allow_nan=False),
 )
 def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
@@ -319,6 +331,5 @@ def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
     obs = ens[:, 0] + shift / 7
     for fair in (False, ens.shape[1] > 1):
         got = crps_ensemble_array(obs, ens, fair=fair)
-        np.testing.assert_allclose(got, _pairwise_crps(obs, ens, fair=fair), rtol=1e-9,
-                                   atol=1e-9)
+        np.testing.assert_allclose(got, _pairwise_crps(obs, ens, fair=fair), rtol=1e-9, atol=1e-9)
     assert np.all(crps_ensemble_array(obs, ens) >= 0)

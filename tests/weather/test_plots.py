@@ -16,10 +16,17 @@ from sciml.weather import metrics, plots  # noqa: E402
 def fields():
     rng = np.random.default_rng(0)
     coords = {"lat": np.linspace(-30, 30, 5), "lon": np.arange(8.0)}
-    fc = xr.DataArray(rng.standard_normal((4, 3, 5, 8)), dims=("member", "lead_time", "lat", "lon"),
-                      coords={**coords, "lead_time": np.array([0, 1, 2], "timedelta64[D]")})
-    ob = xr.DataArray(rng.standard_normal((3, 5, 8)), dims=("lead_time", "lat", "lon"),
-                      coords=fc.isel(member=0).coords, attrs={"units": "K"})
+    fc = xr.DataArray(
+        rng.standard_normal((4, 3, 5, 8)),
+        dims=("member", "lead_time", "lat", "lon"),
+        coords={**coords, "lead_time": np.array([0, 1, 2], "timedelta64[D]")},
+    )
+    ob = xr.DataArray(
+        rng.standard_normal((3, 5, 8)),
+        dims=("lead_time", "lat", "lon"),
+        coords=fc.isel(member=0).coords,
+        attrs={"units": "K"},
+    )
     return ob, fc
 
 

@@ -16,8 +16,15 @@ SMALL = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 
 @pytest.fixture(scope="module")
 def toy():
-    return generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6), interval=3.0,
-                             spin_up=50.0, seed=3, params=SMALL)
+    return generate_ensemble(
+        members=6,
+        start_dates=4,
+        lead_times=(0, 3, 6),
+        interval=3.0,
+        spin_up=50.0,
+        seed=3,
+        params=SMALL,
+    )
 
 
 def test_inversion_matches_pv_definition():
@@ -66,8 +73,14 @@ def test_baroclinic_turbulence_saturates():
 def test_toy_dataset_layout_and_cf(toy, tmp_path):
     assert toy["psi"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
     assert toy["psi_truth"].dims == ("time", "lead_time", "level", "lat", "lon")
-    assert dict(toy.sizes) == {"member": 6, "time": 4, "lead_time": 3, "level": 2, "lat": 16,
-                               "lon": 16}
+    assert dict(toy.sizes) == {
+        "member": 6,
+        "time": 4,
+        "lead_time": 3,
+        "level": 2,
+        "lat": 16,
+        "lon": 16,
+    }
     assert toy.attrs["Conventions"] == "CF-1.8"
     assert toy["time"].attrs["standard_name"] == "forecast_reference_time"
     assert toy["lead_time"].attrs["standard_name"] == "forecast_period"
@@ -83,21 +96,34 @@ def test_toy_dataset_layout_and_cf(toy, tmp_path):
 def test_toy_is_deterministic_and_seed_dependent(toy, monkeypatch):
     # same seed, integrated one start date at a time instead of all together: identical
     monkeypatch.setattr(toy_module, "BATCH_ENTRIES", 7)
-    again = generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6), interval=3.0,
-                              spin_up=50.0, seed=3, params=SMALL, threads=2)
+    again = generate_ensemble(
+        members=6,
+        start_dates=4,
+        lead_times=(0, 3, 6),
+        interval=3.0,
+        spin_up=50.0,
+        seed=3,
+        params=SMALL,
+        threads=2,
+    )
     xr.testing.assert_identical(again, toy)
-    other = generate_ensemble(members=2, start_dates=1, lead_times=(0,), spin_up=50.0, seed=4,
-                              params=SMALL)
+    other = generate_ensemble(
+        members=2, start_dates=1, lead_times=(0,), spin_up=50.0, seed=4, params=SMALL
+    )
     assert not np.allclose(other["psi_truth"].isel(time=0), toy["psi_truth"].isel(time=0))
 
 
 def test_truth_continues_between_start_dates(toy):
     # start dates are 3 days apart: the truth at lead 3 is the next start's truth at lead 0
-    np.testing.assert_allclose(toy["psi_truth"].isel(lead_time=1, time=slice(0, -1)),
-                               toy["psi_truth"].isel(lead_time=0, time=slice(1, None)),
-                               rtol=1e-6, atol=1e-8)
-    assert not np.allclose(toy["psi"].isel(lead_time=0, member=0),
-                           toy["psi_truth"].isel(lead_time=0))
+    np.testing.assert_allclose(
+        toy["psi_truth"].isel(lead_time=1, time=slice(0, -1)),
+        toy["psi_truth"].isel(lead_time=0, time=slice(1, None)),
+        rtol=1e-6,
+        atol=1e-8,
+    )
+    assert not np.allclose(
+        toy["psi"].isel(lead_time=0, member=0), toy["psi_truth"].isel(lead_time=0)
+    )
 
 
 def test_spread_grows_with_lead_and_depends_on_the_flow(toy):
@@ -106,23 +132,34 @@ def test_spread_grows_with_lead_and_depends_on_the_flow(toy):
     # spatial variation: per-point spread differs strongly across the domain at day 6
     local = toy["psi"].sel(lead_time=np.timedelta64(6, "D")).std("member")
     assert float(local.std() / local.mean()) > 0.2
-    ratio = metrics.spread_skill_ratio(toy["psi_truth"], toy["psi"],
-                                       dim=["time", "level", "lat", "lon"])
+    ratio = metrics.spread_skill_ratio(
+        toy["psi_truth"], toy["psi"], dim=["time", "level", "lat", "lon"]
+    )
     assert np.all((ratio > 0.5) & (ratio < 2.0))
 
 
 def test_model_error_changes_members_only(toy):
-    with_error = generate_ensemble(members=6, start_dates=4, lead_times=(0, 3, 6),
-                                   interval=3.0, spin_up=50.0, seed=3, params=SMALL,
-                                   model_error=0.5)
+    with_error = generate_ensemble(
+        members=6,
+        start_dates=4,
+        lead_times=(0, 3, 6),
+        interval=3.0,
+        spin_up=50.0,
+        seed=3,
+        params=SMALL,
+        model_error=0.5,
+    )
     xr.testing.assert_identical(with_error["psi_truth"], toy["psi_truth"])
     assert not np.allclose(with_error["psi"].isel(lead_time=-1), toy["psi"].isel(lead_time=-1))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"members": 0}, "members >= 1"), ({"lead_times": (2, 1)}, "ascending"),
-     ({"lead_times": (0, 0.01)}, "multiples of dt")],
+    [
+        ({"members": 0}, "members >= 1"),
+        ({"lead_times": (2, 1)}, "ascending"),
+        ({"lead_times": (0, 0.01)}, "multiples of dt"),
+    ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

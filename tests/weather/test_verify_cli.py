@@ -20,8 +20,7 @@ def test_score_summary_matches_metrics():
     ob[0, 0] = np.nan
     got = score_summary(ob, fc, dim="x")
     xr.testing.assert_allclose(got["crps"], metrics.crps_ensemble(ob, fc, dim="x"))
-    xr.testing.assert_allclose(got["crps_fair"], metrics.crps_ensemble(ob, fc, dim="x",
-                                                                       fair=True))
+    xr.testing.assert_allclose(got["crps_fair"], metrics.crps_ensemble(ob, fc, dim="x", fair=True))
     xr.testing.assert_allclose(got["spread_skill"], metrics.spread_skill_ratio(ob, fc, dim="x"))
     # the spread is taken over the points with an observation, like the RMSE
     expected = np.sqrt(fc.var("member", ddof=1).where(ob.notnull()).mean("x"))
@@ -36,8 +35,9 @@ def test_leave_one_out_on_real_era5(era5):
     for k in range(10):
         others = np.delete(x, k, axis=0)
         y = x[k]
-        crps.append(np.abs(others - y).mean(0) - np.abs(
-            others[:, None] - others[None, :]).mean((0, 1)) / 2)
+        crps.append(
+            np.abs(others - y).mean(0) - np.abs(others[:, None] - others[None, :]).mean((0, 1)) / 2
+        )
     np.testing.assert_allclose(got["crps"], np.mean(crps, 0).mean((0, 2, 3)), rtol=1e-6)
     # the identity of the module docstring: corrected pooled ratio is exactly one
     ratio = got["spread"] / got["rmse"] * np.sqrt(10 / 9)
@@ -48,8 +48,26 @@ def test_leave_one_out_on_real_era5(era5):
 
 def test_cli_toy_and_score(tmp_path, capsys):
     out = tmp_path / "toy.nc"
-    assert main(["weather", "toy", "--out", str(out), "--members", "3", "--start-dates", "2",
-                 "--lead-times", "0,1", "--spin-up", "5", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "weather",
+                "toy",
+                "--out",
+                str(out),
+                "--members",
+                "3",
+                "--start-dates",
+                "2",
+                "--lead-times",
+                "0,1",
+                "--spin-up",
+                "5",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     ds = xr.open_dataset(out)
     assert ds["psi"].sizes["member"] == 3 and "psi_truth" in ds
     report = tmp_path / "scores.json"
@@ -65,8 +83,11 @@ def test_cli_toy_and_score(tmp_path, capsys):
 
 
 def test_cli_help_for_every_subcommand(capsys):
-    for argv in (["weather", "--help"], ["weather", "toy", "--help"],
-                 ["weather", "score", "--help"]):
+    for argv in (
+        ["weather", "--help"],
+        ["weather", "toy", "--help"],
+        ["weather", "score", "--help"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 0
