@@ -17,12 +17,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import platform
 from pathlib import Path
 
-import torch
-
+from sciml.benchmarking import machine_info
 from sciml.distributed import spawn
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import time_conv_stack
@@ -77,12 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     print("T1*: single device with explicit depth padding (oneDNN's fast path); eff* = T1*/(2 T2)")
     report = {
         "benchmark": "spatial_efficiency",
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_avg": os.getloadavg(),
-        },  # fmt: skip
+        "machine": machine_info(),
         "rows": rows,
     }
     atomic_write_text(Path(args.out), json.dumps(report, indent=1))

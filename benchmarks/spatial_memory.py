@@ -17,11 +17,9 @@ import argparse
 import functools
 import json
 import os
-import platform
 from pathlib import Path
 
-import torch
-
+from sciml.benchmarking import machine_info
 from sciml.distributed import spawn
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import peak_memory
@@ -54,12 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "spatial_memory",
         "network": "CosmoFlow(4, 4, base_filters=32, n_conv=5), batch 1, float32",
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_avg": os.getloadavg(),
-        },  # fmt: skip
+        "machine": machine_info(),
         "rows": rows,
     }
     atomic_write_text(Path(args.out), json.dumps(report, indent=1))

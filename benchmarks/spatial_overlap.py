@@ -15,12 +15,9 @@ import argparse
 import functools
 import json
 import math
-import os
-import platform
 from pathlib import Path
 
-import torch
-
+from sciml.benchmarking import machine_info
 from sciml.distributed import spawn
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import time_conv_stack
@@ -56,12 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['t_blocking']:>11.3f} {row['t_overlap']:>10.3f}")  # fmt: skip
     report = {
         "benchmark": "spatial_overlap",
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "load_avg": os.getloadavg(),
-        },  # fmt: skip
+        "machine": machine_info(),
         "rows": rows,
     }
     atomic_write_text(Path(args.out), json.dumps(report, indent=1))
