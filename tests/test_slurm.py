@@ -49,6 +49,8 @@ def _sbatch(env: dict[str, str], *args: str) -> str:
 def _state(env: dict[str, str], job: str) -> str:
     out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
                          text=True, timeout=30)  # fmt: skip
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        return "UNKNOWN"  # slurmctld busy: not the same as gone
     return out.stdout.strip()
 
 
@@ -95,6 +97,10 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
     # a requeued job waits for its begin time (minutes); let it start now
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env,
                    check=True, timeout=30)  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not (run / "final.pt").exists():  # written by the resumed run when it completes
+        assert time.monotonic() < deadline, f"the requeued job did not finish:\n{log.read_text()}"
+        time.sleep(0.2)
     _wait_gone(slurm_env, job)
     text = log.read_text()
     assert "interrupted at step" in text and f"job {job} (restart 1)" in text, text
