@@ -94,7 +94,10 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
     ):
         assert time.monotonic() < deadline, "the job never requeued itself"
         time.sleep(0.2)
-    # a requeued job waits for its begin time (minutes); let it start now
+    # A requeued job waits for its begin time (minutes); let it start sooner, but not
+    # in the same second: slurmd rejects a credential issued when the old one was
+    # revoked ("Job credential revoked"), and Slurm's own delay exists for that.
+    time.sleep(3)
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env,
                    check=True, timeout=30)  # fmt: skip
     deadline = time.monotonic() + 180
