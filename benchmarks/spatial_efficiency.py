@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
-from pathlib import Path
 
-from sciml.benchmarking import machine_info
+from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import time_conv_stack
 
 
@@ -72,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['efficiency_overlap']:>12.3f} {row['efficiency_blocking_vs_padded']:>14.3f}"
         )
     print("T1*: single device with explicit depth padding (oneDNN's fast path); eff* = T1*/(2 T2)")
-    report = {
-        "benchmark": "spatial_efficiency",
-        "machine": machine_info(),
-        "rows": rows,
-    }
-    atomic_write_text(Path(args.out), json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, "spatial_efficiency", rows)
     return 0
 
 

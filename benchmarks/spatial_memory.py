@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
-from pathlib import Path
 
-from sciml.benchmarking import machine_info
+from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import peak_memory
 
 MESHES = {1: None, 2: {"depth": 2}, 4: {"depth": 2, "height": 2}}
@@ -49,14 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{ranks:>5} {str(mesh):>24} {peak:>14.0f} {peak / single:>9.3f} "
               f"{1.2 / ranks:>13.3f}")  # fmt: skip
-    report = {
-        "benchmark": "spatial_memory",
-        "network": "CosmoFlow(4, 4, base_filters=32, n_conv=5), batch 1, float32",
-        "machine": machine_info(),
-        "rows": rows,
-    }
-    atomic_write_text(Path(args.out), json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(
+        args.out,
+        "spatial_memory",
+        rows,
+        network="CosmoFlow(4, 4, base_filters=32, n_conv=5), batch 1, float32",
+    )
     return 0
 
 

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
-from pathlib import Path
 
-from sciml.benchmarking import machine_info
+from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.examples import time_conv_stack
 
 
@@ -51,13 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size:>5} {str(mesh):>26} {row['wait_blocking'] * 1e3:>17.2f} "
                   f"{row['wait_overlap'] * 1e3:>16.2f} {row['hidden']:>7.2f} "
                   f"{row['t_blocking']:>11.3f} {row['t_overlap']:>10.3f}")  # fmt: skip
-    report = {
-        "benchmark": "spatial_overlap",
-        "machine": machine_info(),
-        "rows": rows,
-    }
-    atomic_write_text(Path(args.out), json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, "spatial_overlap", rows)
     return 0
 
 
