@@ -119,18 +119,18 @@ def generate_ensemble(
 
 
 def _generate(
-    members,
-    start_dates,
-    leads,
-    steps,
-    interval,
-    spin_up,
-    perturbation,
-    model_error,
-    seed,
-    params,
-    progress,
-    threads,
+    members: int,
+    start_dates: int,
+    leads: np.ndarray,
+    steps: np.ndarray,
+    interval: float,
+    spin_up: float,
+    perturbation: float,
+    model_error: float,
+    seed: int,
+    params: QGParams,
+    progress: bool,
+    threads: int,
 ) -> xr.Dataset:
     generator = torch.Generator().manual_seed(seed)
     model = TwoLayerQG(params)
