@@ -22,7 +22,8 @@ import os
 import pickle
 import queue
 import re
-import socket
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -223,6 +224,7 @@ def init_distributed(
     master_addr: str | None = None,
     master_port: int | None = None,
     env: Mapping[str, str] | None = None,
+    init_method: str | None = None,
 ) -> DistributedContext:
     """Initialise ``torch.distributed`` for this process and return its context.
 
@@ -237,6 +239,8 @@ def init_distributed(
         master_addr: Rendezvous host (see :func:`detect_launch`).
         master_port: Rendezvous port (see :func:`detect_launch`).
         env: Variables to read instead of ``os.environ``.
+        init_method: Explicit rendezvous URL (e.g. ``file:///shared/rendezvous``);
+            overrides the launcher's address and port.
 
     Returns:
         The :class:`DistributedContext`; the device is ``cuda:<local_rank>`` under
@@ -260,6 +264,9 @@ def init_distributed(
     if launch.world_size == 1:
         store = dist.HashStore()
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=delta)
+    elif init_method is not None:
+        dist.init_process_group(backend, init_method=init_method, rank=launch.rank,
+                                world_size=launch.world_size, timeout=delta)  # fmt: skip
     elif launch.source == "torchrun":
         # env:// reuses the store that torchrun's agent already hosts
         os.environ.setdefault("MASTER_ADDR", launch.master_addr)
@@ -307,16 +314,10 @@ def print0(*args: Any, **kwargs: Any) -> None:
     print(*args, **kwargs, flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _spawn_worker(
     rank: int,
     world_size: int,
-    port: int,
+    rendezvous: str,
     backend: str,
     timeout: float,
     threads: int,
@@ -325,12 +326,12 @@ def _spawn_worker(
     args: tuple[Any, ...],
 ) -> None:
     os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-        WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
     )  # fmt: skip
     torch.set_num_threads(threads)
     try:
-        with init_distributed(backend=backend, timeout=timeout):
+        with init_distributed(backend=backend, timeout=timeout, init_method=rendezvous):
             value = fn(*args)
         # plain pickle: tensors travel by value, not as shared-memory handles that
         # die with this process
@@ -350,8 +351,8 @@ def spawn(
 ) -> list[R]:
     """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results by rank.
 
-    Each process has ``torch.distributed`` initialised (``backend``, a free
-    localhost port) and ``threads`` intra-op threads. ``fn`` must be importable
+    Each process has ``torch.distributed`` initialised (``backend``, through a
+    rendezvous file of this call's own) and ``threads`` intra-op threads. ``fn`` must be importable
     (defined at module level) and its return value picklable.
 
     Raises:
@@ -360,11 +361,13 @@ def spawn(
     """
     ctx: Any = mp.get_context(start_method)
     results = ctx.Queue()
-    port = _free_port()
+    # a rendezvous file of its own: no port to pick, so concurrent spawns cannot collide
+    folder = tempfile.mkdtemp(prefix="sciml-spawn-")
+    rendezvous = f"file://{folder}/rendezvous"
     procs = [
         ctx.Process(
             target=_spawn_worker,
-            args=(rank, nprocs, port, backend, timeout, threads, results, fn, args),
+            args=(rank, nprocs, rendezvous, backend, timeout, threads, results, fn, args),
             daemon=False,
         )
         for rank in range(nprocs)
@@ -401,4 +404,5 @@ def spawn(
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
+        shutil.rmtree(folder, ignore_errors=True)
     return [values[rank] for rank in range(nprocs)]
