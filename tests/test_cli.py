@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sciml.cli import build_parser, main
+from sciml.cli import (
+    EXIT_FAILURE,
+    build_parser,
+    finite_float,
+    main,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 
 
 def _subcommand_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
@@ -47,6 +56,60 @@ def test_demo_spine_section_writes_report(tmp_path: Path, capsys: pytest.Capture
     assert str(tmp_path / "report.md") in capsys.readouterr().out
 
 
-def test_demo_rejects_unknown_section(tmp_path: Path) -> None:
+def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("sciml: error: ValueError: unknown demo section")
+    assert "--debug" in err[1] and len(err) == 2  # one line, then the hint; no traceback
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown demo section"):
-        main(["demo", "--only", "nope", "--out", str(tmp_path)])
+        main(["--debug", "demo", "--only", "nope", "--out", str(tmp_path)])
+
+
+def _options(path: tuple[str, ...]) -> list[argparse.Action]:
+    parser = build_parser()
+    for name in path:
+        parser = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices[name]
+    return [
+        a
+        for a in parser._actions
+        if not isinstance(
+            a, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction
+        )
+    ]
+
+
+@pytest.mark.parametrize("path", [(), *_subcommand_paths(build_parser())], ids=" ".join)
+def test_every_option_has_help_and_shows_its_default(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture
+) -> None:
+    options = _options(path)
+    assert [a.dest for a in options if not a.help] == []
+    with pytest.raises(SystemExit):
+        main([*path, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for action in options:
+        shown = action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+        if shown:
+            assert f"(default: {action.default})" in text, (path, action.dest)
+
+
+@pytest.mark.parametrize(
+    "kind, text",
+    [(positive_int, "0"), (positive_int, "1.5"), (non_negative_int, "-1"),
+     (positive_float, "nan"), (positive_float, "0"), (non_negative_float, "-0.1"),
+     (finite_float, "inf")],
+)  # fmt: skip
+def test_numeric_types_reject_bad_values(kind, text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+        kind(text)
+
+
+def test_numeric_types_accept_good_values() -> None:
+    assert positive_int("3") == 3 and non_negative_int("0") == 0
+    assert positive_float("1e-3") == 1e-3 and non_negative_float("0") == 0.0
+    assert finite_float("-2.5") == -2.5
