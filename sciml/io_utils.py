@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def _umask() -> int:
@@ -48,6 +49,19 @@ def atomic_write_text(path: Path | str, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def save_figure(fig: Any, path: Path | str, **savefig_kwargs: Any) -> Path:
+    """Save a matplotlib figure to ``path`` atomically (format from the extension).
+
+    An interrupted run leaves either the previous file or none, never a
+    truncated image under the final name.
+    """
+    path = Path(path)
+    kwargs = {"format": path.suffix.lstrip(".") or None, **savefig_kwargs}
+    with atomic_path(path, suffix=path.suffix) as tmp:
+        fig.savefig(tmp, **kwargs)
+    return path
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:

@@ -16,11 +16,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from sciml.datasets import sample_path  # noqa: E402
+from sciml.io_utils import save_figure  # noqa: E402
 from sciml.models import UNet  # noqa: E402
 from sciml.training import TrainConfig, fit  # noqa: E402
 from sciml.xrdata import XarrayDataset, compute_stats, open_dataset  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "era5_ensemble_sample.nc"
 
 
 def _loss(model: nn.Module, batch: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -32,7 +32,9 @@ def _loss(model: nn.Module, batch: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def demo(outdir: Path, *, quick: bool = False) -> str:
     """Train the small model, plot the loss and one prediction, return Markdown."""
-    ds = open_dataset(DATA, chunks={}).isel(latitude=slice(0, 60))  # 60 x 120: divides by 4
+    ds = open_dataset(sample_path("era5_ensemble"), chunks={}).isel(
+        latitude=slice(0, 60)
+    )  # 60 x 120: divides by 4
     stats = compute_stats(ds, ["z", "t"], channel_dims=("isobaricInhPa",))
     members = ds.sizes["number"]
     train = XarrayDataset(ds.isel(number=slice(0, members - 2)), ["z", "t"],
@@ -64,7 +66,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     fig.colorbar(image, ax=ax_map, shrink=0.8)
     fig.tight_layout()
     figure = outdir / "spine_training.png"
-    fig.savefig(figure, dpi=110)
+    save_figure(fig, figure, dpi=110)
     plt.close(fig)
     last = result.history[-1]
     return "\n".join([

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sciml.datasets import sample_path
+from sciml.io_utils import save_figure
+
 #: UTM 35N crop of the Helsinki extract (500 m x 500 m): a park and its streets.
 DEMO_BOUNDS = (385600.0, 6672150.0, 386100.0, 6672650.0)
-DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def _osbs(outdir: Path, *, epochs: int) -> tuple[str, dict[str, float]]:
@@ -23,8 +25,8 @@ def _osbs(outdir: Path, *, epochs: int) -> tuple[str, dict[str, float]]:
     from sciml.geo.tiles import SceneTiles, predict_scene
     from sciml.geo.trees import load_trees, tree_labels
 
-    image = read_image(DATA / "OSBS_029.tif")
-    trees = load_trees(DATA / "OSBS_029.csv", crs="pixel", like=image)
+    image = read_image(sample_path("osbs_image"))
+    trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=image)
     truth = tree_labels(trees, image).values.astype(bool)
     known = np.zeros(truth.shape, bool)
     known[:, :200] = True  # the "inventory" covers the left half only
@@ -41,7 +43,7 @@ def _osbs(outdir: Path, *, epochs: int) -> tuple[str, dict[str, float]]:
     labels_map(labels, axes[0], title="61 crown boxes, known on the left half")
     overlay(image, truth, axes[1], color="lime", title="all crown boxes")
     overlay(image, probability, axes[2], color="magenta", title="prediction (whole image)")
-    fig.savefig(outdir / "osbs.png", dpi=90)
+    save_figure(fig, outdir / "osbs.png", dpi=90)
     plt.close(fig)
     return "osbs.png", metrics
 
@@ -67,7 +69,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
         scene, folder / "runs", block=125, tile=32, epochs=1 if quick else 2, base_channels=8
     )
     fig = experiment_figure(scene, results)
-    fig.savefig(folder / "experiment.png", dpi=80)
+    save_figure(fig, folder / "experiment.png", dpi=80)
     plt.close(fig)
     osbs_figure, osbs = _osbs(folder, epochs=1 if quick else 3)
     masked = results["masked"]

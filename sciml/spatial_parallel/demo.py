@@ -8,6 +8,7 @@ import time
 import matplotlib.pyplot as plt
 
 from sciml.distributed import spawn
+from sciml.io_utils import save_figure
 from sciml.spatial_parallel.examples import check_model
 from sciml.spatial_parallel.plots import plot_decomposition
 
@@ -21,7 +22,7 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     outdir.mkdir(parents=True, exist_ok=True)
     shape = (1, 2, 16, 16, 8) if quick else (2, 2, 32, 24, 16)  # U-Net depth 2: sizes divide by 4
     fig = plot_decomposition((shape[2], shape[3]), (2, 1))
-    fig.savefig(outdir / "spatial_decomposition.png", dpi=90)
+    save_figure(fig, outdir / "spatial_decomposition.png", dpi=90)
     plt.close(fig)
     start = time.perf_counter()
     results = spawn(check_model, 2, {"depth": 2}, shape)

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "era5_ensemble_sample.nc"
+from sciml.datasets import sample_path
+from sciml.io_utils import save_figure
 
 
 def _save(fig, outdir: Path, name: str) -> str:
     import matplotlib.pyplot as plt
 
-    fig.savefig(outdir / name, dpi=80)
+    save_figure(fig, outdir / name, dpi=80)
     plt.close(fig)
     return name
 
@@ -40,7 +41,8 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     figdir.mkdir(parents=True, exist_ok=True)
     lines = ["## Ensemble weather: data and verification", ""]
 
-    era5 = open_ensemble(DATA, variables=["t"], levels=[850])["t"].isel(level=0).load()
+    era5_path = sample_path("era5_ensemble")
+    era5 = open_ensemble(era5_path, variables=["t"], levels=[850])["t"].isel(level=0).load()
     weights = metrics.latitude_weights(era5)
     loo = leave_one_out_scores(era5, dim=["lat", "lon"], weights=weights).compute()
     loo_table = loo.to_dataframe()[["crps", "crps_fair", "spread", "rmse"]]
@@ -64,7 +66,7 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
         "era5_rank_member0.png",
     )
     lines += [
-        f"Real ERA5 sample (`{DATA.name}`, 10 members, T850, cos-latitude weights). No truth "
+        f"Real ERA5 sample (`{era5_path.name}`, 10 members, T850, cos-latitude weights). No truth "
         "ships with it, so each member is verified against the other nine (leave-one-out; "
         "the pooled spread-skill ratio is 1 by construction and is not shown):",
         "",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import geopandas as gpd
 import numpy as np
 import pandas as pd
@@ -11,6 +9,7 @@ import pyproj
 import pytest
 import shapely
 
+from sciml.datasets import sample_path
 from sciml.geo import RasterGrid
 from sciml.geo.trees import (
     IGNORE_INDEX,
@@ -20,14 +19,13 @@ from sciml.geo.trees import (
     tree_labels,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 UTM35 = pyproj.CRS.from_epsg(32635)
 
 
 def test_osbs_boxes_in_pixel_coordinates():
-    image = DATA / "OSBS_029.tif"
-    boxes = pd.read_csv(DATA / "OSBS_029.csv")
-    trees = load_trees(DATA / "OSBS_029.csv", crs="pixel", like=image)
+    image = sample_path("osbs_image")
+    boxes = pd.read_csv(sample_path("osbs_crowns"))
+    trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=image)
     assert len(trees) == 61 == len(boxes)
     assert trees.crs.to_epsg() == 32617
     labels = tree_labels(trees, image).values

