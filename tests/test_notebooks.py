@@ -1,5 +1,15 @@
-"""Every notebook runs top to bottom in a fresh kernel, on small parameters."""
+"""Every notebook runs top to bottom in a fresh kernel, quick and as shipped.
 
+Quick mode (``SCIML_QUICK=1``) may change sizes only, never code paths: the
+notebooks read ``QUICK`` in their first code cell alone, where it picks
+values (``NAME = small if QUICK else full``); every other cell runs the same
+code in both modes. The shipped mode, what a user who opens the notebook
+runs, is executed too (marked ``slow``).
+"""
+
+from __future__ import annotations
+
+import ast
 from pathlib import Path
 
 import nbformat
@@ -7,22 +17,61 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
+IDS = [p.name for p in NOTEBOOKS]
+
+
+def _code_cells(path: Path) -> list[str]:
+    notebook = nbformat.read(path, as_version=4)
+    return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _run(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool) -> None:
+    if quick:
+        monkeypatch.setenv("SCIML_QUICK", "1")
+    else:
+        monkeypatch.delenv("SCIML_QUICK", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute()
+    errors = [
+        f"cell {number}: {output.get('ename')}: {output.get('evalue')}"
+        for number, cell in enumerate(notebook.cells)
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
+    ]
+    assert not errors
 
 
 def test_there_are_notebooks() -> None:
     assert NOTEBOOKS, "notebooks/ holds no notebook"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SCIML_QUICK", "1")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
-    client.execute()
-    errors = [
-        output for cell in notebook.cells for output in cell.get("outputs", [])
-        if output.get("output_type") == "error"
-    ]  # fmt: skip
-    assert not errors
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_quick_mode_changes_values_only(path: Path) -> None:
+    """``QUICK`` is read in the first code cell only, and never decides a statement."""
+    first, *rest = _code_cells(path)
+    assert [number for number, source in enumerate(rest, 1) if "QUICK" in source] == []
+    branches = [
+        ast.unparse(node).splitlines()[0]
+        for node in ast.walk(ast.parse(first))
+        if isinstance(node, ast.If | ast.While | ast.For | ast.Assert | ast.Try | ast.With)
+        and "QUICK" in ast.unparse(node)
+    ]
+    assert branches == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_runs_quick(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(path, monkeypatch, quick=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_runs_as_shipped(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(path, monkeypatch, quick=False)
