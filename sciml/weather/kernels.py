@@ -119,19 +119,23 @@ def crps_ensemble_array(
 def crps_gaussian_array(observations: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
     """Closed-form CRPS of a normal distribution N(mu, sigma^2) (Gneiting et al. 2005).
 
-    ``sigma == 0`` gives the limit ``|y - mu|``; negative ``sigma`` gives NaN.
+    ``sigma == 0`` gives the limit ``|y - mu|``; a NaN ``sigma`` gives NaN.
+
+    Raises:
+        ValueError: If any ``sigma`` is negative.
     """
     from scipy.special import ndtr
 
     y = np.asarray(observations, dtype=np.float64)
     mu = np.asarray(mu, dtype=np.float64)
     sigma = np.asarray(sigma, dtype=np.float64)
+    if np.any(sigma < 0):
+        raise ValueError(f"sigma must be >= 0, got {np.sum(sigma < 0)} negative value(s)")
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (y - mu) / sigma
         pdf = np.exp(-0.5 * z**2) / np.sqrt(2 * np.pi)
         crps = sigma * (z * (2 * ndtr(z) - 1) + 2 * pdf - 1 / np.sqrt(np.pi))
-    crps = np.where(sigma == 0, np.abs(y - mu), crps)
-    return np.where(sigma < 0, np.nan, crps)
+    return np.where(sigma == 0, np.abs(y - mu), crps)
 
 
 @numba.njit(nogil=True, cache=True)
