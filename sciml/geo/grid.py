@@ -29,6 +29,18 @@ class RasterGrid:
     height: int
     width: int
 
+    def __post_init__(self) -> None:
+        if int(self.height) != self.height or int(self.width) != self.width:
+            raise ValueError(f"grid height and width must be integers, got {self.shape}")
+        if self.height < 1 or self.width < 1:
+            raise ValueError(f"a grid needs at least one pixel, got {self.height} x {self.width}")
+        if not np.isfinite(tuple(self.transform)).all() or self.transform.determinant == 0:
+            raise ValueError(f"degenerate grid transform {tuple(self.transform)[:6]}")
+
+    def __str__(self) -> str:
+        transform = tuple(self.transform)[:6]
+        return f"{self.height}x{self.width} px in {self.crs.name}, transform {transform}"
+
     @property
     def shape(self) -> tuple[int, int]:
         """``(height, width)``."""
@@ -97,8 +109,15 @@ class RasterGrid:
     ) -> RasterGrid:
         """A north-up grid covering ``(left, bottom, right, top)`` at ``resolution`` units."""
         left, bottom, right, top = bounds
-        if resolution <= 0 or right <= left or top <= bottom:
-            raise ValueError(f"invalid bounds {bounds} or resolution {resolution}")
+        if not np.isfinite([*bounds, resolution]).all() or resolution <= 0:
+            raise ValueError(
+                f"bounds and resolution must be finite, resolution > 0: {bounds}, {resolution}"
+            )
+        if right <= left or top <= bottom:
+            raise ValueError(
+                "bounds must be (left, bottom, right, top) with left < right and "
+                f"bottom < top, got {bounds}"
+            )
         width = math.ceil((right - left) / resolution)
         height = math.ceil((top - bottom) / resolution)
         transform = Affine(resolution, 0.0, left, 0.0, -resolution, top)

@@ -1,14 +1,20 @@
-"""Read images and write georeferenced GeoTIFFs that keep CRS and transform."""
+"""Read images, masks and labels; write georeferenced GeoTIFFs and vector layers.
+
+Masks and labels are read against the image they belong to: a file on
+another grid (CRS, transform or shape) is rejected, never resampled.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import geopandas as gpd
 import numpy as np
 import xarray as xr
 
 from sciml.geo.grid import RasterGrid
+from sciml.geo.trees import IGNORE_INDEX
 from sciml.io_utils import atomic_path
 
 
@@ -38,6 +44,76 @@ def read_image(path: str | Path) -> xr.DataArray:
     return image
 
 
+def _same_grid(grid: RasterGrid, like: Any, path: Path) -> None:
+    expected = RasterGrid.from_like(like)
+    if grid != expected:
+        raise ValueError(
+            f"{path} is on another grid than the image: {grid} vs {expected}; "
+            "rasterise it on the image's grid (like=the image)"
+        )
+
+
+def _read_band(path: str | Path, like: Any, what: str) -> tuple[xr.DataArray, Path]:
+    path = Path(path)
+    image = read_image(path)
+    if image.sizes["band"] != 1:
+        raise ValueError(f"{path}: a {what} has one band, got {image.sizes['band']}")
+    if like is not None:
+        _same_grid(RasterGrid.from_like(image), like, path)
+    return image.isel(band=0, drop=True), path
+
+
+def read_mask(path: str | Path, *, like: Any = None) -> xr.DataArray:
+    """Read a 0/1 mask GeoTIFF (e.g. from ``sciml geo mask``) as a bool ``(y, x)`` DataArray.
+
+    Args:
+        path: One-band GeoTIFF of 0 and 1.
+        like: The image the mask belongs to; the mask must be on its exact grid.
+
+    Raises:
+        ValueError: Several bands, values other than 0 and 1, or another grid.
+    """
+    band, path = _read_band(path, like, "mask")
+    values = band.values
+    bad = np.unique(values[(values != 0) & (values != 1)])
+    if bad.size:
+        raise ValueError(f"{path}: a mask holds 0 and 1 only, found {bad[:5].tolist()}")
+    return band.astype(bool).rename("road_mask")
+
+
+def read_labels(
+    path: str | Path, *, like: Any = None, ignore_index: int = IGNORE_INDEX
+) -> xr.DataArray:
+    """Read a label GeoTIFF (0 background, 1 tree, ``ignore_index`` unknown) as uint8 ``(y, x)``.
+
+    Raises:
+        ValueError: Several bands, other values, or another grid than ``like``.
+    """
+    band, path = _read_band(path, like, "label raster")
+    values = band.values
+    bad = np.unique(values[~np.isin(values, (0, 1, ignore_index))])
+    if bad.size:
+        raise ValueError(
+            f"{path}: labels must be 0 (background), 1 (tree) or {ignore_index} (unknown), "
+            f"found {bad[:5].tolist()}"
+        )
+    return band.astype(np.uint8).rename("tree_labels")
+
+
+def write_vector(frame: gpd.GeoDataFrame, path: str | Path, *, layer: str) -> Path:
+    """Write ``frame`` as one layer of a GeoPackage, atomically.
+
+    Raises:
+        ValueError: The frame has no CRS.
+    """
+    if frame.crs is None:
+        raise ValueError(f"layer {layer!r} has no CRS; refusing to write it to {path}")
+    with atomic_path(path, suffix=".gpkg") as tmp:
+        tmp.unlink()  # GDAL creates the file itself
+        frame.to_file(tmp, driver="GPKG", layer=layer)
+    return Path(path)
+
+
 def write_geotiff(
     data: xr.DataArray | np.ndarray,
     path: str | Path,
@@ -51,13 +127,16 @@ def write_geotiff(
     Args:
         data: The values; a DataArray carries its own grid (``crs``/``transform``).
         path: Output ``.tif``.
-        like: Reference raster giving the grid when ``data`` has none.
+        like: Reference raster giving the grid when ``data`` has none (a
+            DataArray with a grid of its own must be on the same grid).
         nodata: Nodata value to record.
         compress: GeoTIFF compression.
     """
     import rasterio
 
     grid = RasterGrid.from_like(like if like is not None else data)
+    if like is not None and isinstance(data, xr.DataArray) and _has_grid(data):
+        _same_grid(RasterGrid.from_like(data), like, Path(path))
     values = np.asarray(data)
     if values.dtype == bool:
         values = values.astype(np.uint8)
@@ -83,3 +162,7 @@ def write_geotiff(
     with atomic_path(path, suffix=".tif") as tmp, rasterio.open(tmp, "w", **profile) as dst:
         dst.write(values)
     return Path(path)
+
+
+def _has_grid(data: xr.DataArray) -> bool:
+    return "crs" in data.attrs or "spatial_ref" in data.coords

@@ -1,4 +1,11 @@
-"""Image + mask + label tiles for training, and stitched whole-scene inference."""
+"""Image + mask + label tiles for training, and stitched whole-scene inference.
+
+No-data pixels (a NaN in any band, or every band equal to the image's
+``nodata`` value) are bad pixels: they are set to 0 in the image and taken
+out of the mask, so they never count in a loss or a metric, and
+:func:`predict_scene` returns NaN on them. A NaN never reaches the network,
+so it cannot spread to the pixels around it.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +46,34 @@ def _as_chw(image: xr.DataArray | np.ndarray) -> np.ndarray:
     return values.astype(np.float32)
 
 
+def _has_data(raw: np.ndarray, nodata: float | None) -> np.ndarray:
+    """``(y, x)`` True where every band is finite and not all bands equal ``nodata``."""
+    bands = raw.reshape(-1, *raw.shape[-2:])
+    good = np.ones(bands.shape[1:], bool)
+    if np.issubdtype(bands.dtype, np.floating):
+        good &= np.isfinite(bands).all(axis=0)
+    if nodata is not None and not np.isnan(nodata):
+        good &= ~np.all(bands == nodata, axis=0)
+    return good
+
+
+def _check_grids(image: Any, **others: Any) -> None:
+    """Reject a mask or label DataArray on another grid than a georeferenced image."""
+    if not _georeferenced(image):
+        return
+    grid = RasterGrid.from_like(image)
+    for name, other in others.items():
+        if _georeferenced(other) and RasterGrid.from_like(other) != grid:
+            raise ValueError(
+                f"the {name} is on another grid than the image "
+                f"({RasterGrid.from_like(other)} vs {grid}); rasterise it on the image's grid"
+            )
+
+
+def _georeferenced(obj: Any) -> bool:
+    return isinstance(obj, xr.DataArray) and ("crs" in obj.attrs or "spatial_ref" in obj.coords)
+
+
 def _pad(array: np.ndarray, tile: int) -> np.ndarray:
     height, width = array.shape[-2:]
     pad = [(0, 0)] * (array.ndim - 2) + [(0, max(0, tile - height)), (0, max(0, tile - width))]
@@ -50,8 +85,10 @@ class SceneTiles(Dataset):
 
     Each item is a dict of float tensors ``image`` (C, t, t), ``mask`` (1, t, t),
     ``label`` (1, t, t) and ``valid`` (1, t, t: inside the mask and labelled),
-    plus the tile's ``row`` and ``col``. Tiles without any mask pixel, or whose
-    image is all ``nodata``, are skipped. ``uint8`` images are scaled to [0, 1].
+    plus the tile's ``row`` and ``col``. No-data pixels leave the mask (see the
+    module docstring); tiles without any mask pixel left are skipped. ``uint8``
+    images are scaled to [0, 1]. Georeferenced mask and labels must be on the
+    image's grid; labels must be 0, 1 or ``ignore_index``.
 
     Args:
         image: ``(band, y, x)`` image.
@@ -60,7 +97,7 @@ class SceneTiles(Dataset):
             ``None`` for inference tiles.
         tile: Tile side in pixels.
         overlap: Overlap of neighbouring tiles in pixels.
-        nodata: Image value meaning "no data".
+        nodata: Image value meaning "no data" (default: ``image.attrs["nodata"]``).
         ignore_index: Label value of unknown pixels.
         augment: Also serve each tile in its 8 dihedral orientations (rotations
             by 90 degrees, with and without a flip): 8 times the items.
@@ -78,24 +115,27 @@ class SceneTiles(Dataset):
         ignore_index: int = IGNORE_INDEX,
         augment: bool = False,
     ) -> None:
+        _check_grids(image, mask=mask, labels=labels)
+        if nodata is None and isinstance(image, xr.DataArray):
+            nodata = image.attrs.get("nodata")
         raw = np.asarray(image)
         self.image = _as_chw(image)
         shape = self.image.shape[1:]
-        self.mask = np.ones(shape, bool) if mask is None else np.asarray(mask).astype(bool)
+        self.has_data = _has_data(raw, nodata)
+        self.image[:, ~self.has_data] = 0.0
+        mask = np.ones(shape, bool) if mask is None else np.asarray(mask)
         self.labels = None if labels is None else np.asarray(labels)
-        for name, array in (("mask", self.mask), ("labels", self.labels)):
+        for name, array in (("mask", mask), ("labels", self.labels)):
             if array is not None and array.shape != shape:
                 raise ValueError(f"{name} shape {array.shape} differs from the image's {shape}")
+        _check_values(mask, self.labels, ignore_index)
+        self.mask = mask.astype(bool) & self.has_data
         self.tile, self.ignore_index, self.augment = tile, ignore_index, augment
-        has_data = np.ones(shape, bool)
-        if nodata is not None:
-            has_data = ~np.all(raw.reshape(-1, *shape) == nodata, axis=0)
         self.origins = [
             (row, col)
             for row in tile_origins(shape[0], tile, overlap)
             for col in tile_origins(shape[1], tile, overlap)
             if self.mask[row : row + tile, col : col + tile].any()
-            and has_data[row : row + tile, col : col + tile].any()
         ]
         if not self.origins:
             raise ValueError("no tile has both mask pixels and data; check the mask and nodata")
@@ -134,6 +174,20 @@ class SceneTiles(Dataset):
         return item
 
 
+def _check_values(mask: np.ndarray, labels: np.ndarray | None, ignore_index: int) -> None:
+    if mask.dtype != bool:
+        bad = np.unique(mask[(mask != 0) & (mask != 1)])
+        if bad.size:
+            raise ValueError(f"the mask holds 0/1 or bool values only, found {bad[:5].tolist()}")
+    if labels is not None:
+        bad = np.unique(labels[~np.isin(labels, (0, 1, ignore_index))])
+        if bad.size:
+            raise ValueError(
+                f"labels must be 0 (background), 1 (tree) or {ignore_index} (unknown), "
+                f"found {bad[:5].tolist()}"
+            )
+
+
 def blend_weights(tile: int, overlap: int) -> np.ndarray:
     """``(tile, tile)`` weights ramping linearly over ``overlap`` pixels at each edge (> 0)."""
     ramp = np.minimum(np.arange(tile) + 1, np.arange(tile)[::-1] + 1).astype(np.float32)
@@ -155,7 +209,8 @@ def predict_scene(
     """Tree probability of the whole scene, tile by tile with blended overlaps.
 
     The model is called as ``model(image, mask)`` and returns logits; the
-    probability is ``sigmoid(logits) * mask`` (0 off the mask).
+    probability is ``sigmoid(logits) * mask`` (0 off the mask, NaN on no-data
+    pixels, see the module docstring).
 
     Args:
         model: A :class:`sciml.geo.model.MaskedUNet` or any module with that call.
@@ -163,11 +218,15 @@ def predict_scene(
         mask: ``(y, x)`` mask (``None``: the whole image).
         tile, overlap: Tiling; ``tile`` must suit the model (divisible by 2**depth).
         batch_size: Tiles per forward pass.
-        like: Grid of the output when ``image`` is a plain array.
+        like: Grid of the output when ``image`` is a plain array (a
+            georeferenced image must be on the same grid).
 
     Returns:
         ``(y, x)`` float32 DataArray ``"tree_probability"`` on the image's grid.
     """
+    grid = RasterGrid.from_like(like if like is not None else image)
+    if like is not None and _georeferenced(image) and RasterGrid.from_like(image) != grid:
+        raise ValueError(f"like= is another grid than the image's: {grid}")
     tiles = SceneTiles(image, mask, tile=tile, overlap=overlap)
     height, width = tiles.image.shape[1:]
     total = np.zeros((height, width), np.float32)
@@ -190,5 +249,5 @@ def predict_scene(
     finally:
         model.train(was_training)
     result = np.divide(total, weight, out=np.zeros_like(total), where=weight > 0)
-    grid = RasterGrid.from_like(like if like is not None else image)
+    result[~tiles.has_data] = np.nan
     return grid.dataarray(result, name="tree_probability")
