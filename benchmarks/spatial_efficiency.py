@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import functools
 
+from spatial_workloads import time_conv_stack
+
 from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.spatial_parallel.examples import time_conv_stack
 
 
 def main(argv: list[str] | None = None) -> int:

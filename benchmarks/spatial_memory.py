@@ -17,9 +17,10 @@ import argparse
 import functools
 import os
 
+from spatial_workloads import peak_memory
+
 from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.spatial_parallel.examples import peak_memory
 
 MESHES = {1: None, 2: {"depth": 2}, 4: {"depth": 2, "height": 2}}
 

@@ -15,9 +15,10 @@ import argparse
 import functools
 import math
 
+from spatial_workloads import time_conv_stack
+
 from sciml.benchmarking import write_report
 from sciml.distributed import spawn
-from sciml.spatial_parallel.examples import time_conv_stack
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from sciml.spatial_parallel import SpatialMesh, gradient_sync, parallelize, shard, unshard
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+from sciml.spatial_parallel.testing import Comparison, compare_parallel, relative_error as rel
 
 
 def build(spec: tuple[str, dict[str, Any]]) -> nn.Module:
@@ -30,62 +31,22 @@ def build(spec: tuple[str, dict[str, Any]]) -> nn.Module:
     return getattr(nn, name)(**kwargs)
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest absolute difference relative to the largest reference magnitude."""
-    if a.shape != b.shape:
-        raise AssertionError(f"shape {tuple(a.shape)} != reference {tuple(b.shape)}")
-    if b.numel() == 0:
-        return 0.0
-    scale = max(float(b.abs().max()), 1e-30)
-    return float((a - b).abs().max()) / scale
-
-
 def compare(
-    mesh: SpatialMesh, spec: tuple[str, dict[str, Any]], shape: tuple[int, ...], *,
-    dtype: torch.dtype = torch.float64, seed: int = 0, train: bool = True, steps: int = 1,
-    overlap: bool = True, sync: bool = True, evaluate: bool = False,
-) -> dict[str, float]:  # fmt: skip
-    """Errors of one parallel model against the single-device model on this rank."""
+    mesh: SpatialMesh,
+    spec: tuple[str, dict[str, Any]],
+    shape: tuple[int, ...],
+    *,
+    seed: int = 0,
+    overlap: bool | None = True,
+    **options: Any,
+) -> Comparison:
+    """One parallel model against the single-device model on this rank."""
     torch.manual_seed(seed)
-    model = build(spec).to(dtype)
-    model.train(train)
-    pmodel = parallelize(model, mesh, overlap=overlap)
-    gradient_sync(pmodel).enabled = sync
-    errors: dict[str, float] = {}
-    for step in range(steps):
-        x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + step))
-        xr = x.clone().requires_grad_()
-        state = torch.get_rng_state()
-        y = model(xr)
-        torch.set_rng_state(state)
-        w = torch.randn(y.shape, dtype=dtype, generator=torch.Generator().manual_seed(99 + step))
-        (y * w).sum().backward()
-        xl = shard(x, mesh).requires_grad_()
-        yl = pmodel(xl)
-        wl = shard(w, mesh) if y.dim() == 5 else w[mesh.block([w.shape[0], 1, 1, 1, 1])[0]]
-        (yl * wl).sum().backward()
-        ref_y = shard(y.detach(), mesh) if y.dim() == 5 else y.detach()[mesh.block(
-            [y.shape[0], 1, 1, 1, 1])[0]]  # fmt: skip
-        errors[f"out{step}"] = rel(yl.detach(), ref_y)
-        errors[f"unshard{step}"] = rel(unshard(yl.detach(), mesh), y.detach())
-        errors[f"xgrad{step}"] = rel(xl.grad, shard(xr.grad, mesh))
-    if evaluate:  # then an eval-mode pass: running statistics, no dropout
-        model.eval()
-        pmodel.eval()
-        x = torch.randn(shape, dtype=dtype, generator=torch.Generator().manual_seed(seed + 50))
-        y = model(x)
-        yl = pmodel(shard(x, mesh))
-        errors["eval"] = rel(unshard(yl.detach(), mesh), y.detach())
-    for (name, p), q in zip(model.named_parameters(), pmodel.parameters(), strict=True):
-        errors[f"grad:{name}"] = rel(q.grad, p.grad / mesh.data)
-    for (name, b), c in zip(model.named_buffers(), pmodel.buffers(), strict=True):
-        errors[f"buffer:{name}"] = rel(c.to(b.dtype), b)
-    assert list(pmodel.state_dict()) == list(model.state_dict())
-    return errors
+    return compare_parallel(build(spec), mesh, shape, seed=seed, overlap=overlap, **options)
 
 
-def run_cases(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Run :func:`compare` for every case on one mesh; returns this rank's errors."""
+def run_cases(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[Comparison]:
+    """Run :func:`compare` for every case on one mesh; returns this rank's comparisons."""
     mesh = SpatialMesh(**mesh_kwargs)
     out = []
     for case in cases:

@@ -1,10 +1,7 @@
-"""Rank functions for notebooks, the demo and the benchmarks (importable by ``spawn``).
+"""The timed workloads of the spatial benchmarks (rank functions for ``spawn``).
 
-Each runs on every rank of an initialised process group, e.g.::
-
-    from sciml.distributed import spawn
-    from sciml.spatial_parallel.examples import check_model
-    results = spawn(check_model, 2, {"depth": 2}, (1, 2, 16, 16, 16))
+Imported by ``benchmarks/spatial_*.py`` (run as scripts, so this folder is on
+``sys.path``, in the spawned ranks too) and by notebook 01.
 """
 
 from __future__ import annotations
@@ -20,64 +17,7 @@ from torch import nn
 from sciml.spatial_parallel import halo
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import parallelize
-from sciml.spatial_parallel.sharding import shard, unshard
-
-
-def _small_unet() -> nn.Module:
-    from sciml.models import UNet
-
-    return UNet(2, 2, base_channels=4, depth=2)
-
-
-def check_model(
-    mesh_shape: dict[str, Any], shape: tuple[int, ...], *, seed: int = 0, slices: bool = False
-) -> dict[str, Any]:
-    """Run a small 3D U-Net split over ``mesh_shape`` and on one device; compare.
-
-    Returns this rank's block bounds, the output's and gradients' largest
-    relative differences, and the parallel forward+backward time; with
-    ``slices``, also the middle width slice of channel 0 of the gathered
-    parallel output and of the single-device output (NumPy arrays).
-    """
-    mesh = SpatialMesh(**mesh_shape)
-    torch.manual_seed(seed)
-    model = _small_unet().double()
-    x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    reference = x.clone().requires_grad_()
-    y = model(reference)
-    y.square().sum().backward()
-    pmodel = parallelize(model, mesh)
-    local = shard(x, mesh).requires_grad_()
-    dist.barrier()
-    start = time.perf_counter()
-    y_local = pmodel(local)
-    y_local.square().sum().backward()
-    elapsed = time.perf_counter() - start
-    y_all = unshard(y_local.detach(), mesh)
-
-    def rel(a: torch.Tensor | None, b: torch.Tensor | None) -> float:
-        assert a is not None and b is not None
-        return float((a - b).abs().max() / b.abs().max())
-
-    grads = [
-        rel(q.grad, p.grad) for p, q in zip(model.parameters(), pmodel.parameters(), strict=True)
-    ]
-    extra = {}
-    if slices:
-        middle = shape[-1] // 2
-        extra = {
-            "parallel_slice": y_all[0, 0, :, :, middle].numpy(),
-            "single_slice": y.detach()[0, 0, :, :, middle].numpy(),
-        }
-    return extra | {
-        "rank": mesh.rank,
-        "coords": mesh.coords,
-        "block": [(s.start, s.stop) for s in mesh.block(shape)[2:]],
-        "output": rel(y_all, y.detach()),
-        "input_grad": rel(local.grad, shard(reference.grad, mesh)),  # type: ignore[arg-type]
-        "param_grad": max(grads),
-        "seconds": elapsed,
-    }
+from sciml.spatial_parallel.sharding import shard
 
 
 def conv_stack(channels: int, layers: int, *, explicit_depth_padding: bool = False) -> nn.Module:

@@ -1,0 +1,311 @@
+"""Check a spatially parallel model against the single-device model it came from.
+
+As :mod:`xarray.testing` does for arrays, this module holds the one comparison
+used by ``sciml spatial check``, the demo, the notebook and the test suite::
+
+    from sciml.distributed import spawn
+    from sciml.spatial_parallel.testing import check_parallel
+
+    results = spawn(check_parallel, 2, {"depth": 2}, model, (2, 2, 16, 16, 16))
+    assert all(r.ok for r in results), [r.failures() for r in results]
+
+Every rank runs three computations of the same weights on the same global
+batch: the float64 single-device *reference*, the single-device model in the
+checked ``dtype`` and the parallel model in that ``dtype``. Each quantity the
+design promises (this rank's output block, the gathered output, its input
+gradient block, every parameter gradient after the built-in reduction, every
+buffer, the eval-mode output) is compared with the reference by
+:func:`relative_error`. Tolerances are derived, not tuned
+(:func:`error_bound`): the parallel model adds the same terms as the single
+device in another order, so its error may exceed the single-device error by
+a small factor, plus a floor for the rounding of a sum of ``size`` terms.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
+from sciml.spatial_parallel.sharding import shard, unshard
+
+#: How much larger than the single-device rounding error the parallel one may be.
+FACTOR = 4.0
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``max|actual - expected| / max|expected|`` (float64 arithmetic).
+
+    Empty tensors agree (0.0). When ``expected`` is all zeros the absolute
+    difference is returned, so nothing divides by zero.
+
+    Raises:
+        AssertionError: If the shapes differ.
+    """
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape {tuple(actual.shape)} != reference {tuple(expected.shape)}")
+    if expected.numel() == 0:
+        return 0.0
+    a, b = actual.detach().double().cpu(), expected.detach().double().cpu()
+    scale = float(b.abs().max())
+    diff = float((a - b).abs().max())
+    return diff / scale if scale > 0 else diff
+
+
+def error_bound(single_error: float, *, dtype: torch.dtype, size: int) -> float:
+    """Largest relative error allowed for the parallel result.
+
+    ``FACTOR * (single_error + eps * sqrt(size))``: the parallel model sums the
+    same ``size`` (at most) terms as the single device in another order, whose
+    rounding error grows like ``eps * sqrt(size)`` (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2002, sec. 2.8 and 4.2). The
+    single-device error measures how ill-conditioned the quantity is. Integer
+    tensors must match exactly (0.0).
+    """
+    if not dtype.is_floating_point:
+        return 0.0
+    if size < 1:
+        raise ValueError(f"error_bound: size must be positive, got {size}")
+    return FACTOR * (single_error + torch.finfo(dtype).eps * math.sqrt(size))
+
+
+@dataclass
+class Comparison:
+    """One rank's comparison of a parallel model with the single-device model.
+
+    Attributes:
+        errors: Relative error of each parallel quantity against the float64
+            reference.
+        single: Relative error of the single-device model in the checked dtype.
+        bounds: The allowed error of each quantity (:func:`error_bound`).
+        rank: Global rank.
+        coords: ``(data, depth, height, width)`` mesh coordinates.
+        block: This rank's ``(start, stop)`` along depth, height and width.
+        seconds: Parallel forward + backward time of the last step.
+        output: The gathered parallel output of the last step (``keep_outputs``).
+        reference: The single-device reference output (``keep_outputs``).
+    """
+
+    errors: dict[str, float]
+    single: dict[str, float]
+    bounds: dict[str, float]
+    rank: int
+    coords: tuple[int, int, int, int]
+    block: list[tuple[int, int]]
+    seconds: float
+    output: torch.Tensor | None = field(default=None, repr=False)
+    reference: torch.Tensor | None = field(default=None, repr=False)
+
+    def failures(self) -> dict[str, str]:
+        """Every quantity above its bound, as ``"error > bound"``."""
+        return {
+            key: f"{value:.2e} > {self.bounds[key]:.2e}"
+            for key, value in self.errors.items()
+            if not value <= self.bounds[key]
+        }
+
+    @property
+    def ok(self) -> bool:
+        """Whether every quantity is within its bound."""
+        return not self.failures()
+
+    def worst(self, prefix: str) -> float:
+        """Largest error of the quantities whose name starts with ``prefix``."""
+        return max((v for k, v in self.errors.items() if k.startswith(prefix)), default=0.0)
+
+
+def _block_of(y: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """This rank's block of a global output: split in space, or its batch rows only."""
+    if y.dim() == 5:
+        return shard(y, mesh)
+    return y[mesh.block([y.shape[0], 1, 1, 1, 1])[0]]
+
+
+def _run(
+    model: nn.Module,
+    mesh: SpatialMesh,
+    inputs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    *,
+    parallel: bool,
+    seed: int,
+    eval_input: torch.Tensor | None,
+    draw_dtype: torch.dtype = torch.float64,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """This rank's view of every compared quantity, and the last step's seconds.
+
+    ``weights`` holds the loss weights of each step; when it is empty they are
+    drawn (from ``seed``, rounded to ``draw_dtype``) and appended.
+    """
+    out: dict[str, torch.Tensor] = {}
+    seconds = 0.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # dropout masks: the same draws on every run
+        for step, x in enumerate(inputs):
+            if parallel:
+                xin = shard(x, mesh).requires_grad_()
+                if torch.distributed.is_initialized():
+                    torch.distributed.barrier()
+                start = time.perf_counter()
+                y = model(xin)
+                (y * _block_of(weights[step], mesh)).sum().backward()
+                seconds = time.perf_counter() - start
+                whole, block, xgrad = unshard(y.detach(), mesh), y.detach(), xin.grad
+            else:
+                xin = x.clone().requires_grad_()
+                y = model(xin)
+                if len(weights) == step:
+                    generator = torch.Generator().manual_seed(seed + 1 + step)
+                    w = torch.randn(y.shape, dtype=draw_dtype, generator=generator)
+                    weights.append(w.to(x.dtype))
+                (y * weights[step]).sum().backward()
+                whole, block = y.detach(), _block_of(y.detach(), mesh)
+                xgrad = shard(xin.grad, mesh)  # type: ignore[arg-type]
+            out |= {f"out{step}": block, f"unshard{step}": whole, f"xgrad{step}": xgrad}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            # the parallel gradient is averaged over replicas, as DistributedDataParallel does
+            out[f"grad:{name}"] = p.grad if parallel else p.grad / mesh.data
+    for name, b in model.named_buffers():
+        out[f"buffer:{name}"] = b.detach().clone()
+    if eval_input is not None:
+        model.eval()
+        with torch.no_grad():
+            y = model(shard(eval_input, mesh) if parallel else eval_input)
+        out["eval"] = unshard(y, mesh) if parallel else y
+    return out, seconds
+
+
+def compare_parallel(
+    model: nn.Module,
+    mesh: SpatialMesh,
+    shape: tuple[int, ...],
+    *,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    steps: int = 1,
+    train: bool = True,
+    evaluate: bool = False,
+    overlap: bool | None = None,
+    sync: bool = True,
+    keep_outputs: bool = False,
+) -> Comparison:
+    """Compare ``parallelize(model, mesh)`` with ``model`` on a random global batch.
+
+    Collective: call on every rank of ``mesh`` with the same arguments. The
+    loss of each step is ``sum(y * w)`` with random weights ``w`` (the global
+    loss convention of the package), so every output element reaches the
+    gradients.
+
+    Args:
+        model: A plain ``torch.nn`` 3D CNN (not modified).
+        mesh: The process grid.
+        shape: Global input shape ``(N, C, D, H, W)``.
+        dtype: The checked floating dtype (the reference is always float64).
+        seed: Seed of the inputs, loss weights and dropout masks.
+        steps: Forward/backward steps (gradients accumulate, running statistics move).
+        train: Run the steps in training mode.
+        evaluate: Then compare one eval-mode forward pass (running statistics).
+        overlap: Passed to :func:`parallelize`.
+        sync: Reduce the gradients (``False`` keeps local gradients: a check
+            that must then fail).
+        keep_outputs: Return the gathered outputs of the last step.
+
+    Raises:
+        ValueError: If ``shape`` is not 5 positive sizes, ``dtype`` is not a
+            floating dtype, ``steps`` < 1, or ``model`` cannot be parallelised.
+    """
+    if len(shape) != 5 or any(not isinstance(s, int) or s < 1 for s in shape):
+        raise ValueError(
+            f"compare_parallel: shape must be 5 positive sizes (N, C, D, H, W), got {shape}"
+        )
+    if not dtype.is_floating_point:
+        raise ValueError(f"compare_parallel: dtype must be a floating dtype, got {dtype}")
+    if steps < 1:
+        raise ValueError(f"compare_parallel: steps must be >= 1, got {steps}")
+    checked = copy.deepcopy(model).to(dtype).train(train)
+    reference = copy.deepcopy(checked).double()  # the same (rounded) weights, in float64
+    generator = torch.Generator().manual_seed(seed)
+    inputs = [torch.randn(shape, dtype=dtype, generator=generator) for _ in range(steps + 1)]
+    eval_input = inputs.pop() if evaluate else None
+    inputs = inputs[:steps]
+    weights: list[torch.Tensor] = []
+    ref, _ = _run(
+        reference,
+        mesh,
+        [x.double() for x in inputs],
+        weights,
+        parallel=False,
+        seed=seed,
+        eval_input=None if eval_input is None else eval_input.double(),
+        draw_dtype=dtype,
+    )
+    weights = [w.to(dtype) for w in weights]
+    if dtype == torch.float64:
+        single = ref
+    else:
+        single, _ = _run(
+            copy.deepcopy(checked),
+            mesh,
+            inputs,
+            weights,
+            parallel=False,
+            seed=seed,
+            eval_input=eval_input,
+        )
+    pmodel = parallelize(checked, mesh, overlap=overlap)
+    gradient_sync(pmodel).enabled = sync
+    if list(pmodel.state_dict()) != list(model.state_dict()):
+        raise AssertionError("parallelize changed the state_dict keys")
+    par, seconds = _run(
+        pmodel, mesh, inputs, weights, parallel=True, seed=seed, eval_input=eval_input
+    )
+    missing = sorted(set(ref) ^ set(par))
+    if missing:
+        raise AssertionError(f"quantities missing on one side: {missing}")
+    size = math.prod(shape)
+    single_errors = {k: relative_error(single[k], ref[k]) for k in ref}
+    return Comparison(
+        errors={k: relative_error(par[k], ref[k]) for k in ref},
+        single=single_errors,
+        bounds={k: error_bound(single_errors[k], dtype=par[k].dtype, size=size) for k in ref},
+        rank=mesh.rank,
+        coords=mesh.coords,
+        block=[(s.start, s.stop) for s in mesh.block(shape)[2:]],
+        seconds=seconds,
+        output=par[f"unshard{steps - 1}"] if keep_outputs else None,
+        reference=ref[f"unshard{steps - 1}"] if keep_outputs else None,
+    )
+
+
+def check_parallel(
+    mesh_shape: Mapping[str, int], model: nn.Module, shape: tuple[int, ...], **options: Any
+) -> Comparison:
+    """:func:`compare_parallel` on a new ``SpatialMesh(**mesh_shape)`` (a function for
+    :func:`sciml.distributed.spawn`)."""
+    return compare_parallel(model, SpatialMesh(**mesh_shape), shape, **options)
+
+
+def assert_parallel_close(results: list[Comparison]) -> None:
+    """Raise an AssertionError listing every rank's quantities above their bounds."""
+    failures = [f"rank {r.rank} {r.coords}: {r.failures()}" for r in results if not r.ok]
+    if failures:
+        raise AssertionError("parallel model differs from one device:\n" + "\n".join(failures))
+
+
+__all__ = [
+    "Comparison",
+    "assert_parallel_close",
+    "check_parallel",
+    "compare_parallel",
+    "error_bound",
+    "relative_error",
+]
