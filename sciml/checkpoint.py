@@ -10,6 +10,7 @@ is read with ``torch.load(..., weights_only=True)``.
 from __future__ import annotations
 
 import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ __all__ = [
     "get_rng_state",
     "load_checkpoint",
     "model_signature",
+    "read_checkpoint",
+    "restore_checkpoint",
     "save_checkpoint",
     "set_rng_state",
 ]
@@ -105,7 +108,9 @@ def save_checkpoint(
         "model_class": type(model).__qualname__,
         "model_signature": model_signature(model),
         "model": model.state_dict(),
+        "optimizer_class": _class_name(optimizer),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler_class": _class_name(scheduler),
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": get_rng_state(),
         "state": state or {},
@@ -113,6 +118,22 @@ def save_checkpoint(
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     return Path(path)
+
+
+def _class_name(obj: object | None) -> str | None:
+    return None if obj is None else type(obj).__qualname__
+
+
+def _check_class(path: Path, payload: dict[str, Any], kind: str, obj: object) -> None:
+    """Refuse to load a saved optimiser or scheduler state into another class."""
+    if payload[kind] is None:
+        raise CheckpointError(f"checkpoint {path} holds no {kind} state")
+    saved = payload.get(f"{kind}_class")  # absent in checkpoints written before it was saved
+    if saved is not None and saved != _class_name(obj):
+        raise CheckpointError(
+            f"checkpoint {path} holds the state of a {saved} {kind}, not of the "
+            f"{_class_name(obj)} given"
+        )
 
 
 def _check_signature(path: Path, payload: dict[str, Any], model: nn.Module) -> None:
@@ -135,6 +156,84 @@ def _check_signature(path: Path, payload: dict[str, Any], model: nn.Module) -> N
         )
 
 
+def read_checkpoint(
+    path: Path | str, *, map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """Read a checkpoint (``weights_only``) without loading it into anything.
+
+    Returns:
+        The whole payload: ``model``, ``optimizer``, ``scheduler``, ``rng``,
+        ``state`` and the model's class and parameter shapes.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        CheckpointError: If the file is truncated or corrupt, or not a sciml checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises several types for damaged archives
+        if "Weights only load failed" in str(err) and zipfile.is_zipfile(path):
+            raise CheckpointError(
+                f"{path} holds Python objects besides tensors (a pickled model or class?) and "
+                "is not a sciml checkpoint; sciml loads with torch.load(weights_only=True), "
+                "which runs no code from a file (write checkpoints with save_checkpoint)"
+            ) from err
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or corrupt and cannot be read ({err}); "
+            "delete it or resume from an earlier checkpoint"
+        ) from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a sciml checkpoint (expected format {FORMAT!r})")
+    return payload
+
+
+def restore_checkpoint(
+    path: Path | str,
+    payload: dict[str, Any],
+    model: nn.Module,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Load a payload from :func:`read_checkpoint` into ``model`` (and the others).
+
+    Everything is checked (parameter names and shapes, optimiser and scheduler
+    classes) before anything is changed.
+
+    Args:
+        path: Where the payload was read from (named in errors).
+        payload: The checkpoint's contents.
+        model: Receives the saved weights.
+        optimizer: Receives the saved optimiser state (which must exist).
+        scheduler: Receives the saved scheduler state (which must exist).
+        restore_rng: Also restore Python's, NumPy's and torch's generators.
+
+    Returns:
+        The extra loop state that was saved with it.
+
+    Raises:
+        CheckpointError: If the checkpoint belongs to another model, optimiser or scheduler.
+    """
+    path = Path(path)
+    _check_signature(path, payload, model)
+    if optimizer is not None:
+        _check_class(path, payload, "optimizer", optimizer)
+    if scheduler is not None:
+        _check_class(path, payload, "scheduler", scheduler)
+    model.load_state_dict(payload["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(payload["scheduler"])
+    if restore_rng:
+        set_rng_state(payload["rng"])
+    return payload["state"]
+
+
 def load_checkpoint(
     path: Path | str,
     model: nn.Module,
@@ -152,28 +251,10 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: If ``path`` does not exist.
         CheckpointError: If the file is truncated or corrupt, is not a sciml
-            checkpoint, or was saved from a model with other parameters.
+            checkpoint, was saved from a model with other parameters, or holds
+            no state (or another class's state) for the optimiser or scheduler given.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # torch raises several types for damaged archives
-        raise CheckpointError(
-            f"checkpoint {path} is truncated or corrupt and cannot be read ({err}); "
-            "delete it or resume from an earlier checkpoint"
-        ) from err
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a sciml checkpoint (expected format {FORMAT!r})")
-    _check_signature(path, payload, model)
-    model.load_state_dict(payload["model"])
-    if optimizer is not None:
-        if payload["optimizer"] is None:
-            raise CheckpointError(f"checkpoint {path} holds no optimiser state")
-        optimizer.load_state_dict(payload["optimizer"])
-    if scheduler is not None and payload["scheduler"] is not None:
-        scheduler.load_state_dict(payload["scheduler"])
-    if restore_rng:
-        set_rng_state(payload["rng"])
-    return payload["state"]
+    payload = read_checkpoint(path, map_location=map_location)
+    return restore_checkpoint(
+        path, payload, model, optimizer=optimizer, scheduler=scheduler, restore_rng=restore_rng
+    )

@@ -10,6 +10,9 @@ hanging::
         train(...)
 
 :func:`spawn` runs a function on a few local processes (tests, notebooks).
+:class:`PreemptionFlag` records SIGTERM/SIGUSR1 (Slurm's preemption and
+time-limit signals) so that long work can checkpoint and stop on every rank
+together; :func:`all_reduce_cpu` reduces a small CPU tensor on any backend.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import pickle
 import queue
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import torch
@@ -38,6 +43,8 @@ __all__ = [
     "DistributedContext",
     "DistributedError",
     "LaunchInfo",
+    "PreemptionFlag",
+    "all_reduce_cpu",
     "default_backend",
     "detect_launch",
     "expand_nodelist",
@@ -47,6 +54,7 @@ __all__ = [
     "rank_zero_only",
     "shutdown",
     "spawn",
+    "world",
 ]
 
 logger = logging.getLogger(__name__)
@@ -296,6 +304,79 @@ def shutdown() -> None:
 def is_main_process() -> bool:
     """True on global rank 0, or when ``torch.distributed`` is not initialised."""
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def world() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process; ``(0, 1)`` without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_cpu(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
+    """All-reduce a small CPU tensor over every rank and return the result on the CPU.
+
+    Works on any backend: under NCCL the values travel through this rank's
+    GPU. Without a process group (or with one rank) ``tensor`` is returned
+    unchanged.
+    """
+    if world()[1] == 1:
+        return tensor
+    moved = tensor.cuda() if dist.get_backend() == "nccl" else tensor.clone()
+    dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op)
+    return moved.cpu()
+
+
+class PreemptionFlag:
+    """Records SIGTERM/SIGUSR1 while installed; restores the previous handlers on exit.
+
+    Flags nest: one installed while another is active starts with the outer
+    one's signal (if it already came) and passes every signal it receives on
+    to it, so that a driver around several training runs (``sciml demo``)
+    knows when one of them stopped on a signal::
+
+        with PreemptionFlag() as flag:
+            for step in work:
+                ...
+                if flag.any_rank():  # collective: every rank calls it
+                    save_checkpoint(...)
+                    return EXIT_REQUEUE
+
+    Handlers are installed only from the main thread (Python's rule);
+    elsewhere, and with ``enabled=False``, the flag never rises.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.received: int | None = None
+        self.enabled = enabled
+        self._previous: dict[int, Any] = {}
+        self._outer: PreemptionFlag | None = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        if self._outer is not None:
+            self._outer._handle(signum, frame)
+
+    def __enter__(self) -> PreemptionFlag:
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            outer = getattr(self._previous[signal.SIGUSR1], "__self__", None)
+            if isinstance(outer, PreemptionFlag):
+                self._outer, self.received = outer, outer.received
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous, self._outer = {}, None
+
+    def any_rank(self) -> bool:
+        """True if this or any other rank received a signal (collective: call on every rank)."""
+        flag = torch.tensor([int(self.received is not None)])
+        return bool(all_reduce_cpu(flag, dist.ReduceOp.MAX).item())
 
 
 def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:

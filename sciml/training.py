@@ -16,21 +16,31 @@ a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
         sys.exit(EXIT_REQUEUE)  # the batch script requeues the job
 
 Exact resume: the order of samples in an epoch depends only on the seed and
-the epoch, checkpoints hold every generator's state and the position inside
-the epoch, so an interrupted and resumed run computes the same losses and
-ends with the same weights as an uninterrupted one (bit for bit on CPU).
+the epoch, checkpoints hold every generator's state, the position inside the
+epoch and the running metric sums of every data-parallel replica, so an
+interrupted and resumed run computes the same losses and ends with the same
+weights as an uninterrupted one (bit for bit on CPU).
+
+A run folder belongs to one run: ``fit`` holds ``run_dir/run.lock`` while it
+trains (a second process gets :class:`RunDirError` naming the first one's
+pid), and refuses to resume a checkpoint written with another configuration
+(:class:`TrainConfig` fields other than :data:`RESUMABLE_FIELDS`, the model's
+parameters, the optimiser and its hyperparameters, the scheduler, the dataset
+sizes, the number of replicas). Every input is checked before anything is written.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import fcntl
 import math
+import os
 import random
-import signal
+import socket
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, Literal
 
 import numpy as np
@@ -40,10 +50,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from sciml.checkpoint import load_checkpoint, save_checkpoint
+from sciml.checkpoint import model_signature, read_checkpoint, restore_checkpoint, save_checkpoint
+from sciml.distributed import PreemptionFlag, all_reduce_cpu, world
 
 __all__ = [
     "EXIT_REQUEUE",
+    "RESUMABLE_FIELDS",
+    "RunDirError",
     "TrainConfig",
     "TrainResult",
     "epoch_batches",
@@ -55,30 +68,66 @@ __all__ = [
 #: Slurm batch script knows to requeue the job.
 EXIT_REQUEUE = 3
 
+#: :class:`TrainConfig` fields that may differ when a run is resumed: they
+#: change how long it runs and what it shows, never what it computes.
+RESUMABLE_FIELDS = ("epochs", "checkpoint_every", "progress", "tensorboard", "handle_signals")
+
 LossOutput = torch.Tensor | dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Any], LossOutput]
 METRIC_COLUMNS = ("epoch", "step", "split", "metric", "value")
+LOCK_NAME = "run.lock"
+
+
+class RunDirError(RuntimeError):
+    """A run folder is in use by another process, or holds a run with another configuration."""
+
+
+def _require_int(name: str, value: object, minimum: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        expected = f"an integer >= {minimum}" + (" or None" if optional else "")
+        raise ValueError(f"TrainConfig.{name} must be {expected}, got {value!r}")
+
+
+def _require_float(name: str, value: object, *, positive: bool, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):  # type: ignore[operator, arg-type]
+        expected = "a finite number " + ("> 0" if positive else ">= 0")
+        expected += " or None" if optional else ""
+        raise ValueError(f"TrainConfig.{name} must be {expected}, got {value!r}")
+
+
+def _require_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"TrainConfig.{name} must be one of {choices}, got {value!r}")
 
 
 @dataclass
 class TrainConfig:
-    """Options of :func:`fit`.
+    """Options of :func:`fit`, checked when the config is made.
 
     Attributes:
-        epochs: Number of passes over the training set.
-        batch_size: Samples per optimiser step (per data-parallel replica).
-        seed: Seed of every generator and of the shuffling.
+        epochs: Number of passes over the training set (>= 1).
+        batch_size: Samples per optimiser step (per data-parallel replica, >= 1).
+        seed: Seed of every generator and of the shuffling (0 <= seed < 2**32).
         shuffle: Shuffle the training set each epoch.
         drop_last: Drop the last incomplete batch of an epoch.
-        num_workers: ``DataLoader`` worker processes.
+        num_workers: ``DataLoader`` worker processes (>= 0).
         checkpoint_every: Also checkpoint every this many optimiser steps
             (a checkpoint is always written at the end of every epoch).
-        patience: Stop after this many epochs without improvement of
+        patience: Stop after this many epochs (>= 1) without improvement of
             ``monitor`` (``None``: never stop early).
-        monitor: Logged epoch metric that decides the best checkpoint and early stop.
+        monitor: Epoch metric that decides the best checkpoint and early stop.
+            ``fit`` logs ``train_<name>`` and ``val_<name>`` for every value
+            ``loss_fn`` returns (``train_loss``, ``val_loss``, ...) and ``lr``;
+            any other name is an error. ``None``: ``val_loss`` when there is a
+            validation set, else ``train_loss``.
         mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
-        min_delta: Smallest change of ``monitor`` that counts as an improvement.
-        grad_clip: Clip the gradient norm to this value.
+        min_delta: Smallest change of ``monitor`` that counts as an improvement (>= 0).
+        grad_clip: Clip the gradient norm to this value (> 0).
         scheduler_interval: Step the scheduler after every ``"epoch"`` or ``"step"``.
         progress: Show a tqdm progress bar on rank 0.
         tensorboard: Also log to TensorBoard when it is installed.
@@ -93,7 +142,7 @@ class TrainConfig:
     num_workers: int = 0
     checkpoint_every: int | None = None
     patience: int | None = None
-    monitor: str = "val_loss"
+    monitor: str | None = None
     mode: Literal["min", "max"] = "min"
     min_delta: float = 0.0
     grad_clip: float | None = None
@@ -103,12 +152,27 @@ class TrainConfig:
     handle_signals: bool = True
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
+        _require_int("epochs", self.epochs, 1)
+        _require_int("batch_size", self.batch_size, 1)
+        _require_int("seed", self.seed, 0)
+        if self.seed >= 2**32:
+            raise ValueError(f"TrainConfig.seed must be < 2**32, got {self.seed}")
+        _require_int("num_workers", self.num_workers, 0)
+        _require_int("checkpoint_every", self.checkpoint_every, 1, optional=True)
+        _require_int("patience", self.patience, 1, optional=True)
+        for name in ("shuffle", "drop_last", "progress", "tensorboard", "handle_signals"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"TrainConfig.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        if self.monitor is not None and (not isinstance(self.monitor, str) or not self.monitor):
             raise ValueError(
-                f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}"
+                f"TrainConfig.monitor must be a metric name or None, got {self.monitor!r}"
             )
-        if self.mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {self.mode!r}")
+        _require_choice("mode", self.mode, ("min", "max"))
+        _require_float("min_delta", self.min_delta, positive=False)
+        _require_float("grad_clip", self.grad_clip, positive=True, optional=True)
+        _require_choice("scheduler_interval", self.scheduler_interval, ("epoch", "step"))
 
 
 @dataclass
@@ -119,7 +183,8 @@ class TrainResult:
         status: ``"completed"``, ``"early_stopped"`` or ``"interrupted"`` (by a signal).
         epoch: Epochs completed.
         global_step: Optimiser steps taken.
-        history: One dict of epoch metrics per completed epoch.
+        history: One dict of epoch metrics per completed epoch (empty if
+            interrupted in the first epoch).
         best: Best value of the monitored metric (``None`` if never logged).
         checkpoint: Path of the last checkpoint.
         run_dir: The run folder (``metrics.csv``, ``checkpoints/``).
@@ -136,7 +201,12 @@ class TrainResult:
 
 @dataclass
 class _LoopState:
-    """Counters saved in every checkpoint."""
+    """Counters saved in every checkpoint.
+
+    ``sums`` and ``count`` are the running sums of the epoch's metrics; in a
+    checkpoint they are summed over every rank (and restored on rank 0 only).
+    ``run`` describes the run (:func:`_run_record`), to refuse resuming with another one.
+    """
 
     epoch: int = 0
     step_in_epoch: int = 0
@@ -147,6 +217,7 @@ class _LoopState:
     sums: dict[str, float] = field(default_factory=dict)
     count: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
+    run: dict[str, Any] | None = None
 
 
 def seed_everything(seed: int) -> None:
@@ -156,10 +227,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _replica() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+def _check_replica(replica: object) -> tuple[int, int]:
+    """``replica`` as ``(index, count)``, or a ``ValueError`` saying what is wrong with it."""
+    ok = (
+        isinstance(replica, tuple)
+        and len(replica) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in replica)
+    )
+    if not ok or not 0 <= replica[0] < replica[1]:  # type: ignore[index]
+        raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
+    return replica  # type: ignore[return-value]
 
 
 def epoch_batches(
@@ -178,15 +255,21 @@ def epoch_batches(
     the permutation is padded by repeating its start so that every replica
     gets the same number of samples, and replica ``r`` of ``R`` takes every
     ``R``-th index starting at ``r``.
+
+    Raises:
+        ValueError: If ``n`` is 0, ``batch_size`` < 1, or ``replica`` is not a
+            valid ``(index, count)``.
     """
     if n == 0:
         raise ValueError("the training dataset is empty")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    index, replicas = _check_replica(replica)
     if shuffle:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(n, generator=generator).tolist()
     else:
         order = list(range(n))
-    index, replicas = replica
     per_replica = math.ceil(n / replicas)
     order = (order * math.ceil(per_replica * replicas / n))[: per_replica * replicas]
     mine = order[index::replicas]
@@ -196,13 +279,13 @@ def epoch_batches(
     return batches
 
 
-def _check_sized(name: str, dataset: object) -> None:
+def _length(name: str, dataset: object) -> int:
+    """The length of a map-style dataset, which must not be empty."""
     if not isinstance(dataset, Sized):
         raise TypeError(f"{name} must be a map-style dataset with a length, got {type(dataset)}")
-
-
-def _length(dataset: Dataset[Any]) -> int:
-    return len(dataset)  # type: ignore[arg-type]  # checked by _check_sized
+    if len(dataset) == 0:
+        raise ValueError(f"{name} is empty")
+    return len(dataset)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -216,24 +299,135 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 
 
 def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
-    if isinstance(output, torch.Tensor):
-        return output, {"loss": float(output.detach())}
-    if "loss" not in output:
-        raise KeyError(f"loss_fn returned a dict without a 'loss' entry: keys {sorted(output)}")
-    return output["loss"], {k: float(v.detach()) for k, v in output.items()}
+    """The loss to differentiate and every scalar value to log."""
+    values = {"loss": output} if isinstance(output, torch.Tensor) else output
+    if not isinstance(values, dict) or "loss" not in values:
+        found = sorted(values) if isinstance(values, dict) else type(values).__name__
+        raise TypeError(
+            f"loss_fn must return a scalar tensor or a dict with a 'loss' entry, got {found}"
+        )
+    odd = {
+        k: getattr(v, "shape", type(v).__name__)
+        for k, v in values.items()
+        if not isinstance(v, torch.Tensor) or v.numel() != 1
+    }
+    if odd:
+        raise ValueError(f"loss_fn must return one-element tensors; got shapes {odd}")
+    return values["loss"], {k: float(v.detach()) for k, v in values.items()}
 
 
 def _all_reduce_sums(sums: dict[str, float], count: int) -> tuple[dict[str, float], int]:
-    """Sum per-replica metric sums and sample counts over every rank."""
-    if _replica()[1] == 1:
-        return sums, count
+    """Sum per-rank metric sums and sample counts over every rank."""
     names = sorted(sums)
     packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
-    if dist.get_backend() == "nccl":
-        packed = packed.cuda()
-    dist.all_reduce(packed)
-    values = packed.cpu().tolist()
+    values = all_reduce_cpu(packed).tolist()
     return dict(zip(names, values[:-1], strict=True)), int(values[-1])
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain Python data that compares by value and loads with ``weights_only``."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def _run_record(
+    config: TrainConfig,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None,
+    sizes: tuple[int, int | None],
+    replicas: int,
+) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote the checkpoint."""
+    groups = [
+        {k: _plain(v) for k, v in group.items() if k != "params"}
+        | {"parameters": len(group["params"])}
+        for group in optimizer.param_groups
+    ]
+    return {
+        "config": {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(config)
+            if f.name not in RESUMABLE_FIELDS
+        },
+        "model": type(model).__qualname__,
+        "parameters": model_signature(model),
+        "optimizer": type(optimizer).__qualname__,
+        "param_groups": groups,
+        "scheduler": None if scheduler is None else type(scheduler).__qualname__,
+        "train_samples": sizes[0],
+        "val_samples": sizes[1],
+        "replicas": replicas,
+    }
+
+
+def _differences(saved: Any, current: Any, where: str = "") -> list[str]:
+    """``where: saved -> current`` for every leaf that differs."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        return [
+            line
+            for key in sorted(set(saved) | set(current), key=str)
+            for line in _differences(saved.get(key), current.get(key), f"{where}.{key}".strip("."))
+        ]
+    groups = isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current)
+    if groups and all(isinstance(v, dict) for v in saved + current):
+        return [
+            line
+            for i, (a, b) in enumerate(zip(saved, current, strict=True))
+            for line in _differences(a, b, f"{where}[{i}]")
+        ]
+    return [] if saved == current else [f"{where}: {saved!r} in the run, {current!r} now"]
+
+
+class _RunLock:
+    """An exclusive ``flock`` on ``run_dir/run.lock`` that names its holder's pid."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirError(
+                f"{self.path.parent} is in use by another training run ({holder}); wait for it "
+                "to finish, or give this run another run_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _lock_run_dir(run_dir: Path, rank: int) -> _RunLock:
+    """Rank 0 locks the run folder; every rank learns whether it could."""
+    lock = _RunLock(run_dir)
+    error: RunDirError | None = None
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            lock.acquire()
+        except RunDirError as err:
+            error = err
+    if all_reduce_cpu(torch.tensor([int(error is not None)])).item():
+        raise error or RunDirError(f"rank 0 could not lock {run_dir / LOCK_NAME}; see its error")
+    return lock
 
 
 class _MetricsLog:
@@ -283,43 +477,6 @@ class _MetricsLog:
             self.writer.close()
 
 
-class _SignalFlag:
-    """Records SIGTERM/SIGUSR1 while installed; restores the old handlers on exit."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-    def __init__(self, enabled: bool) -> None:
-        self.received: int | None = None
-        self.previous: dict[int, Any] = {}
-        self.enabled = enabled
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signum
-
-    def __enter__(self) -> _SignalFlag:
-        import threading
-
-        if self.enabled and threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-    def any_rank(self) -> bool:
-        """True if this or any other rank received a signal (all ranks stop together)."""
-        flag = self.received is not None
-        if _replica()[1] == 1:
-            return flag
-        tensor = torch.tensor([int(flag)])
-        if dist.get_backend() == "nccl":
-            tensor = tensor.cuda()
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return bool(tensor.item())
-
-
 def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
     if best is None:
         return True
@@ -351,8 +508,286 @@ def _loader(
 def _iterate(
     loader: DataLoader[Any], *, total: int, initial: int, desc: str, show: bool
 ) -> Iterator[Any]:
-    return iter(tqdm(loader, total=total, initial=initial, desc=desc, disable=not show,
-                     leave=False, dynamic_ncols=True))  # fmt: skip
+    bar = tqdm(
+        loader,
+        total=total,
+        initial=initial,
+        desc=desc,
+        disable=not show,
+        leave=False,
+        dynamic_ncols=True,
+    )
+    return iter(bar)
+
+
+def _resolve_monitor(monitor: str | None, has_val: bool) -> str:
+    """The metric to monitor, or a ``ValueError`` if ``fit`` would never log it."""
+    name = monitor or ("val_loss" if has_val else "train_loss")
+    if name == "lr" or name.startswith("train_") or (name.startswith("val_") and has_val):
+        return name
+    logged = "'train_<name>' and 'val_<name>'" if has_val else "'train_<name>' (no val_dataset)"
+    raise ValueError(
+        f"TrainConfig.monitor={name!r} is never logged: fit logs {logged} for every value "
+        f"loss_fn returns (e.g. {'val_loss' if has_val else 'train_loss'!r}), and 'lr'"
+    )
+
+
+def _check_model(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.device:
+    """The model's device, after checking that the optimiser updates this model."""
+    params = list(model.parameters())
+    if not params:
+        raise ValueError(f"the model ({type(model).__qualname__}) has no parameters to train")
+    own = {id(p) for p in params}
+    foreign = sum(id(p) not in own for group in optimizer.param_groups for p in group["params"])
+    if foreign:
+        raise ValueError(
+            f"the optimiser holds {foreign} parameter(s) that are not the model's; "
+            "build it from model.parameters()"
+        )
+    return params[0].device
+
+
+def _check_batches(n: int, config: TrainConfig, replicas: int) -> None:
+    per_replica = math.ceil(n / replicas)
+    if config.drop_last and per_replica < config.batch_size:
+        raise ValueError(
+            f"batch_size={config.batch_size} with drop_last=True leaves no batch: each of "
+            f"{replicas} replica(s) gets {per_replica} of the {n} training samples"
+        )
+
+
+@dataclass
+class _Setup:
+    """Everything :func:`fit` checked, ready to train."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    train_dataset: Dataset[Any]
+    val_dataset: Dataset[Any] | None
+    loss_fn: LossFn
+    scheduler: Any | None
+    collate_fn: Callable[[list[Any]], Any] | None
+    config: TrainConfig
+    run_dir: Path
+    device: torch.device
+    replica: tuple[int, int]
+    rank: int
+    monitor: str
+    record: dict[str, Any]
+
+    @property
+    def last(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+
+def _resume(setup: _Setup) -> _LoopState:
+    """The loop state of ``last.pt``, after checking it belongs to this run."""
+    last = setup.last
+    payload = read_checkpoint(last, map_location=setup.device)
+    state = _LoopState(**payload["state"])
+    problems = [] if state.run is None else _differences(state.run, setup.record)
+    if problems:
+        raise RunDirError(
+            f"{last} was written by a run with another configuration ({'; '.join(problems[:6])}). "
+            "To start a new run, give it another run_dir, or pass resume=False to overwrite "
+            "this one"
+        )
+    if state.epoch > setup.config.epochs:
+        raise RunDirError(
+            f"{last} has already trained {state.epoch} epochs, more than "
+            f"TrainConfig.epochs={setup.config.epochs}; ask for at least {state.epoch} epochs, "
+            "or start a new run (another run_dir, or resume=False)"
+        )
+    restore_checkpoint(
+        last, payload, setup.model, optimizer=setup.optimizer, scheduler=setup.scheduler
+    )
+    if setup.rank != 0:  # the saved sums are every rank's: count them once
+        state.sums, state.count = {}, 0
+    return state
+
+
+class _Trainer:
+    """The loop of :func:`fit` as named steps: train epoch, train step, end of epoch."""
+
+    def __init__(self, setup: _Setup, state: _LoopState, log: _MetricsLog) -> None:
+        self.s, self.state, self.log = setup, state, log
+        self.signals = PreemptionFlag(False)
+
+    def run(self) -> TrainResult:
+        status: Literal["completed", "early_stopped", "interrupted"] = "completed"
+        with PreemptionFlag(self.s.config.handle_signals) as self.signals:
+            while self.state.epoch < self.s.config.epochs:
+                if not self.train_epoch():
+                    status = "interrupted"
+                    break
+                if self.end_of_epoch():
+                    status = "early_stopped"
+                    break
+        return self.result(status)
+
+    def train_epoch(self) -> bool:
+        """Train the rest of the current epoch; false if stopped by a signal."""
+        s, state = self.s, self.state
+        batches = epoch_batches(
+            _length("train_dataset", s.train_dataset),
+            s.config.batch_size,
+            epoch=state.epoch,
+            seed=s.config.seed,
+            shuffle=s.config.shuffle,
+            drop_last=s.config.drop_last,
+            replica=s.replica,
+        )
+        todo = batches[state.step_in_epoch :]
+        s.model.train()
+        loader = _loader(s.train_dataset, todo, s.config, s.collate_fn, state.epoch)
+        shown = _iterate(
+            loader,
+            total=len(batches),
+            initial=state.step_in_epoch,
+            desc=f"epoch {state.epoch + 1}/{s.config.epochs}",
+            show=s.rank == 0 and s.config.progress,
+        )
+        for indices, batch in zip(todo, shown, strict=True):
+            self.train_step(batch, len(indices))
+            if self.signals.any_rank():
+                self.checkpoint(s.last)
+                return False
+            every = s.config.checkpoint_every
+            if every and state.global_step % every == 0:
+                self.checkpoint(s.last)
+        return True
+
+    def train_step(self, batch: Any, size: int) -> None:
+        """One optimiser step; adds the batch's values to the epoch's sums."""
+        s, state = self.s, self.state
+        s.optimizer.zero_grad(set_to_none=True)
+        loss, values = _split_loss(s.loss_fn(s.model, _to_device(batch, s.device)))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"loss is {float(loss.detach())} at epoch {state.epoch}, step "
+                f"{state.global_step}; lower the learning rate or check the inputs"
+            )
+        if state.count and set(values) != set(state.sums):
+            raise ValueError(
+                f"loss_fn returned {sorted(values)} at step {state.global_step} but "
+                f"{sorted(state.sums)} before; it must return the same names at every step"
+            )
+        loss.backward()
+        if s.config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(s.model.parameters(), s.config.grad_clip)
+        s.optimizer.step()
+        if s.scheduler is not None and s.config.scheduler_interval == "step":
+            s.scheduler.step()
+        state.step_in_epoch += 1
+        state.global_step += 1
+        for name, value in values.items():
+            state.sums[name] = state.sums.get(name, 0.0) + value * size
+        state.count += size
+        self.log.log(state.epoch, state.global_step, "train_step", values)
+
+    def end_of_epoch(self) -> bool:
+        """Validate, log, checkpoint; true if early stopping ends the run."""
+        s, state = self.s, self.state
+        sums, count = _all_reduce_sums(state.sums, state.count)
+        metrics = {f"train_{k}": v / count for k, v in sums.items()}
+        if s.val_dataset is not None:
+            metrics |= _evaluate(
+                s.model, s.val_dataset, s.loss_fn, s.config, s.collate_fn, s.device, s.replica
+            )
+        metrics["lr"] = s.optimizer.param_groups[0]["lr"]
+        if s.monitor not in metrics:
+            raise ValueError(
+                f"TrainConfig.monitor={s.monitor!r} is not among the epoch metrics that fit "
+                f"logs for this loss_fn: {sorted(metrics)}"
+            )
+        self.log.log(state.epoch, state.global_step, "epoch", metrics)
+        if s.scheduler is not None and s.config.scheduler_interval == "epoch":
+            s.scheduler.step()
+        state.history.append({"epoch": state.epoch + 1, **metrics})
+        state.epoch += 1
+        state.step_in_epoch, state.sums, state.count = 0, {}, 0
+        improved = _is_better(metrics[s.monitor], state.best, s.config)
+        if improved:
+            state.best, state.bad_epochs = metrics[s.monitor], 0
+        else:
+            state.bad_epochs += 1
+        self.checkpoint(s.last)
+        if improved:
+            self.checkpoint(s.run_dir / "checkpoints" / "best.pt")
+        return s.config.patience is not None and state.bad_epochs >= s.config.patience
+
+    def checkpoint(self, path: Path) -> None:
+        """Save the run on rank 0 (collective: every rank calls it)."""
+        s, state = self.s, self.state
+        sums, count = _all_reduce_sums(state.sums, state.count)
+        saved = dataclasses.replace(state, sums=sums, count=count, rows_written=self.log.rows)
+        if s.rank == 0:
+            save_checkpoint(
+                path, s.model, optimizer=s.optimizer, scheduler=s.scheduler, state=vars(saved)
+            )
+        if world()[1] > 1:
+            dist.barrier()
+
+    def result(self, status: Literal["completed", "early_stopped", "interrupted"]) -> TrainResult:
+        state = self.state
+        return TrainResult(
+            status,
+            state.epoch,
+            state.global_step,
+            list(state.history),
+            state.best,
+            self.s.last,
+            self.s.run_dir,
+        )
+
+
+def _setup(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_dataset: Dataset[Any],
+    loss_fn: LossFn,
+    *,
+    run_dir: Path,
+    config: TrainConfig,
+    val_dataset: Dataset[Any] | None,
+    scheduler: Any | None,
+    collate_fn: Callable[[list[Any]], Any] | None,
+    replica: tuple[int, int] | None,
+) -> _Setup:
+    """Check every input of :func:`fit` (nothing is written yet)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable as loss_fn(model, batch), got {loss_fn!r}")
+    n_train = _length("train_dataset", train_dataset)
+    n_val = None if val_dataset is None else _length("val_dataset", val_dataset)
+    rank, world_size = world()
+    replica = _check_replica(replica or (rank, world_size))
+    if world_size % replica[1]:
+        raise ValueError(
+            f"replica={replica}: the {replica[1]} replicas must divide the {world_size} ranks"
+        )
+    _check_batches(n_train, config, replica[1])
+    device = _check_model(model, optimizer)
+    monitor = _resolve_monitor(config.monitor, val_dataset is not None)
+    record = _run_record(config, model, optimizer, scheduler, (n_train, n_val), replica[1])
+    record["config"]["monitor"] = monitor
+    return _Setup(
+        model,
+        optimizer,
+        train_dataset,
+        val_dataset,
+        loss_fn,
+        scheduler,
+        collate_fn,
+        config,
+        run_dir,
+        device,
+        replica,
+        rank,
+        monitor,
+        record,
+    )
 
 
 def fit(
@@ -375,134 +810,64 @@ def fit(
         model: The model; batches are moved to the device of its first parameter.
         optimizer: Optimiser over the model's parameters.
         train_dataset: Map-style dataset of training samples.
-        loss_fn: ``loss_fn(model, batch)`` returns the loss tensor, or a dict
-            with ``"loss"`` and other scalar tensors to log.
-        run_dir: Folder for ``metrics.csv``, ``checkpoints/last.pt`` and
-            ``checkpoints/best.pt``.
+        loss_fn: ``loss_fn(model, batch)`` returns the loss (a one-element
+            tensor), or a dict with ``"loss"`` and other one-element tensors to
+            log, with the same names at every step.
+        run_dir: Folder for ``metrics.csv``, ``checkpoints/last.pt``,
+            ``checkpoints/best.pt`` and the lock file ``run.lock``.
         config: Loop options (default :class:`TrainConfig`).
         val_dataset: Dataset evaluated with ``loss_fn`` after every epoch;
             its metrics are logged with a ``val_`` prefix.
         scheduler: Learning-rate scheduler stepped per ``config.scheduler_interval``.
         collate_fn: Batch collation (default: torch's).
-        resume: Continue from ``run_dir/checkpoints/last.pt`` when it exists.
+        resume: Continue from ``run_dir/checkpoints/last.pt`` when it exists
+            (``False``: start over, overwriting the run in ``run_dir``).
         replica: ``(index, count)`` of this data-parallel replica; default
             ``(rank, world_size)``. Spatially parallel runs pass the data-parallel
             coordinate so that the ranks of one sample read the same batch.
 
     Returns:
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
+
+    Raises:
+        ValueError, TypeError: For a bad input (named), before anything is written.
+        RunDirError: If another process trains in ``run_dir``, or its checkpoint
+            was written by a run with another configuration (see the module docstring).
+        sciml.checkpoint.CheckpointError: If ``last.pt`` cannot be read.
     """
-    config = config or TrainConfig()
-    _check_sized("train_dataset", train_dataset)
-    if val_dataset is not None:
-        _check_sized("val_dataset", val_dataset)
-    run_dir = Path(run_dir)
-    rank, _ = _replica()
-    replica = replica or _replica()
-    is_main = rank == 0
-    last, best_path = run_dir / "checkpoints" / "last.pt", run_dir / "checkpoints" / "best.pt"
-    if is_main:
-        last.parent.mkdir(parents=True, exist_ok=True)
-    device = next(model.parameters()).device
-
-    seed_everything(config.seed)
-    state = _LoopState()
-    if resume and last.exists():
-        saved = load_checkpoint(last, model, optimizer=optimizer, scheduler=scheduler,
-                                map_location=device)  # fmt: skip
-        state = _LoopState(**saved)
-    log = _MetricsLog(run_dir, rows=state.rows_written, tensorboard=config.tensorboard,
-                      enabled=is_main)  # fmt: skip
-
-    def checkpoint(path: Path = last) -> None:
-        state.rows_written = log.rows
-        if is_main:
-            save_checkpoint(path, model, optimizer=optimizer, scheduler=scheduler,
-                            state=vars(state))  # fmt: skip
-        if _replica()[1] > 1:
-            dist.barrier()
-
-    status: Literal["completed", "early_stopped", "interrupted"] = "completed"
+    setup = _setup(
+        model,
+        optimizer,
+        train_dataset,
+        loss_fn,
+        run_dir=Path(run_dir),
+        config=config or TrainConfig(),
+        val_dataset=val_dataset,
+        scheduler=scheduler,
+        collate_fn=collate_fn,
+        replica=replica,
+    )
+    lock = _lock_run_dir(setup.run_dir, setup.rank)
     try:
-        with _SignalFlag(config.handle_signals) as signals:
-            while state.epoch < config.epochs:
-                batches = epoch_batches(
-                    _length(train_dataset), config.batch_size, epoch=state.epoch, seed=config.seed,
-                    shuffle=config.shuffle, drop_last=config.drop_last, replica=replica,
-                )  # fmt: skip
-                model.train()
-                loader = _loader(train_dataset, batches[state.step_in_epoch :], config,
-                                 collate_fn, state.epoch)  # fmt: skip
-                for batch_indices, batch in zip(
-                    batches[state.step_in_epoch :],
-                    _iterate(loader, total=len(batches), initial=state.step_in_epoch,
-                             desc=f"epoch {state.epoch + 1}/{config.epochs}",
-                             show=is_main and config.progress),
-                    strict=True,
-                ):  # fmt: skip
-                    optimizer.zero_grad(set_to_none=True)
-                    loss, values = _split_loss(loss_fn(model, _to_device(batch, device)))
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"loss is {float(loss.detach())} at epoch {state.epoch}, step "
-                            f"{state.global_step}; lower the learning rate or check the inputs"
-                        )
-                    loss.backward()
-                    if config.grad_clip is not None:
-                        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                    optimizer.step()
-                    if scheduler is not None and config.scheduler_interval == "step":
-                        scheduler.step()
-                    state.step_in_epoch += 1
-                    state.global_step += 1
-                    size = len(batch_indices)
-                    for name, value in values.items():
-                        state.sums[name] = state.sums.get(name, 0.0) + value * size
-                    state.count += size
-                    log.log(state.epoch, state.global_step, "train_step", values)
-                    if signals.any_rank():
-                        checkpoint()
-                        return _result("interrupted", state, run_dir, last)
-                    if config.checkpoint_every and state.global_step % config.checkpoint_every == 0:
-                        checkpoint()
-                sums, count = _all_reduce_sums(state.sums, state.count)
-                metrics = {f"train_{k}": v / count for k, v in sums.items()}
-                if val_dataset is not None:
-                    metrics |= _evaluate(model, val_dataset, loss_fn, config, collate_fn,
-                                         device, replica)  # fmt: skip
-                metrics["lr"] = optimizer.param_groups[0]["lr"]
-                log.log(state.epoch, state.global_step, "epoch", metrics)
-                if scheduler is not None and config.scheduler_interval == "epoch":
-                    scheduler.step()
-                state.history.append({"epoch": state.epoch + 1, **metrics})
-                state.epoch += 1
-                state.step_in_epoch, state.sums, state.count = 0, {}, 0
-                improved = False
-                if config.monitor in metrics:
-                    improved = _is_better(metrics[config.monitor], state.best, config)
-                    if improved:
-                        state.best, state.bad_epochs = metrics[config.monitor], 0
-                    else:
-                        state.bad_epochs += 1
-                checkpoint()
-                if improved:
-                    checkpoint(best_path)
-                if config.patience is not None and state.bad_epochs >= config.patience:
-                    status = "early_stopped"
-                    break
+        seed_everything(setup.config.seed)
+        state = _resume(setup) if resume and setup.last.exists() else _LoopState()
+        state.run = setup.record
+        if setup.rank == 0:
+            setup.last.parent.mkdir(parents=True, exist_ok=True)
+            if state.global_step == 0:  # a new run: a best.pt left by an old one is not its
+                (setup.run_dir / "checkpoints" / "best.pt").unlink(missing_ok=True)
+        log = _MetricsLog(
+            setup.run_dir,
+            rows=state.rows_written,
+            tensorboard=setup.config.tensorboard,
+            enabled=setup.rank == 0,
+        )
+        try:
+            return _Trainer(setup, state, log).run()
+        finally:
+            log.close()
     finally:
-        log.close()
-    return _result(status, state, run_dir, last)
-
-
-def _result(
-    status: Literal["completed", "early_stopped", "interrupted"],
-    state: _LoopState,
-    run_dir: Path,
-    last: Path,
-) -> TrainResult:
-    return TrainResult(status, state.epoch, state.global_step, list(state.history), state.best,
-                       last, run_dir)  # fmt: skip
+        lock.release()
 
 
 @torch.no_grad()
@@ -517,12 +882,18 @@ def _evaluate(
 ) -> dict[str, float]:
     """Mean of ``loss_fn``'s values over ``dataset`` (samples weighted equally)."""
     model.eval()
-    batches = epoch_batches(_length(dataset), config.batch_size, epoch=0, seed=config.seed,
-                            shuffle=False, replica=replica)  # fmt: skip
+    batches = epoch_batches(
+        _length("val_dataset", dataset),
+        config.batch_size,
+        epoch=0,
+        seed=config.seed,
+        shuffle=False,
+        replica=replica,
+    )
     sums: dict[str, float] = {}
     count = 0
-    for indices, batch in zip(batches, _loader(dataset, batches, config, collate_fn, 0),
-                              strict=True):  # fmt: skip
+    loader = _loader(dataset, batches, config, collate_fn, 0)
+    for indices, batch in zip(batches, loader, strict=True):
         _, values = _split_loss(loss_fn(model, _to_device(batch, device)))
         for name, value in values.items():
             sums[name] = sums.get(name, 0.0) + value * len(indices)

@@ -14,7 +14,7 @@ from torch import nn
 
 from sciml.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from sciml.distributed import spawn
-from sciml.training import EXIT_REQUEUE, TrainConfig, epoch_batches, fit
+from sciml.training import EXIT_REQUEUE, RunDirError, TrainConfig, epoch_batches, fit
 from tests.scripts.train_job import make_problem, mse
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_job.py"
@@ -34,8 +34,16 @@ def _train(run_dir: Path, *, interrupt_at: int | None = None, **overrides):
         return mse(model, batch)
 
     config = TrainConfig(**(CONFIG | overrides))
-    result = fit(model, optimizer, train, loss_fn, run_dir=run_dir, config=config,
-                 val_dataset=val, scheduler=scheduler)  # fmt: skip
+    result = fit(
+        model,
+        optimizer,
+        train,
+        loss_fn,
+        run_dir=run_dir,
+        config=config,
+        val_dataset=val,
+        scheduler=scheduler,
+    )
     return model, result
 
 
@@ -62,8 +70,9 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
     assert stopped.status == "interrupted" and stopped.global_step == 9
     model, resumed = _train(tmp_path / "resumed")
     assert resumed.status == "completed" and resumed.global_step == done.global_step
-    for (name, a), b in zip(reference.state_dict().items(), model.state_dict().values(),
-                            strict=True):  # fmt: skip
+    for (name, a), b in zip(
+        reference.state_dict().items(), model.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
     assert resumed.history == done.history
@@ -93,8 +102,11 @@ def test_sigterm_from_outside_checkpoints_and_resume_matches(tmp_path: Path) -> 
     straight = tmp_path / "straight"
     subprocess.run([sys.executable, str(SCRIPT), str(straight)], check=True, timeout=120)
     resumed = tmp_path / "resumed"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(resumed), "--slow", "0.05"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(resumed), "--slow", "0.05"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     metrics = resumed / "metrics.csv"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not metrics.exists() or len(_rows(resumed)) < 8):
@@ -153,8 +165,14 @@ def test_non_finite_loss_is_reported(tmp_path: Path) -> None:
     model, train, _ = make_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(FloatingPointError, match="loss is nan at epoch 0, step 0"):
-        fit(model, optimizer, train, lambda m, b: mse(m, b) * float("nan"), run_dir=tmp_path,
-            config=TrainConfig(**CONFIG))  # fmt: skip
+        fit(
+            model,
+            optimizer,
+            train,
+            lambda m, b: mse(m, b) * float("nan"),
+            run_dir=tmp_path,
+            config=TrainConfig(**CONFIG),
+        )
 
 
 def _train_ddp(run_dir: str) -> dict[str, torch.Tensor]:
@@ -162,8 +180,14 @@ def _train_ddp(run_dir: str) -> dict[str, torch.Tensor]:
     model[2].p = 0.0  # dropout draws differ between replicas; switch it off
     ddp = nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    fit(ddp, optimizer, train, mse, run_dir=run_dir,
-        config=TrainConfig(**(CONFIG | {"batch_size": 4})))  # fmt: skip
+    fit(
+        ddp,
+        optimizer,
+        train,
+        mse,
+        run_dir=run_dir,
+        config=TrainConfig(**(CONFIG | {"batch_size": 4})),
+    )
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -171,8 +195,14 @@ def test_two_data_parallel_replicas_match_one_process(tmp_path: Path) -> None:
     model, train, _ = make_problem()
     model[2].p = 0.0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    fit(model, optimizer, train, mse, run_dir=tmp_path / "single",
-        config=TrainConfig(**(CONFIG | {"batch_size": 8})))  # fmt: skip
+    fit(
+        model,
+        optimizer,
+        train,
+        mse,
+        run_dir=tmp_path / "single",
+        config=TrainConfig(**(CONFIG | {"batch_size": 8})),
+    )
     weights = spawn(_train_ddp, 2, str(tmp_path / "ddp"))
     for name, value in model.state_dict().items():
         torch.testing.assert_close(weights[0][name], value, rtol=1e-5, atol=1e-6)
@@ -184,3 +214,242 @@ def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
     _train(tmp_path, epochs=1, tensorboard=True)
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100
+
+
+def _epoch_rows(run_dir: Path) -> list[dict[str, str]]:
+    return [r for r in _rows(run_dir) if r["split"] == "epoch"]
+
+
+def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None) -> str:
+    """2-replica DDP run of 5 epochs of 6 steps; rank 0 gets SIGUSR1 at step ``interrupt_at``."""
+    model, train, _ = make_problem()
+    model[2].p = 0.0
+    ddp = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    calls = {"n": 0}
+
+    def loss_fn(model, batch):
+        calls["n"] += 1
+        if calls["n"] == interrupt_at and torch.distributed.get_rank() == 0:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return mse(model, batch)
+
+    config = TrainConfig(**(CONFIG | {"epochs": 5, "batch_size": 3}))
+    return fit(ddp, optimizer, train, loss_fn, run_dir=run_dir, config=config).status
+
+
+def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: Path) -> None:
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    assert spawn(_train_ddp_interrupted, 2, straight, None) == ["completed"] * 2
+    # 16 samples per replica in batches of 3: step 8 is the second step of epoch 1
+    assert spawn(_train_ddp_interrupted, 2, resumed, 8) == ["interrupted"] * 2
+    assert spawn(_train_ddp_interrupted, 2, resumed, None) == ["completed"] * 2
+    assert len(_epoch_rows(tmp_path / "straight")) == 10  # train_loss and lr, 5 epochs
+    assert _epoch_rows(tmp_path / "resumed") == _epoch_rows(tmp_path / "straight")
+    assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("epochs", 0, "epochs must be an integer >= 1"),
+        ("epochs", 2.5, "epochs must be an integer"),
+        ("batch_size", True, "batch_size must be an integer"),
+        ("seed", -1, "seed must be an integer >= 0"),
+        ("seed", 2**40, "seed must be < 2\\*\\*32"),
+        ("num_workers", -1, "num_workers must be an integer >= 0"),
+        ("checkpoint_every", 0, "checkpoint_every must be an integer >= 1 or None"),
+        ("patience", 0, "patience must be an integer >= 1 or None"),
+        ("shuffle", "yes", "shuffle must be True or False"),
+        ("monitor", "", "monitor must be a metric name or None"),
+        ("mode", "best", "mode must be one of \\('min', 'max'\\)"),
+        ("min_delta", -0.1, "min_delta must be a finite number >= 0"),
+        ("min_delta", float("nan"), "min_delta must be a finite number >= 0"),
+        ("grad_clip", 0.0, "grad_clip must be a finite number > 0 or None"),
+        ("scheduler_interval", "bogus", "scheduler_interval must be one of \\('epoch', 'step'\\)"),
+    ],
+)
+def test_train_config_rejects_bad_values(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=f"TrainConfig.{message}"):
+        TrainConfig(**{field: value})
+
+
+def test_monitor_that_is_never_logged_is_an_error_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    model, train, val = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    run = tmp_path / "run"
+    # fit logs train_loss, not loss: the mistake that left a run without best.pt
+    with pytest.raises(ValueError, match="monitor='loss' is never logged: fit logs 'train_<name>'"):
+        fit(model, optimizer, train, mse, run_dir=run, config=TrainConfig(monitor="loss", **CONFIG))
+    with pytest.raises(ValueError, match="monitor='val_loss' is never logged(.|\n)*no val_dataset"):
+        fit(
+            model,
+            optimizer,
+            train,
+            mse,
+            run_dir=run,
+            config=TrainConfig(monitor="val_loss", **CONFIG),
+        )
+    assert not run.exists()
+    # a plausible name that loss_fn never returns: caught at the end of the first epoch
+    with pytest.raises(ValueError, match=r"'train_rmse' is not among(.|\n)*\['lr', 'train_loss'"):
+        fit(
+            model,
+            optimizer,
+            train,
+            mse,
+            run_dir=run,
+            config=TrainConfig(monitor="train_rmse", **CONFIG),
+        )
+    assert not (run / "checkpoints" / "last.pt").exists()
+
+
+def test_default_monitor_follows_the_validation_set(tmp_path: Path) -> None:
+    _, with_val = _train(tmp_path / "val")
+    assert with_val.best == min(h["val_loss"] for h in with_val.history)
+    model, train, _ = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    result = fit(
+        model, optimizer, train, mse, run_dir=tmp_path / "train", config=TrainConfig(**CONFIG)
+    )
+    assert result.best == min(h["train_loss"] for h in result.history)
+    assert (tmp_path / "train" / "checkpoints" / "best.pt").exists()
+
+
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def test_resuming_with_another_configuration_is_refused_untouched(tmp_path: Path) -> None:
+    _train(tmp_path, epochs=1)
+    before = _snapshot(tmp_path)
+    model, train, val = make_problem()
+
+    def attempt(**changes) -> None:  # noqa: ANN003
+        net = changes.pop("model", model)
+        optimizer = changes.pop("optimizer", None) or torch.optim.SGD(
+            net.parameters(), lr=changes.pop("lr", 0.02), momentum=0.5
+        )
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+        fit(
+            net,
+            optimizer,
+            changes.pop("train", train),
+            mse,
+            run_dir=tmp_path,
+            config=TrainConfig(**(CONFIG | changes)),
+            val_dataset=val,
+            scheduler=scheduler,
+        )
+
+    cases = {
+        "batch_size: 5 in the run, 8 now": dict(batch_size=8),
+        "param_groups\\[0\\].lr: 0.02 in the run, 0.1 now": dict(lr=0.1),
+        "optimizer: 'SGD' in the run, 'Adam' now": dict(
+            optimizer=torch.optim.Adam(model.parameters(), lr=0.02)
+        ),
+        "train_samples: 32 in the run, 30 now": dict(
+            train=torch.utils.data.Subset(train, range(30))
+        ),
+        "parameters.0.weight: \\[16, 6\\] in the run, \\[8, 6\\] now": dict(
+            model=nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 1))
+        ),
+    }
+    for message, changes in cases.items():
+        with pytest.raises(RunDirError, match=f"another configuration(.|\n)*{message}"):
+            attempt(**changes)
+    with pytest.raises(RunDirError, match="To start a new run, give it another run_dir"):
+        attempt(batch_size=8)
+    assert _snapshot(tmp_path) == before
+    # more epochs is a resume, not a new run; resume=False starts over
+    _, more = _train(tmp_path, epochs=2)
+    assert more.epoch == 2 and len(more.history) == 2
+
+
+def test_resuming_a_longer_run_with_fewer_epochs_is_refused(tmp_path: Path) -> None:
+    _train(tmp_path, epochs=2)
+    with pytest.raises(RunDirError, match="already trained 2 epochs, more than .*epochs=1"):
+        _train(tmp_path, epochs=1)
+
+
+def test_bad_fit_inputs_give_clear_errors_before_writing(tmp_path: Path) -> None:
+    model, train, val = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    run = tmp_path / "run"
+    config = TrainConfig(**CONFIG)
+
+    def call(**kwargs):  # noqa: ANN003
+        args = dict(model=model, optimizer=optimizer, train_dataset=train, loss_fn=mse) | kwargs
+        fit(
+            args.pop("model"),
+            args.pop("optimizer"),
+            args.pop("train_dataset"),
+            args.pop("loss_fn"),
+            run_dir=run,
+            **({"config": config} | args),
+        )
+
+    empty = torch.utils.data.Subset(train, [])
+    with pytest.raises(ValueError, match="train_dataset is empty"):
+        call(train_dataset=empty)
+    with pytest.raises(ValueError, match="val_dataset is empty"):
+        call(val_dataset=empty)
+    with pytest.raises(TypeError, match="train_dataset must be a map-style dataset"):
+        call(train_dataset=iter([]))
+    with pytest.raises(ValueError, match="batch_size=64 with drop_last=True leaves no batch"):
+        call(config=TrainConfig(**(CONFIG | {"batch_size": 64, "drop_last": True})))
+    for bad in ((2, 2), (-1, 2), (0, 0), (0, 1, 2), (0.0, 1)):
+        with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
+            call(replica=bad)
+    with pytest.raises(ValueError, match="the 2 replicas must divide the 1 ranks"):
+        call(replica=(0, 2))
+    other = nn.Linear(6, 1)
+    with pytest.raises(ValueError, match="optimiser holds 2 parameter\\(s\\) that are not"):
+        call(optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="has no parameters"):
+        call(model=nn.ReLU())
+    with pytest.raises(TypeError, match="config must be a TrainConfig"):
+        call(config={"epochs": 1})
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        call(loss_fn="mse")
+    assert not run.exists()
+    with pytest.raises(ValueError, match="one-element tensors; got shapes"):
+        call(loss_fn=lambda m, b: (m(b[0]) - b[1]) ** 2)
+    with pytest.raises(TypeError, match="dict with a 'loss' entry, got \\['mse'\\]"):
+        call(loss_fn=lambda m, b: {"mse": mse(m, b)})
+    assert not (run / "checkpoints" / "last.pt").exists()
+
+
+def test_batch_larger_than_the_dataset_is_one_short_batch(tmp_path: Path) -> None:
+    model, train, _ = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    result = fit(
+        model,
+        optimizer,
+        train,
+        mse,
+        run_dir=tmp_path,
+        config=TrainConfig(**(CONFIG | {"batch_size": 100, "epochs": 2})),
+    )
+    assert result.global_step == 2
+
+
+def test_checkpoint_of_another_optimiser_or_without_scheduler(tmp_path: Path) -> None:
+    model, _, _ = make_problem()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = save_checkpoint(tmp_path / "c.pt", model, optimizer=sgd)
+    adam = torch.optim.Adam(model.parameters())
+    with pytest.raises(CheckpointError, match="state of a SGD optimizer, not of the Adam"):
+        load_checkpoint(path, model, optimizer=adam)
+    scheduler = torch.optim.lr_scheduler.StepLR(sgd, step_size=1)
+    with pytest.raises(CheckpointError, match="holds no scheduler state"):
+        load_checkpoint(path, model, optimizer=sgd, scheduler=scheduler)
+
+
+def test_checkpoint_with_pickled_objects_is_refused(tmp_path: Path) -> None:
+    model, _, _ = make_problem()
+    torch.save(model, tmp_path / "model.pt")  # a whole pickled module: not weights only
+    with pytest.raises(CheckpointError, match="holds Python objects besides tensors"):
+        load_checkpoint(tmp_path / "model.pt", model)

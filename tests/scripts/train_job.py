@@ -43,8 +43,9 @@ if __name__ == "__main__":
         return mse(model, batch)
 
     config = TrainConfig(epochs=6, batch_size=5, progress=False, tensorboard=False)
-    result = fit(model, optimizer, train, loss_fn, run_dir=args.run_dir, config=config,
-                 val_dataset=val)  # fmt: skip
+    result = fit(
+        model, optimizer, train, loss_fn, run_dir=args.run_dir, config=config, val_dataset=val
+    )
     if result.status == "interrupted":
         print(f"interrupted at step {result.global_step}", flush=True)
         sys.exit(EXIT_REQUEUE)
