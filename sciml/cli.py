@@ -70,9 +70,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from sciml.demo import run_demo
+    from sciml.demo import DemoInterrupted, run_demo
+    from sciml.training import EXIT_REQUEUE
 
-    report = run_demo(Path(args.out), quick=args.quick, only=args.only)
+    try:
+        report = run_demo(Path(args.out), quick=args.quick, only=args.only)
+    except DemoInterrupted as stop:
+        print(
+            f"sciml: {stop}; checkpointed, run the same command again to resume",
+            file=sys.stderr,
+        )
+        print(f"partial report: {stop.report}", file=sys.stderr)
+        return EXIT_REQUEUE
     print(f"demo report: {report}")
     print(f"figures and data: {report.parent}")
     return 0

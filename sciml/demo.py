@@ -3,6 +3,20 @@
 Each section is a module with ``demo(outdir: Path, *, quick: bool) -> str``
 that writes its figures under ``outdir`` and returns the Markdown of its part
 of ``report.md`` (figures linked by paths relative to ``outdir``).
+
+Preemption (SIGUSR1/SIGTERM, as Slurm sends them): :func:`run_demo` records
+the signal for the whole run, and :func:`sciml.training.fit` inside a section
+sees it too (signal flags nest), checkpoints and returns ``"interrupted"``. A
+section that trains passes the result to :func:`stop_if_interrupted`, which
+raises :class:`DemoInterrupted`; a section that received the signal outside
+training simply finishes. Either way :func:`run_demo` runs no further section,
+writes ``report.md`` marked as interrupted (the finished sections only) and
+raises :class:`DemoInterrupted`, on which ``sciml demo`` exits with
+:data:`sciml.training.EXIT_REQUEUE`. Sections train with ``resume=True`` into
+their own run folder, so running the same command again resumes::
+
+    result = fit(model, optimizer, data, loss_fn, run_dir=outdir / "mine", ...)
+    stop_if_interrupted(result, "mine")  # before reading result.history
 """
 
 from __future__ import annotations
@@ -11,8 +25,12 @@ import importlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from sciml.distributed import PreemptionFlag
 from sciml.io_utils import atomic_write_text
+
+__all__ = ["SECTIONS", "DemoInterrupted", "run_demo", "stop_if_interrupted"]
 
 #: Section name -> module providing ``demo(outdir, *, quick)``.
 SECTIONS: dict[str, str] = {
@@ -21,6 +39,41 @@ SECTIONS: dict[str, str] = {
     "weather": "sciml.weather.demo",
     "geo": "sciml.geo.demo",
 }
+
+
+class DemoInterrupted(RuntimeError):
+    """A demo section stopped on SIGUSR1/SIGTERM after checkpointing; rerunning resumes.
+
+    Attributes:
+        section: The section that was running.
+        report: The report written so far (marked as interrupted), once
+            :func:`run_demo` has written it.
+    """
+
+    def __init__(self, section: str, detail: str) -> None:
+        super().__init__(f"demo section {section!r} interrupted by a signal ({detail})")
+        self.section = section
+        self.report: Path | None = None
+
+
+def stop_if_interrupted(result: Any, section: str) -> None:
+    """Raise :class:`DemoInterrupted` if a training result says it was interrupted.
+
+    Args:
+        result: A :class:`sciml.training.TrainResult` (or anything with
+            ``status`` and ``checkpoint``).
+        section: The section's name in :data:`SECTIONS`.
+    """
+    if result.status == "interrupted":
+        raise DemoInterrupted(section, f"checkpoint {result.checkpoint}")
+
+
+def _sections(only: Sequence[str] | None) -> list[str]:
+    names = list(SECTIONS) if not only else list(only)
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown demo section(s) {unknown}; available: {sorted(SECTIONS)}")
+    return names
 
 
 def run_demo(
@@ -35,21 +88,40 @@ def run_demo(
 
     Returns:
         The path of the written report.
+
+    Raises:
+        ValueError: For an unknown section name (before anything runs).
+        DemoInterrupted: On SIGUSR1/SIGTERM, after the running section
+            checkpointed and the partial report was written.
     """
+    names = _sections(only)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    names = list(SECTIONS) if not only else list(only)
-    unknown = [name for name in names if name not in SECTIONS]
-    if unknown:
-        raise ValueError(f"unknown demo section(s) {unknown}; available: {sorted(SECTIONS)}")
-    parts = ["# sciml demo report", ""]
-    for name in names:
-        module = importlib.import_module(SECTIONS[name])
-        start = time.perf_counter()
-        markdown = module.demo(outdir, quick=quick)
-        elapsed = time.perf_counter() - start
-        parts += [markdown.rstrip(), "", f"_Section `{name}` took {elapsed:.1f} s._", ""]
-        print(f"[demo] {name}: done in {elapsed:.1f} s")
     report = outdir / "report.md"
+    parts = ["# sciml demo report", ""]
+    with PreemptionFlag() as signals:
+        for name in names:
+            start = time.perf_counter()
+            try:
+                markdown = importlib.import_module(SECTIONS[name]).demo(outdir, quick=quick)
+            except DemoInterrupted as stop:
+                _write_interrupted(report, parts, stop)
+                raise
+            elapsed = time.perf_counter() - start
+            parts += [markdown.rstrip(), "", f"_Section `{name}` took {elapsed:.1f} s._", ""]
+            print(f"[demo] {name}: done in {elapsed:.1f} s")
+            if signals.received is not None and name != names[-1]:
+                stop = DemoInterrupted(name, f"signal {signals.received} after the section")
+                _write_interrupted(report, parts, stop)
+                raise stop
     atomic_write_text(report, "\n".join(parts))
     return report
+
+
+def _write_interrupted(report: Path, parts: list[str], stop: DemoInterrupted) -> None:
+    note = (
+        f"**Interrupted** ({stop}): later sections did not run. Run the same command "
+        "again to resume from the checkpoints."
+    )
+    atomic_write_text(report, "\n".join([*parts, note, ""]))
+    stop.report = report

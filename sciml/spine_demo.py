@@ -3,6 +3,9 @@
 Learns 500 hPa temperature from the 850 hPa temperature and the two
 geopotential levels of the real ERA5 ensemble sample with a small 2D U-Net,
 through :class:`~sciml.xrdata.XarrayDataset` and :func:`~sciml.training.fit`.
+Training resumes from ``outdir/spine`` (``spine-quick`` in quick mode) when a
+previous run was interrupted; on a signal the section raises
+:class:`~sciml.demo.DemoInterrupted` after the checkpoint.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+import xarray as xr  # noqa: E402
 from torch import nn  # noqa: E402
 
 from sciml.datasets import sample_path  # noqa: E402
+from sciml.demo import stop_if_interrupted  # noqa: E402
 from sciml.io_utils import save_figure  # noqa: E402
 from sciml.models import UNet  # noqa: E402
 from sciml.training import TrainConfig, fit  # noqa: E402
@@ -37,19 +42,25 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     )  # 60 x 120: divides by 4
     stats = compute_stats(ds, ["z", "t"], channel_dims=("isobaricInhPa",))
     members = ds.sizes["number"]
-    train = XarrayDataset(ds.isel(number=slice(0, members - 2)), ["z", "t"],
-                          sample_dims=("number", "time"), channel_dims=("isobaricInhPa",),
-                          stats=stats)  # fmt: skip
-    val = XarrayDataset(ds.isel(number=slice(members - 2, None)), ["z", "t"],
-                        sample_dims=("number", "time"), channel_dims=("isobaricInhPa",),
-                        stats=stats)  # fmt: skip
+
+    def dataset(part: xr.Dataset) -> XarrayDataset:
+        return XarrayDataset(
+            part,
+            ["z", "t"],
+            sample_dims=("number", "time"),
+            channel_dims=("isobaricInhPa",),
+            stats=stats,
+        )
+
+    train = dataset(ds.isel(number=slice(0, members - 2)))
+    val = dataset(ds.isel(number=slice(members - 2, None)))
     torch.manual_seed(0)
     model = UNet(3, 1, dims=2, base_channels=8, depth=2, norm="group")
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    run_dir = outdir / "spine"
+    run_dir = outdir / ("spine-quick" if quick else "spine")
     config = TrainConfig(epochs=2 if quick else 12, batch_size=8, seed=0, progress=False)
-    result = fit(model, optimizer, train, _loss, run_dir=run_dir, config=config,
-                 val_dataset=val, resume=False)  # fmt: skip
+    result = fit(model, optimizer, train, _loss, run_dir=run_dir, config=config, val_dataset=val)
+    stop_if_interrupted(result, "spine")
 
     epochs = [h["epoch"] for h in result.history]
     fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -69,18 +80,21 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     save_figure(fig, figure, dpi=110)
     plt.close(fig)
     last = result.history[-1]
-    return "\n".join([
-        "## Spine: xarray data, training loop, checkpoints",
-        "",
-        f"A 2D U-Net learns T500 from Z850, Z500 and T850 on the real ERA5 ensemble sample "
-        f"({train.layout.shape[0]} members x {train.layout.shape[1]} times for training, "
-        f"{val.layout.shape[0]} held-out members), read lazily through `XarrayDataset`.",
-        "",
-        f"- epochs: {result.epoch}, optimiser steps: {result.global_step}, status: {result.status}",
-        f"- validation RMSE: {last['val_rmse'] * stats.std[3]:.2f} K "
-        f"(train {last['train_rmse'] * stats.std[3]:.2f} K)",
-        f"- metrics: `{(run_dir / 'metrics.csv').relative_to(outdir)}`, "
-        f"checkpoint: `{result.checkpoint.relative_to(outdir)}`",
-        "",
-        f"![training]({figure.name})",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "## Spine: xarray data, training loop, checkpoints",
+            "",
+            f"A 2D U-Net learns T500 from Z850, Z500 and T850 on the real ERA5 ensemble sample "
+            f"({train.layout.shape[0]} members x {train.layout.shape[1]} times for training, "
+            f"{val.layout.shape[0]} held-out members), read lazily through `XarrayDataset`.",
+            "",
+            f"- epochs: {result.epoch}, optimiser steps: {result.global_step}, "
+            f"status: {result.status}",
+            f"- validation RMSE: {last['val_rmse'] * stats.std[3]:.2f} K "
+            f"(train {last['train_rmse'] * stats.std[3]:.2f} K)",
+            f"- metrics: `{(run_dir / 'metrics.csv').relative_to(outdir)}`, "
+            f"checkpoint: `{result.checkpoint.relative_to(outdir)}`",
+            "",
+            f"![training]({figure.name})",
+        ]
+    )

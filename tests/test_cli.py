@@ -1,11 +1,15 @@
 """The ``sciml`` command line: help on every subcommand, info, the demo."""
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from sciml.cli import (
     EXIT_FAILURE,
@@ -17,6 +21,7 @@ from sciml.cli import (
     positive_float,
     positive_int,
 )
+from sciml.training import EXIT_REQUEUE
 
 
 def _subcommand_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
@@ -52,8 +57,64 @@ def test_demo_spine_section_writes_report(tmp_path: Path, capsys: pytest.Capture
     report = (tmp_path / "report.md").read_text()
     assert "## Spine" in report and "validation RMSE" in report
     assert (tmp_path / "spine_training.png").stat().st_size > 10_000
-    assert (tmp_path / "spine" / "checkpoints" / "last.pt").exists()
+    assert (tmp_path / "spine-quick" / "checkpoints" / "last.pt").exists()
     assert str(tmp_path / "report.md") in capsys.readouterr().out
+
+
+def _train_steps(run_dir: Path) -> int:
+    metrics = run_dir / "metrics.csv"
+    return metrics.read_text().count(",train_step,loss,") if metrics.exists() else 0
+
+
+def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "spine"]
+    cmd += ["--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "spine-quick"
+    deadline = time.monotonic() + 120
+    while _train_steps(run_dir) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)  # as Slurm does before the time limit
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_REQUEUE, err
+    assert "interrupted by a signal" in err and "IndexError" not in err
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    stopped_at = checkpoint["state"]["global_step"]
+    assert 1 <= stopped_at < 8  # 2 epochs of 4 steps
+    report = (tmp_path / "report.md").read_text()
+    assert "**Interrupted**" in report and "## Spine" not in report
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "## Spine" in report and "Interrupted" not in report
+    assert "optimiser steps: 8, status: completed" in report
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    steps = [int(row.split(",")[1]) for row in rows if ",train_step,loss," in row]
+    assert steps == list(range(1, 9))  # resumed: every step once
+
+
+def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from sciml import demo
+
+    def first(outdir: Path, *, quick: bool) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while no training loop runs
+        return "## First"
+
+    def second(outdir: Path, *, quick: bool) -> str:
+        raise AssertionError("a section after the signal ran")
+
+    for name, fn in (("first", first), ("second", second)):
+        monkeypatch.setitem(sys.modules, f"fake_{name}", types.SimpleNamespace(demo=fn))
+    monkeypatch.setattr(demo, "SECTIONS", {"first": "fake_first", "second": "fake_second"})
+    with pytest.raises(demo.DemoInterrupted, match="'first' interrupted by a signal") as stop:
+        demo.run_demo(tmp_path)
+    text = stop.value.report.read_text()
+    assert "## First" in text and "**Interrupted**" in text
 
 
 def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
