@@ -30,12 +30,14 @@ DEFAULT_CHUNK = 4096
 TIFF_TILE = 512
 
 
-def _as_roads(roads: gpd.GeoDataFrame | str | Path) -> gpd.GeoDataFrame:
-    if isinstance(roads, str | Path):
-        from sciml.geo.osm import load_roads
+def _as_roads(roads: gpd.GeoDataFrame | str | Path | Any) -> gpd.GeoDataFrame:
+    """A road frame as is; a file, an osmnx graph or osmnx edges through ``load_roads``."""
+    from sciml.geo.osm import load_roads
 
-        return load_roads(roads)
-    return roads
+    if isinstance(roads, gpd.GeoDataFrame):
+        osmnx_edges = "osmid" in roads.columns or {"u", "v"} <= set(roads.index.names)
+        return load_roads(roads) if osmnx_edges else roads
+    return load_roads(roads)
 
 
 def road_polygons(
@@ -174,8 +176,9 @@ def road_mask(
     """Boolean road mask on the exact grid and CRS of a reference raster.
 
     Args:
-        roads: Road lines from :func:`sciml.geo.load_roads` (any CRS), or a road
-            file that :func:`sciml.geo.load_roads` reads with its default classes.
+        roads: Road lines from :func:`sciml.geo.load_roads` (any CRS, used as
+            they are), or what :func:`sciml.geo.load_roads` reads with its default
+            classes: a road file, an osmnx graph or the edges of ``ox.graph_to_gdfs``.
         like: Reference raster: path, open rasterio dataset, xarray object with
             a CRS, or :class:`RasterGrid`.
         width: ``"osm"`` for per-road widths from the tags, or a constant in metres.

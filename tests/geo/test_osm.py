@@ -112,6 +112,7 @@ def test_parse_tags():
     np.testing.assert_array_equal(metres.to_numpy(), [7.0, 7.5, 3.5, np.nan, np.nan, np.nan])
     lanes = parse_lanes(pd.Series(["2", "2;3", "x", None]))
     np.testing.assert_array_equal(lanes.to_numpy(), [2.0, 3.0, np.nan, np.nan])
+    np.testing.assert_array_equal(parse_metres(pd.Series(["7;8 m", "6;x"])).to_numpy(), [8.0, 6.0])
 
 
 def test_non_line_roads_are_reported(helsinki_roads, tmp_path):
@@ -122,3 +123,65 @@ def test_non_line_roads_are_reported(helsinki_roads, tmp_path):
     with pytest.warns(UserWarning, match=r"skipping 1 highway feature\(s\) that are not lines"):
         roads = load_roads(path)
     assert len(roads) == 3
+
+
+def _grid(roads):
+    from sciml.geo import RasterGrid, utm_crs
+
+    crs = utm_crs(roads)
+    return RasterGrid.from_bounds(tuple(roads.to_crs(crs).total_bounds), 1.0, crs)
+
+
+def test_osmnx_graph_gives_the_file_roads_and_mask(helsinki_graph, helsinki_roads, tmp_path):
+    import osmnx as ox
+
+    from sciml.geo import road_mask
+
+    ours = load_roads(helsinki_graph).sort_values("osm_id").reset_index(drop=True)
+    theirs = helsinki_roads.sort_values("osm_id").reset_index(drop=True)
+    assert ours["osm_id"].tolist() == theirs["osm_id"].tolist()
+    pd.testing.assert_frame_equal(
+        ours[["highway", "lanes", "width"]], theirs[["highway", "lanes", "width"]]
+    )
+    assert shapely.equals(ours.geometry.to_numpy(), theirs.geometry.to_numpy()).all()
+    grid = _grid(helsinki_roads)
+    expected = road_mask(helsinki_roads, grid).values
+    assert expected.sum() > 100_000
+    edges = ox.graph_to_gdfs(helsinki_graph, nodes=False)
+    ox.save_graphml(helsinki_graph, tmp_path / "helsinki.graphml")
+    saved = ox.load_graphml(tmp_path / "helsinki.graphml")
+    for roads in (helsinki_graph, edges, saved):
+        np.testing.assert_array_equal(road_mask(roads, grid).values, expected)
+
+
+def test_osmnx_merged_edges_read_as_osm_multi_values():
+    import geopandas as gpd
+
+    line = shapely.LineString([(24.94, 60.17), (24.941, 60.17)])
+    edges = gpd.GeoDataFrame(
+        {
+            "osmid": [[11, 12], 13, 14],
+            "highway": [["cycleway", "primary"], "residential", "pedestrian"],
+            "lanes": [["2", "3"], np.nan, np.nan],
+            "width": [["7", "8 m"], "5", np.nan],
+            "name": [["A", "B"], "C", "D"],
+            "area": [np.nan, np.nan, "yes"],
+        },
+        geometry=[line, line, line],
+        crs="EPSG:4326",
+    )
+    roads = load_roads(edges).sort_values("osm_id")
+    assert roads["osm_id"].tolist() == [11, 13]  # the area=yes square is not a centre line
+    assert roads["highway"].tolist() == ["primary", "residential"]
+    assert roads["lanes"].iloc[0] == 3.0 and roads["name"].iloc[0] == "A;B"
+    assert roads["width"].tolist() == [8.0, 5.0]
+
+
+def test_osmnx_graph_without_crs_and_other_types():
+    import networkx as nx
+
+    graph = nx.MultiDiGraph()
+    with pytest.raises(ValueError, match="no 'crs'"):
+        load_roads(graph)
+    with pytest.raises(TypeError, match="roads must be a file path, an osmnx graph"):
+        load_roads(42)
