@@ -4,15 +4,36 @@ from __future__ import annotations
 
 import argparse
 
+from sciml.cli import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+
+
+def lead_times(text: str) -> list[float]:
+    """Argparse type: comma-separated lead times in days, ascending from 0 up, no repeats."""
+    try:
+        leads = [non_negative_float(value) for value in text.split(",")]
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"lead times: {err}") from None
+    if any(later <= earlier for earlier, later in zip(leads[:-1], leads[1:], strict=True)):
+        raise argparse.ArgumentTypeError(
+            f"lead times must be strictly ascending without repeats, got {text!r}"
+        )
+    return leads
+
 
 def _cmd_toy(args: argparse.Namespace) -> int:
-    from sciml.weather.toy import generate_ensemble, write_ensemble
+    from sciml.training import EXIT_REQUEUE
+    from sciml.weather.toy import write_toy_ensemble
 
-    leads = [float(value) for value in args.lead_times.split(",")]
-    ds = generate_ensemble(
+    result = write_toy_ensemble(
+        args.out,
         members=args.members,
         start_dates=args.start_dates,
-        lead_times=leads,
+        lead_times=args.lead_times,
         interval=args.interval,
         spin_up=args.spin_up,
         perturbation=args.perturbation,
@@ -21,48 +42,39 @@ def _cmd_toy(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         threads=args.threads,
     )
-    path = write_ensemble(ds, args.out)
-    print(f"wrote {path}: {dict(ds.sizes)}")
+    if result is None:
+        print(
+            f"interrupted: finished batches kept; run the same command again to resume {args.out}"
+        )
+        return EXIT_REQUEUE
+    print(f"wrote {args.out}: {dict(result.sizes)}")
     return 0
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
     from sciml.io_utils import atomic_write_text
-    from sciml.weather import metrics
     from sciml.weather.data import open_ensemble
-    from sciml.weather.verify import leave_one_out_scores, score_summary
+    from sciml.weather.verify import score_ensemble, scores_table
 
-    ds = open_ensemble(args.forecasts)  # lazy: only what is scored is read
-    if args.variable not in ds:
-        raise ValueError(f"no variable {args.variable!r} in {args.forecasts}: {list(ds)}")
-    forecasts = ds[args.variable]
-    if args.observations:
-        observations = open_ensemble(args.observations, variables=[args.variable])[args.variable]
-        mode = f"against {args.observations}"
-    elif f"{args.variable}_truth" in ds:
-        observations = ds[f"{args.variable}_truth"]
-        mode = f"against {args.variable}_truth"
-    else:
-        observations = None
-        mode = "each member against the others"
-    if args.by is None:
-        keep = [name for name in ("lead_time",) if name in forecasts.dims]
-    else:
-        keep = list(args.by)
-        missing = [name for name in keep if name not in forecasts.dims]
-        if missing:
-            raise ValueError(f"--by {missing}: not dimensions of {args.variable} {forecasts.dims}")
-    dims = [name for name in forecasts.dims if name not in (*keep, "member")]
-    weights = metrics.latitude_weights(forecasts) if args.lat_weights else None
-    if observations is None:
-        scores = leave_one_out_scores(forecasts, dim=dims, weights=weights)
-    else:
-        scores = score_summary(observations, forecasts, dim=dims, weights=weights)
-    scores = scores.compute()
-    print(f"{args.variable} from {args.forecasts}, {mode}, averaged over {dims}:")
-    print(scores.to_dataframe().to_string() if keep else scores.to_pandas().to_string())
+    forecasts = open_ensemble(args.forecasts)  # lazy: only what is scored is read
+    observations = (
+        open_ensemble(args.observations, variables=[args.variable]) if args.observations else None
+    )
+    scores = score_ensemble(
+        forecasts,
+        args.variable,
+        observations=observations,
+        by=args.by,
+        member_dim=args.member_dim,
+        lat_weights=args.lat_weights,
+    )
+    table = scores_table(scores)
+    print(
+        f"{args.variable} from {' '.join(args.forecasts)}, against "
+        f"{scores.attrs['verified_against']}, averaged over {scores.attrs['averaged_over']}:"
+    )
+    print(table.to_string(index=False))
     if args.json:
-        table = scores.to_dataframe().reset_index() if keep else scores.to_pandas().to_frame().T
         atomic_write_text(args.json, table.to_json(orient="records", date_format="iso", indent=1))
         print(f"wrote {args.json}")
     return 0
@@ -73,18 +85,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     weather = subparsers.add_parser("weather", help="ensemble weather data, toy model, scores")
     sub = weather.add_subparsers(dest="weather_command", metavar="COMMAND", required=True)
 
-    toy = sub.add_parser("toy", help="generate a toy QG ensemble (truth + members) as netCDF")
+    toy = sub.add_parser(
+        "toy",
+        help="generate a toy QG ensemble (truth + members) as netCDF",
+        description="On SIGUSR1/SIGTERM the finished batches of start dates are kept next to "
+        "--out and the command exits with 3; the same command resumes them.",
+    )
     toy.add_argument("--out", required=True, help="output netCDF path")
-    toy.add_argument("--members", type=int, default=10)
-    toy.add_argument("--start-dates", type=int, default=20)
-    toy.add_argument("--lead-times", default="0,1,2,3,4,5,6", help="days, comma-separated")
-    toy.add_argument("--interval", type=float, default=2.0, help="days between start dates")
-    toy.add_argument("--spin-up", type=float, default=60.0, help="days of spin-up")
-    toy.add_argument("--perturbation", type=float, default=0.02)
-    toy.add_argument("--model-error", type=float, default=0.0)
-    toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--members", type=positive_int, default=10, help="ensemble size")
+    toy.add_argument("--start-dates", type=positive_int, default=20, help="number of start dates")
     toy.add_argument(
-        "--threads", type=int, default=1, help="worker threads (2 on a 2-core machine; same result)"
+        "--lead-times",
+        type=lead_times,
+        default=lead_times("0,1,2,3,4,5,6"),
+        help="lead times in days, comma-separated, ascending (multiples of the model step)",
+    )
+    toy.add_argument(
+        "--interval", type=positive_float, default=2.0, help="days between start dates"
+    )
+    toy.add_argument(
+        "--spin-up", type=non_negative_float, default=60.0, help="days of spin-up before the first"
+    )
+    toy.add_argument(
+        "--perturbation",
+        type=non_negative_float,
+        default=0.02,
+        help="initial perturbation, relative to the PV standard deviation",
+    )
+    toy.add_argument(
+        "--model-error",
+        type=non_negative_float,
+        default=0.0,
+        help="spread of the members' log bottom drag (0: perfect model)",
+    )
+    toy.add_argument("--seed", type=non_negative_int, default=0, help="seed of every random draw")
+    toy.add_argument(
+        "--threads", type=positive_int, default=1, help="worker threads (the result is the same)"
     )
     toy.add_argument("--quiet", action="store_true", help="no progress bar")
     toy.set_defaults(func=_cmd_toy)
@@ -92,14 +128,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score = sub.add_parser(
         "score",
         help="CRPS, fair CRPS, spread, RMSE and spread-skill of an ensemble file",
-        description="Scores against --observations, else against the file's <variable>_truth, "
-        "else each member against the ensemble of the others.",
+        description="Scores against --observations (taken at the forecasts' valid times when "
+        "they have no lead_time), else against the file's <variable>_truth, else each member "
+        "against the ensemble of the others.",
     )
     score.add_argument("forecasts", nargs="+", help="ensemble file(s): netCDF, Zarr, GRIB")
-    score.add_argument("--variable", required=True)
+    score.add_argument("--variable", required=True, help="variable to score")
     score.add_argument("--observations", nargs="+", help="file(s) with the verifying values")
     score.add_argument(
-        "--by", nargs="*", default=None, help="dimensions to keep (default: lead_time when present)"
+        "--member-dim", default="member", help="name of the member dimension after reading"
+    )
+    score.add_argument(
+        "--by",
+        nargs="*",
+        default=None,
+        help="dimensions to keep (none given: lead_time if present)",
     )
     score.add_argument("--lat-weights", action="store_true", help="cos-latitude weighting")
     score.add_argument("--json", help="also write the table as JSON here")

@@ -29,8 +29,13 @@ seed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,16 +43,84 @@ import torch
 import xarray as xr
 from tqdm import tqdm
 
-from sciml.io_utils import atomic_path
+from sciml.distributed import PreemptionFlag
+from sciml.io_utils import atomic_path, atomic_write_bytes, atomic_write_text
 from sciml.weather.qg import QGParams, TwoLayerQG
 
-__all__ = ["generate_ensemble", "write_ensemble"]
+__all__ = ["generate_ensemble", "write_ensemble", "write_toy_ensemble"]
 
 #: Toy defaults: cheap (32 x 32 x 2), chaotic, errors doubling in about a day.
 TOY_PARAMS = QGParams(n=32, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 EPOCH = np.datetime64("2000-01-01T00:00", "ns")
 #: Trajectories integrated together (start dates x (members + truth)); bounds the memory.
 BATCH_ENTRIES = 256
+#: Longest lead time, spin-up and interval accepted, in days: errors saturate after about
+#: ten days, so longer spans only cost time (a typo such as ``1e9`` would run for ever).
+MAX_DAYS = 1000.0
+
+
+class _Interrupted(Exception):
+    """Raised inside a worker when a stop was requested; its batch is discarded."""
+
+
+@dataclass(frozen=True)
+class _Settings:
+    members: int
+    start_dates: int
+    lead_times: tuple[float, ...]
+    interval: float
+    spin_up: float
+    perturbation: float
+    model_error: float
+    seed: int
+
+
+def _whole_steps(name: str, days: float, dt: float) -> int:
+    steps = days / dt
+    if not math.isclose(steps, round(steps), rel_tol=0, abs_tol=1e-6):
+        raise ValueError(f"{name}={days} days must be a multiple of the model step dt={dt}")
+    return round(steps)
+
+
+def _check(settings: _Settings, params: QGParams, threads: int) -> np.ndarray:
+    """Validate every setting before any work; return the lead times in model steps."""
+    for name in ("members", "start_dates", "seed"):
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int | np.integer) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    if settings.members < 1 or settings.start_dates < 1 or settings.seed < 0:
+        raise ValueError(
+            f"need members >= 1, start_dates >= 1 and seed >= 0, got {settings.members}, "
+            f"{settings.start_dates}, {settings.seed}"
+        )
+    leads = np.asarray(settings.lead_times, dtype=np.float64)
+    if leads.ndim != 1 or leads.size == 0 or not np.isfinite(leads).all():
+        raise ValueError(f"lead_times must be finite numbers, got {settings.lead_times}")
+    if leads[0] < 0 or np.any(np.diff(leads) <= 0):
+        raise ValueError(
+            f"lead_times must be ascending without repeats and non-negative, got "
+            f"{settings.lead_times}"
+        )
+    spans = {"lead_times": leads[-1], "interval": settings.interval, "spin_up": settings.spin_up}
+    for name, days in spans.items():
+        if not 0 <= days <= MAX_DAYS:
+            raise ValueError(f"{name} must lie in [0, {MAX_DAYS}] days, got {days}")
+    if settings.interval <= 0:
+        raise ValueError(f"interval must be > 0 days, got {settings.interval}")
+    for name in ("perturbation", "model_error"):
+        value = getattr(settings, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    _whole_steps("interval", settings.interval, params.dt)
+    _whole_steps("spin_up", settings.spin_up, params.dt)
+    try:
+        return np.array([_whole_steps("lead_times", lead, params.dt) for lead in leads])
+    except ValueError:
+        raise ValueError(
+            f"lead_times {settings.lead_times} must be multiples of dt={params.dt}"
+        ) from None
 
 
 def _perturbations(model: TwoLayerQG, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -74,12 +147,13 @@ def generate_ensemble(
     Args:
         members: Ensemble size.
         start_dates: Number of start dates, ``interval`` days apart.
-        lead_times: Lead times in days (multiples of ``params.dt``, ascending, from 0 up).
-        interval: Days between start dates.
-        spin_up: Days of spin-up before the first start date.
-        perturbation: Initial perturbation, relative to the PV standard deviation.
+        lead_times: Lead times in days (multiples of ``params.dt``, ascending without
+            repeats, from 0 up to :data:`MAX_DAYS`).
+        interval: Days between start dates (> 0, a multiple of ``params.dt``).
+        spin_up: Days of spin-up before the first start date (a multiple of ``params.dt``).
+        perturbation: Initial perturbation, relative to the PV standard deviation (>= 0).
         model_error: Spread of the members' log bottom drag (0: perfect model).
-        seed: Seed of every random draw.
+        seed: Seed of every random draw (>= 0).
         params: Model parameters.
         progress: Show a tqdm progress bar.
         threads: Worker threads, each integrating batches of start dates (the result does
@@ -88,112 +162,125 @@ def generate_ensemble(
 
     Returns:
         The dataset described in the module docstring.
+
+    Raises:
+        ValueError: For an impossible setting, before any work starts.
     """
-    leads = np.asarray(lead_times, dtype=np.float64)
-    if members < 1 or start_dates < 1:
-        raise ValueError(f"need members >= 1 and start_dates >= 1, got {members}, {start_dates}")
-    if leads.size == 0 or leads[0] < 0 or np.any(np.diff(leads) <= 0):
-        raise ValueError(f"lead_times must be ascending and non-negative, got {lead_times}")
-    steps = leads / params.dt
-    if not np.allclose(steps, np.round(steps)):
-        raise ValueError(f"lead_times {lead_times} must be multiples of dt={params.dt}")
+    settings = _Settings(
+        members, start_dates, tuple(lead_times), interval, spin_up, perturbation, model_error, seed
+    )
+    ds = _generate(settings, params, progress=progress, threads=threads)
+    assert ds is not None  # never stopped
+    return ds
+
+
+def _generate(
+    settings: _Settings,
+    params: QGParams,
+    *,
+    progress: bool,
+    threads: int,
+    done: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    on_batch: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> xr.Dataset | None:
+    """Validate, then integrate every batch of start dates not in ``done``.
+
+    ``on_batch(index, psi, q)`` receives each finished batch; once ``stop()`` is true the
+    running batches are abandoned and None is returned.
+    """
+    steps = _check(settings, params, threads)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _generate(
-            members,
-            start_dates,
-            leads,
-            steps,
-            interval,
-            spin_up,
-            perturbation,
-            model_error,
-            seed,
-            params,
-            progress,
-            threads,
-        )
+        return _integrate(settings, params, steps, progress, threads, done or {}, on_batch, stop)
     finally:
         torch.set_num_threads(previous)
 
 
-def _generate(
-    members: int,
-    start_dates: int,
-    leads: np.ndarray,
-    steps: np.ndarray,
-    interval: float,
-    spin_up: float,
-    perturbation: float,
-    model_error: float,
-    seed: int,
+def _integrate(
+    settings: _Settings,
     params: QGParams,
+    steps: np.ndarray,
     progress: bool,
     threads: int,
-) -> xr.Dataset:
-    generator = torch.Generator().manual_seed(seed)
+    done: dict[int, tuple[np.ndarray, np.ndarray]],
+    on_batch: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    stop: Callable[[], bool],
+) -> xr.Dataset | None:
+    members, start_dates = settings.members, settings.start_dates
+    generator = torch.Generator().manual_seed(settings.seed)
     model = TwoLayerQG(params)
-    state = model.run(model.random_state(generator), spin_up)
+    state = model.run(model.random_state(generator), settings.spin_up)
     starts = []
     for _ in range(start_dates):
         starts.append(state)
-        state = model.run(state, interval)
+        state = model.run(state, settings.interval)
     start = torch.stack(starts)  # (time, 2, n, m)
     scale = model.to_grid(start).std()
     batch = start[:, None].expand(-1, members + 1, -1, -1, -1).clone()
     noise = _perturbations(model, start_dates * (members + 1), generator)
-    noise = perturbation * scale * noise.reshape(start_dates, members + 1, *noise.shape[1:])
+    noise = (
+        settings.perturbation * scale * noise.reshape(start_dates, members + 1, *noise.shape[1:])
+    )
     # members = analysis + e_m with analysis = truth - e_0: truth and members exchangeable
     batch[:, 1:] += noise[:, 1:] - noise[:, :1]
     drag = torch.full((start_dates, members + 1), params.drag, dtype=torch.float64)
-    if model_error > 0:
-        factor = torch.exp(model_error * torch.randn(start_dates, members, generator=generator))
+    if settings.model_error > 0:
+        factor = torch.exp(
+            settings.model_error * torch.randn(start_dates, members, generator=generator)
+        )
         drag[:, 1:] *= factor.to(torch.float64)
     n = params.n
-    shape = (start_dates, members + 1, len(leads), 2, n, n)
+    shape = (start_dates, members + 1, len(steps), 2, n, n)
     psi, q = np.empty(shape), np.empty(shape)
     group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
+    parts = [slice(i, min(i + group, start_dates)) for i in range(0, start_dates, group)]
     bar = tqdm(
-        total=start_dates * int(round(steps[-1])),
+        total=start_dates * int(steps[-1]),
         disable=not progress,
         desc="QG ensemble",
         unit="date-step",
     )
 
-    def integrate(part: slice) -> None:
-        state, done = batch[part], 0
-        for index, target in enumerate(np.round(steps).astype(int)):
-            for _ in range(target - done):
+    def integrate(index: int) -> None:
+        part = parts[index]
+        if index in done:
+            psi[part], q[part] = done[index]
+            bar.update(int(steps[-1]) * (part.stop - part.start))
+            return
+        state, current = batch[part], 0
+        for lead, target in enumerate(steps):
+            for _ in range(target - current):
+                if stop():
+                    raise _Interrupted
                 state = model.step(state, drag[part])
-            bar.update((target - done) * (part.stop - part.start))
-            done = target
-            psi[part, :, index] = model.to_grid(model.invert(state)).numpy()
-            q[part, :, index] = model.to_grid(state).numpy()
+            bar.update((target - current) * (part.stop - part.start))
+            current = target
+            psi[part, :, lead] = model.to_grid(model.invert(state)).numpy()
+            q[part, :, lead] = model.to_grid(state).numpy()
+        if on_batch is not None:
+            on_batch(index, psi[part], q[part])
 
-    parts = [slice(i, min(i + group, start_dates)) for i in range(0, start_dates, group)]
+    interrupted = False
     with ThreadPoolExecutor(max_workers=threads) as pool:  # torch ops release the GIL
-        for future in [pool.submit(integrate, part) for part in parts]:
-            future.result()
+        for future in [pool.submit(integrate, index) for index in range(len(parts))]:
+            try:
+                future.result()
+            except _Interrupted:
+                interrupted = True
     bar.close()
-    return _to_dataset(
-        psi,
-        q,
-        leads,
-        interval,
-        spin_up,
-        params,
-        members=members,
-        seed=seed,
-        perturbation=perturbation,
-        model_error=model_error,
-    )
+    if interrupted:
+        return None
+    return _to_dataset(psi, q, np.asarray(settings.lead_times, dtype=np.float64), params, settings)
 
 
-def _to_dataset(psi, q, leads, interval, spin_up, params, **settings) -> xr.Dataset:
+def _to_dataset(
+    psi: np.ndarray, q: np.ndarray, leads: np.ndarray, params: QGParams, settings: _Settings
+) -> xr.Dataset:
     # psi, q: (time, member + 1, lead_time, level, lat, lon); slot 0 is the truth
     n = params.n
-    time = EPOCH + (np.arange(psi.shape[0]) * interval * 86400e9).astype("timedelta64[ns]")
+    time = EPOCH + (np.arange(psi.shape[0]) * settings.interval * 86400e9).astype("timedelta64[ns]")
     lead = (leads * 86400e9).astype("timedelta64[ns]")
     coords = {
         "member": (
@@ -246,11 +333,13 @@ def _to_dataset(psi, q, leads, interval, spin_up, params, **settings) -> xr.Data
     )
     ds = ds.assign_coords(valid_time=ds["time"] + ds["lead_time"])
     ds["valid_time"].attrs = {"standard_name": "time", "long_name": "valid time"}
-    settings_text = ", ".join(f"{key}={value}" for key, value in settings.items())
+    recorded = ("members", "seed", "perturbation", "model_error")
+    settings_text = ", ".join(f"{key}={getattr(settings, key)}" for key in recorded)
     ds.attrs = {
         "Conventions": "CF-1.8",
         "title": "Toy ensemble forecasts of a two-layer quasi-geostrophic model",
-        "source": f"sciml.weather.toy ({params}, spin_up={spin_up}, interval={interval}, "
+        "source": f"sciml.weather.toy ({params}, spin_up={settings.spin_up}, "
+        f"interval={settings.interval}, "
         f"{settings_text})",
         "comment": "perfect-model ensemble from perturbed initial conditions; time unit = 1 day",
     }
@@ -271,3 +360,90 @@ def write_ensemble(ds: xr.Dataset, path: Path | str, *, dtype: str = "float32") 
     with atomic_path(path, suffix=".nc") as tmp:
         ds.to_netcdf(tmp, encoding=encoding)
     return path
+
+
+def _partial_dir(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
+
+
+def _load_batches(folder: Path, config: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The finished batches of an interrupted run with the same configuration."""
+    if not folder.exists():
+        return {}
+    recorded = (folder / "config.json").read_text() if (folder / "config.json").exists() else ""
+    if recorded != config:
+        raise ValueError(
+            f"{folder} holds the finished batches of a run with other settings "
+            f"({recorded.strip() or 'none recorded'}); rerun with those, or delete {folder} "
+            "to start over, or write to another --out"
+        )
+    done = {}
+    for batch_file in sorted(folder.glob("batch_*.npz")):
+        with np.load(batch_file) as arrays:
+            done[int(batch_file.stem.split("_")[1])] = (arrays["psi"], arrays["q"])
+    return done
+
+
+def write_toy_ensemble(
+    path: Path | str,
+    *,
+    params: QGParams = TOY_PARAMS,
+    progress: bool = False,
+    threads: int = 1,
+    handle_signals: bool = True,
+    **settings: object,
+) -> xr.Dataset | None:
+    """Generate a toy ensemble into ``path`` (netCDF), resumably.
+
+    Each finished batch of start dates is kept (atomically) in ``<path>.partial/``; on
+    SIGUSR1/SIGTERM the running batches are abandoned and None is returned. Calling again
+    with the same settings integrates only the missing batches and writes the same file,
+    bit for bit; other settings are refused while the folder exists. The folder is removed
+    once ``path`` is written (atomically).
+
+    Args:
+        path: Output netCDF path.
+        params: Model parameters.
+        progress: Show a tqdm progress bar.
+        threads: Worker threads.
+        handle_signals: Stop cleanly on SIGUSR1/SIGTERM (main thread only).
+        **settings: :func:`generate_ensemble`'s ensemble settings (``members``, ...).
+
+    Returns:
+        The dataset written, or None when interrupted by a signal.
+    """
+
+    path = Path(path)
+    defaults = _Settings(10, 20, (0, 1, 2, 3, 4, 5, 6), 2.0, 60.0, 0.02, 0.0, 0)
+    unknown = set(settings) - set(asdict(defaults))
+    if unknown:
+        raise TypeError(f"unknown settings {sorted(unknown)}")
+    chosen = _Settings(**{**asdict(defaults), **settings})  # type: ignore[arg-type]
+    chosen = _Settings(**{**asdict(chosen), "lead_times": tuple(map(float, chosen.lead_times))})
+    _check(chosen, params, threads)
+    folder = _partial_dir(path)
+    config = json.dumps({**asdict(chosen), "params": repr(params)}, sort_keys=True) + "\n"
+    done = _load_batches(folder, config)
+
+    def keep(index: int, psi: np.ndarray, q: np.ndarray) -> None:
+        buffer = io.BytesIO()
+        np.savez(buffer, psi=psi, q=q)
+        atomic_write_bytes(folder / f"batch_{index:05d}.npz", buffer.getvalue())
+
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "config.json", config)
+    with PreemptionFlag(handle_signals) as signals:
+        ds = _generate(
+            chosen,
+            params,
+            progress=progress,
+            threads=threads,
+            done=done,
+            on_batch=keep,
+            stop=lambda: signals.received is not None,
+        )
+        if ds is None:
+            return None
+        write_ensemble(ds, path)  # a signal now is recorded and ignored: the file completes
+    shutil.rmtree(folder)
+    return ds

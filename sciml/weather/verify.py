@@ -15,13 +15,65 @@ sits in the middle).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from sciml.weather import metrics
 from sciml.weather.metrics import Dim
 
-__all__ = ["leave_one_out_scores", "score_summary"]
+__all__ = [
+    "at_valid_time",
+    "leave_one_out_scores",
+    "score_ensemble",
+    "score_summary",
+    "scores_table",
+]
+
+
+def at_valid_time(
+    observations: xr.DataArray,
+    forecasts: xr.DataArray,
+    *,
+    time_dim: str = "time",
+    lead_dim: str = "lead_time",
+) -> xr.DataArray:
+    """Observations indexed by valid time, put on the forecasts' start times and lead times.
+
+    Forecasts are labelled by start date (``time_dim``) and ``lead_dim``; observations (an
+    analysis, a reanalysis) by the time they are valid at. This returns, for every start
+    date and lead time, the observation at ``start + lead``, with the forecasts' dimensions
+    (without the members) and a ``valid_time`` coordinate, ready for :mod:`.metrics`.
+
+    Raises:
+        ValueError: If a dimension is missing, or an observation is missing at a valid time
+            of the forecasts (nothing is filled in).
+    """
+    for name, value, wanted in (
+        ("observations", observations, (time_dim,)),
+        ("forecasts", forecasts, (time_dim, lead_dim)),
+    ):
+        missing = [dim for dim in wanted if dim not in value.dims]
+        if missing:
+            raise ValueError(f"{name} have no {missing} dimension; dimensions {value.dims}")
+    if lead_dim in observations.dims:
+        raise ValueError(
+            f"observations already have {lead_dim!r}: they are on the forecasts' start times"
+        )
+    valid = forecasts[time_dim] + forecasts[lead_dim]
+    known = np.isin(valid.values, observations[time_dim].values)
+    if not known.all():
+        absent = np.unique(valid.values[~known])
+        raise ValueError(
+            f"observations have no value at {absent.size} valid time(s) of the forecasts, "
+            f"e.g. {absent[:3].tolist()}; observations cover "
+            f"{observations[time_dim].values.min()} .. {observations[time_dim].values.max()}"
+        )
+    picked = observations.rename({time_dim: "_valid"}).sel(_valid=valid)
+    picked = picked.drop_vars("_valid").assign_coords(valid_time=valid)
+    return picked.transpose(*[d for d in forecasts.dims if d in picked.dims])
 
 
 def score_summary(
@@ -79,6 +131,11 @@ def leave_one_out_scores(
         ``spread`` and ``rmse`` (pooled as root-mean-squares; their corrected ratio is 1 by
         construction, see the module docstring).
     """
+    if member_dim not in forecasts.dims:
+        raise ValueError(
+            f"forecasts have no member dimension {member_dim!r}; their dimensions are "
+            f"{tuple(forecasts.dims)} (pass member_dim=...)"
+        )
     members = forecasts.sizes[member_dim]
     if members < 3:
         raise ValueError(f"leave-one-out scoring needs at least 3 members, got {members}")
@@ -97,3 +154,83 @@ def leave_one_out_scores(
     pooled["spread"] = np.sqrt((stacked["spread"] ** 2).mean("_verifying_member"))
     pooled["rmse"] = np.sqrt((stacked["rmse"] ** 2).mean("_verifying_member"))
     return pooled
+
+
+def score_ensemble(
+    forecasts: xr.Dataset,
+    variable: str,
+    *,
+    observations: xr.Dataset | None = None,
+    by: Sequence[Hashable] | None = None,
+    member_dim: str = "member",
+    lat_weights: bool = False,
+) -> xr.Dataset:
+    """Score one variable of an ensemble dataset (what ``sciml weather score`` prints).
+
+    The verifying values are ``observations[variable]`` when given (observations without
+    ``lead_dim`` are taken at the forecasts' valid times, :func:`at_valid_time`), else the
+    dataset's ``<variable>_truth``, else each member is verified against the others
+    (:func:`leave_one_out_scores`).
+
+    Args:
+        forecasts: Dataset holding ``variable`` with ``member_dim``.
+        variable: Variable to score.
+        observations: Dataset holding the verifying ``variable``.
+        by: Dimensions to keep (None: ``lead_time`` when present); scores are averaged
+            over the others.
+        member_dim: Name of the member dimension.
+        lat_weights: Weight the averages by cos(latitude).
+
+    Returns:
+        :func:`score_summary`'s (or :func:`leave_one_out_scores`') variables, computed,
+        with attributes ``verified_against`` and ``averaged_over``.
+    """
+    if variable not in forecasts.data_vars:
+        raise ValueError(f"no variable {variable!r} in the forecasts: {list(forecasts.data_vars)}")
+    ensemble = forecasts[variable]
+    if member_dim not in ensemble.dims:
+        raise ValueError(
+            f"{variable} has no member dimension {member_dim!r}; its dimensions are "
+            f"{ensemble.dims} (pass --member-dim / member_dim=...)"
+        )
+    keep = [d for d in ("lead_time",) if d in ensemble.dims] if by is None else list(by)
+    wrong = [d for d in keep if d not in ensemble.dims or d == member_dim]
+    if wrong:
+        raise ValueError(
+            f"--by {wrong}: not dimensions of {variable} to keep; choose among "
+            f"{[d for d in ensemble.dims if d != member_dim]}"
+        )
+    dims = [d for d in ensemble.dims if d not in (*keep, member_dim)]
+    weights = metrics.latitude_weights(ensemble) if lat_weights else None
+    truth, against = _verifying_values(forecasts, variable, observations)
+    args = {"member_dim": member_dim, "dim": dims, "weights": weights}
+    if truth is None:
+        scores = leave_one_out_scores(ensemble, **args)
+    else:
+        if "lead_time" in ensemble.dims and "lead_time" not in truth.dims:
+            truth = at_valid_time(truth, ensemble)
+        scores = score_summary(truth, ensemble, **args)
+    scores = scores.compute()
+    scores.attrs = {"verified_against": against, "averaged_over": [str(d) for d in dims]}
+    return scores
+
+
+def _verifying_values(
+    forecasts: xr.Dataset, variable: str, observations: xr.Dataset | None
+) -> tuple[xr.DataArray | None, str]:
+    if observations is not None:
+        if variable not in observations.data_vars:
+            raise ValueError(
+                f"no variable {variable!r} in the observations: {list(observations.data_vars)}"
+            )
+        return observations[variable], "the observations"
+    if f"{variable}_truth" in forecasts.data_vars:
+        return forecasts[f"{variable}_truth"], f"{variable}_truth"
+    return None, "each member against the others"
+
+
+def scores_table(scores: xr.Dataset) -> pd.DataFrame:
+    """One row per combination of the kept dimensions (one row when none is kept)."""
+    if scores.dims:
+        return scores.to_dataframe().reset_index()
+    return scores.to_pandas().to_frame().T

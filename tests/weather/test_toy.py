@@ -1,5 +1,10 @@
 """QG model physics and the toy ensemble generator."""
 
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -159,10 +164,56 @@ def test_model_error_changes_members_only(toy):
         ({"members": 0}, "members >= 1"),
         ({"lead_times": (2, 1)}, "ascending"),
         ({"lead_times": (0, 0.01)}, "multiples of dt"),
+        ({"lead_times": (0, 1, 1)}, "without repeats"),
+        ({"lead_times": (0, np.nan)}, "finite"),
+        ({"lead_times": (0, 1e9)}, "lead_times must lie in"),
+        ({"lead_times": ()}, "finite numbers"),
+        ({"interval": 0.0}, "interval must be > 0"),
+        ({"interval": -2.0}, "interval must lie in"),
+        ({"interval": 0.01}, "multiple of the model step"),
+        ({"spin_up": -1.0}, "spin_up must lie in"),
+        ({"perturbation": np.nan}, "perturbation must be a finite number"),
+        ({"model_error": -0.5}, "model_error must be a finite number"),
+        ({"seed": -1}, "seed >= 0"),
+        ({"threads": 0}, "threads must be an integer >= 1"),
+        ({"start_dates": 2.5}, "start_dates must be an integer"),
     ],
 )
 def test_bad_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        generate_ensemble(params=SMALL, spin_up=0.0, start_dates=1, **kwargs)
+    with pytest.raises((ValueError, TypeError), match=message):
+        generate_ensemble(**{"params": SMALL, "spin_up": 0.0, "start_dates": 1, **kwargs})
     with pytest.raises(ValueError, match="even number"):
         QGParams(n=15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path, sig):
+    """A real signal to ``sciml weather toy``: exit 3, nothing half-written, same file resumed."""
+    # 63 members: 4 start dates per batch, so 2 batches for 8 start dates
+    args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,1", "--spin-up", "1"]
+    out = tmp_path / "toy.nc"
+    partial = tmp_path / "toy.nc.partial"
+    command = [sys.executable, "-m", "sciml.cli", "weather", "toy", "--quiet", "--out", str(out)]
+    process = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (partial / "batch_00000.npz").exists():
+        assert process.poll() is None and time.monotonic() < deadline, "no batch finished"
+        time.sleep(0.05)
+    process.send_signal(sig)
+    stdout, _ = process.communicate(timeout=300)
+    assert process.returncode == 3, stdout
+    assert "run the same command again" in stdout
+    assert not out.exists()
+    kept = sorted(path.name for path in partial.iterdir())
+    assert kept == ["batch_00000.npz", "config.json"]  # the second batch abandoned, no temporaries
+    # another configuration is refused while the finished batches are kept
+    other = subprocess.run([*command, *args, "--seed", "1"], capture_output=True, text=True)
+    assert other.returncode == 1 and "other settings" in other.stderr
+    resumed = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not partial.exists() and list(tmp_path.iterdir()) == [out]
+    reference = tmp_path / "reference" / "toy.nc"
+    settings = {"members": 63, "start_dates": 8, "lead_times": (0, 1), "spin_up": 1.0}
+    toy_module.write_toy_ensemble(reference, handle_signals=False, **settings)
+    assert out.read_bytes() == reference.read_bytes()
