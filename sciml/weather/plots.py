@@ -13,7 +13,43 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-__all__ = ["ensemble_maps", "rank_histogram_plot", "scores_by_lead", "spread_skill_plot"]
+from sciml.weather import metrics
+
+__all__ = [
+    "ensemble_maps",
+    "format_value",
+    "rank_histogram_plot",
+    "scores_by_lead",
+    "spread_skill_plot",
+]
+
+
+def _format_timedelta(value: np.timedelta64) -> str:
+    seconds = int(value / np.timedelta64(1, "s"))
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days} day{'s' if days != 1 else ''}"] if days else []
+    parts += [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (seconds, "s")) if n]
+    return sign + (" ".join(parts) or "0 h")
+
+
+def format_value(value: object) -> str:
+    """A coordinate value as a reader expects it in a title or a legend.
+
+    Timedeltas read ``1 day 6 h`` (not ``108000000000000 nanoseconds``), datetimes
+    ``2000-01-03`` or ``2000-01-03 06:00``; anything else as ``str``.
+    """
+    array = np.asarray(value)
+    if array.ndim == 0 and np.issubdtype(array.dtype, np.timedelta64):
+        return "NaT" if np.isnat(array) else _format_timedelta(array[()])
+    if array.ndim == 0 and np.issubdtype(array.dtype, np.datetime64):
+        if np.isnat(array):
+            return "NaT"
+        minutes = np.datetime_as_string(array.astype("datetime64[m]"))
+        return minutes[:10] if minutes.endswith("T00:00") else minutes.replace("T", " ")
+    return str(array.item() if array.ndim == 0 else value)
 
 
 def _require_dims(da: xr.DataArray, dims: tuple[str, ...], what: str) -> None:
@@ -38,6 +74,7 @@ def ensemble_maps(
     """
     _require_dims(observations, ("lat", "lon"), "observations")
     _require_dims(forecasts, (member_dim, "lat", "lon"), "forecasts")
+    metrics.ensemble_mean_rmse(observations, forecasts, member_dim, dim=[])  # same grid
     mean = forecasts.mean(member_dim)
     spread = forecasts.std(member_dim, ddof=1)
     error = mean - observations
@@ -77,7 +114,9 @@ def rank_histogram_plot(histogram: xr.DataArray, *, title: str | None = None) ->
     if len(others) > 1:
         raise ValueError(f"at most one dimension besides 'rank', got {others}")
     panels = histogram.transpose(*others, "rank") if others else histogram.expand_dims("_")
-    labels = [f"{others[0]} = {v}" for v in panels[others[0]].values] if others else [""]
+    labels = (
+        [f"{others[0]} = {format_value(v)}" for v in panels[others[0]].values] if others else [""]
+    )
     fig, axes = plt.subplots(
         1,
         len(labels),
@@ -110,10 +149,12 @@ def spread_skill_plot(
     Points are pooled, sorted by the ensemble spread (corrected by ``sqrt((M+1)/M)``) into
     ``bins`` equally populated bins; a reliable ensemble lies on the diagonal.
     """
+    error = metrics.ensemble_mean_rmse(observations, forecasts, member_dim, dim=[])
     members = forecasts.sizes[member_dim]
-    spread = forecasts.std(member_dim, ddof=1) * np.sqrt((members + 1) / members)
-    error = forecasts.mean(member_dim) - observations
-    spread, error = xr.broadcast(spread, error)
+    spread = metrics.ensemble_spread(forecasts, member_dim, dim=[]) * np.sqrt(
+        (members + 1) / members
+    )
+    spread = spread.reindex_like(error).transpose(*error.dims)  # same labels, error's order
     s, e = np.ravel(spread.values), np.ravel(error.values)
     valid = np.isfinite(s) & np.isfinite(e)
     if valid.sum() < bins:
@@ -126,10 +167,10 @@ def spread_skill_plot(
     top = float(max(x.max(), y.max())) * 1.05
     ax.plot([0, top], [0, top], "k--", linewidth=1, label="reliable")
     ax.plot(x, y, "o-", color="tab:red", label="binned points")
-    units = observations.attrs.get("units", "")
+    units = f" ({observations.attrs['units']})" if "units" in observations.attrs else ""
     ax.set(
-        xlabel=f"ensemble spread {units}",
-        ylabel=f"RMSE of the mean {units}",
+        xlabel=f"ensemble spread{units}",
+        ylabel=f"RMSE of the mean{units}",
         xlim=(0, top),
         ylim=(0, top),
         title=title or "spread-skill",

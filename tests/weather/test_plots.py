@@ -63,3 +63,32 @@ def test_spread_skill_and_scores_by_lead(fields):
     np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(), crps.values)
     with pytest.raises(ValueError, match="bins"):
         plots.spread_skill_plot(ob.isel(lat=0, lon=0), fc.isel(lat=0, lon=0), bins=10)
+
+
+def test_panel_titles_read_timedeltas_and_datetimes(fields):
+    ob, fc = fields
+    hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])
+    titles = [ax.get_title() for ax in plots.rank_histogram_plot(hist).axes]
+    assert titles == ["lead_time = 0 h", "lead_time = 1 day", "lead_time = 2 days"]
+    assert plots.format_value(np.timedelta64(30, "h")) == "1 day 6 h"
+    assert plots.format_value(np.timedelta64(-90, "m")) == "-1 h 30 min"
+    assert plots.format_value(np.datetime64("2000-01-03T00:00:00.000000000")) == "2000-01-03"
+    assert plots.format_value(np.datetime64("2000-01-03T06:00", "ns")) == "2000-01-03 06:00"
+    assert plots.format_value(np.datetime64("NaT", "ns")) == "NaT"
+    assert plots.format_value(np.int64(4)) == "4"
+
+
+def test_plots_reject_misaligned_inputs(fields):
+    ob, fc = fields
+    shifted = fc.assign_coords(lon=fc["lon"] + 0.5)
+    with pytest.raises(ValueError, match="'lon' coordinates differ"):
+        plots.spread_skill_plot(ob, shifted, bins=4)
+    with pytest.raises(ValueError, match="'lon' coordinates differ"):
+        plots.ensemble_maps(ob.isel(lead_time=0), shifted.isel(lead_time=0))
+    with pytest.raises(ValueError, match=r"missing \['lead_time'\]"):
+        plots.spread_skill_plot(ob.isel(lead_time=0, drop=True), fc, bins=4)
+    # the same labels in another order give the same diagram
+    flipped = fc.isel(lat=slice(None, None, -1))
+    a = plots.spread_skill_plot(ob, fc, bins=4).axes[0].lines[1].get_xydata()
+    b = plots.spread_skill_plot(ob, flipped, bins=4).axes[0].lines[1].get_xydata()
+    np.testing.assert_array_equal(a, b)
