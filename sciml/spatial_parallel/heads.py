@@ -54,6 +54,13 @@ class SpatialFlatten(SpatialLayer, nn.Flatten):
     """:class:`torch.nn.Flatten` of a replicated tensor, or of a split volume after
     gathering it (``head="flatten"`` networks: the volume must then be small)."""
 
+    def _check(self) -> None:
+        if self.start_dim == 0:
+            raise ValueError(
+                f"{self._label()}: start_dim=0 flattens the batch dimension, which is split over "
+                f"the data-parallel replicas; flatten from start_dim >= 1"
+            )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 5 and not is_replicated(x):
             x = gather_replicated(x, self.mesh, spatial=True, batch=False)

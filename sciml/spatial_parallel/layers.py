@@ -94,6 +94,12 @@ class SpatialLayer:
                 f"{self._label()}: received a globally pooled (replicated) tensor; spatially "
                 f"split layers must come before global pooling"
             )
+        weight = next(self.parameters(recurse=False), None)  # type: ignore[attr-defined]
+        if weight is not None and (x.dtype, x.device) != (weight.dtype, weight.device):
+            raise ValueError(
+                f"{self._label()}: input block is {x.dtype} on {x.device} but the layer's "
+                f"parameters are {weight.dtype} on {weight.device}"
+            )
 
     def _global_shape(self, x: torch.Tensor) -> tuple[int, int, int]:
         shape = self.mesh.global_spatial_shape(x.shape)
@@ -417,6 +423,13 @@ class SpatialMaxPool3d(_WindowLayer, nn.MaxPool3d):
             raise ValueError(
                 f"{self._label()}: return_indices=True is not supported on a split volume"
             )
+        for w in self._windows():
+            if 2 * w.pad_lo > w.reach:
+                raise ValueError(
+                    f"{self._label()}: padding={self.padding} is more than half the effective "
+                    f"kernel size {w.reach} (kernel_size={self.kernel_size}, "
+                    f"dilation={self.dilation}); torch.nn.MaxPool3d rejects it too"
+                )
 
     def _windows(self) -> tuple[Window, Window, Window]:
         kernel, dilation, padding = (
@@ -439,6 +452,14 @@ class SpatialMaxPool3d(_WindowLayer, nn.MaxPool3d):
 class SpatialAvgPool3d(_WindowLayer, nn.AvgPool3d):
     """:class:`torch.nn.AvgPool3d` on a spatially split volume (any kernel, stride,
     padding, ``ceil_mode``, ``count_include_pad``, ``divisor_override``)."""
+
+    def _check(self) -> None:
+        for w in self._windows():
+            if 2 * w.pad_lo > w.kernel:
+                raise ValueError(
+                    f"{self._label()}: padding={self.padding} is more than half the kernel "
+                    f"size {self.kernel_size}; torch.nn.AvgPool3d rejects it too"
+                )
 
     def _windows(self) -> tuple[Window, Window, Window]:
         kernel, padding = _triple(self.kernel_size), _triple(self.padding)
@@ -486,6 +507,14 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
     def _check(self) -> None:
         if self.padding_mode != "zeros":
             raise ValueError(f"{self._label()}: only padding_mode='zeros' is supported")
+        for k in range(3):
+            w = self._window(k)
+            if w.output_padding >= max(w.stride, w.dilation):
+                raise ValueError(
+                    f"{self._label()}: output_padding={self.output_padding} must be smaller "
+                    f"than the stride {self.stride} or the dilation {self.dilation} along "
+                    f"every axis; torch.nn.ConvTranspose3d rejects it too"
+                )
 
     def _plan(self, shape: tuple[int, int, int]) -> HaloPlan:
         if shape not in self._plans:
@@ -589,6 +618,16 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
             raise ValueError(
                 f"{self._label()}: mode={self.mode!r} is not supported on a 3D split volume; "
                 f"use one of {self.MODES}"
+            )
+        if self.align_corners is not None and self.mode != "trilinear":
+            raise ValueError(
+                f"{self._label()}: align_corners is only for the interpolating mode 'trilinear', "
+                f"got mode={self.mode!r}; torch.nn.Upsample rejects it too"
+            )
+        if (self.size is None) == (self.scale_factor is None):
+            raise ValueError(
+                f"{self._label()}: give exactly one of size and scale_factor, got size="
+                f"{self.size!r}, scale_factor={self.scale_factor!r}"
             )
 
     def _sizes(self, shape: tuple[int, int, int]) -> list[tuple[int, float | None]]:

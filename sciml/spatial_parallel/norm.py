@@ -31,51 +31,82 @@ def _moments(
     return count, mean, centred, var
 
 
-class SpatialBatchNorm3d(SpatialLayer, nn.BatchNorm3d):
+def _affine(
+    y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``y * weight + bias`` per channel, for whichever of the two the layer has."""
+    if weight is not None:
+        y = y * weight.view(1, -1, 1, 1, 1)
+    if bias is not None:
+        y = y + bias.view(1, -1, 1, 1, 1)
+    return y
+
+
+class _NormLayer(SpatialLayer):
+    def _check_channels(self, x: torch.Tensor, channels: int) -> None:
+        self._check_input(x)
+        if x.shape[1] != channels:
+            raise ValueError(
+                f"{self._label()}: expected {channels} channels, got input of shape "
+                f"{tuple(x.shape)}"
+            )
+
+
+class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
     """:class:`torch.nn.BatchNorm3d` whose statistics (and running statistics) are those
-    of the whole global batch: every spatial block of every data-parallel replica."""
+    of the whole global batch: every spatial block of every data-parallel replica.
+
+    As on one device, a global batch with one value per channel is an error in
+    training, and an empty global batch leaves the running statistics as they
+    are (``num_batches_tracked`` still counts it).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
+        self._check_channels(x, self.num_features)
         use_batch = self.training or not self.track_running_stats
         if not use_batch:
             return F.batch_norm(
-                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
-                self.eps,
-            )  # fmt: skip
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         world = dist.group.WORLD
         assert world is not None
         count, mean, centred, var = _moments(x, (0, 2, 3, 4), world)
-        y = centred * torch.rsqrt(var + self.eps).view(1, -1, 1, 1, 1)
-        if self.affine:
-            y = y * self.weight.view(1, -1, 1, 1, 1) + self.bias.view(1, -1, 1, 1, 1)
+        total = int(count[0])
+        if self.training and total == 1:
+            raise ValueError(
+                f"{self._label()}: expected more than 1 value per channel when training, got "
+                f"a global batch of one value per channel (local input {tuple(x.shape)})"
+            )
+        y = _affine(
+            centred * torch.rsqrt(var + self.eps).view(1, -1, 1, 1, 1), self.weight, self.bias
+        )
         if self.training and self.track_running_stats:
-            self._update_running(mean.detach(), var.detach(), count[0])
+            self._update_running(mean.detach(), var.detach(), total)
         return y
 
     @torch.no_grad()
-    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+    def _update_running(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
         assert self.running_mean is not None and self.running_var is not None
         assert self.num_batches_tracked is not None
         self.num_batches_tracked.add_(1)
+        if count == 0:
+            return  # torch.nn.BatchNorm3d leaves the statistics of an empty batch alone
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        unbiased = var * (count / (count - 1)) if count > 1 else var
+        unbiased = var * (count / (count - 1))
         self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
         self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype), alpha=factor)
 
 
-class SpatialGroupNorm(SpatialLayer, nn.GroupNorm):
+class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
     """:class:`torch.nn.GroupNorm` of a split 3D volume: per-sample statistics over the
     whole volume (a collective over the spatial group)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
+        self._check_channels(x, self.num_channels)
         n, c = x.shape[:2]
         grouped = x.reshape(n, self.num_groups, c // self.num_groups, *x.shape[2:])
         _, _, centred, var = _moments(grouped, (2, 3, 4, 5), self.mesh.spatial_group)
         y = (centred * torch.rsqrt(var + self.eps).view(n, self.num_groups, 1, 1, 1, 1)).reshape(
             x.shape
         )
-        if self.affine:
-            y = y * self.weight.view(1, -1, 1, 1, 1) + self.bias.view(1, -1, 1, 1, 1)
-        return y
+        return _affine(y, self.weight, self.bias)

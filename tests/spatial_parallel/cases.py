@@ -84,6 +84,53 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
         (2, 2, 6, 5, 4),
     ),  # fmt: skip
     (seq(conv(kernel_size=3, padding=1), ("Dropout3d", dict(p=0.5))), (3, 2, 6, 5, 4)),
+    # every constructor option of the swapped layers (issue: each is exact or refused)
+    (conv(kernel_size=3, padding="valid"), (1, 2, 7, 6, 5)),
+    (conv(kernel_size=3, padding="same", padding_mode="reflect"), (1, 2, 7, 6, 5)),
+    (conv(kernel_size=(1, 3, 2), dilation=(1, 2, 1), bias=False), (1, 2, 7, 8, 5)),
+    (
+        (
+            "ConvTranspose3d",
+            dict(
+                in_channels=2,
+                out_channels=2,
+                kernel_size=3,
+                stride=2,
+                dilation=2,
+                output_padding=1,
+                bias=False,
+            ),
+        ),
+        (1, 2, 5, 4, 3),
+    ),
+    (
+        ("MaxPool3d", dict(kernel_size=(3, 2, 2), stride=(1, 2, 1), padding=(1, 0, 1))),
+        (1, 2, 8, 6, 5),
+    ),
+    (("AvgPool3d", dict(kernel_size=(2, 3, 1), stride=1, padding=(1, 1, 0))), (1, 2, 8, 6, 5)),
+    (
+        ("Upsample", dict(scale_factor=1.5, mode="trilinear", recompute_scale_factor=True)),
+        (1, 2, 5, 4, 3),
+    ),
+    (("Upsample", dict(scale_factor=(2, 1, 3), mode="nearest")), (1, 2, 5, 4, 3)),
+    (("Upsample", dict(scale_factor=0.5, mode="nearest")), (1, 2, 8, 6, 4)),
+    (("Upsample", dict(size=(9, 4, 5), mode="nearest-exact")), (1, 2, 5, 4, 3)),
+    (("Upsample", dict(size=7, mode="trilinear")), (1, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2, bias=False)), (3, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2, affine=False, eps=1e-3, momentum=0.5)), (2, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2, track_running_stats=False)), (2, 2, 5, 4, 3)),
+    (("BatchNorm3d", dict(num_features=2)), (2, 2, 1, 1, 1)),  # empty blocks on split ranks
+    (("GroupNorm", dict(num_groups=2, num_channels=4, affine=False)), (2, 4, 5, 4, 3)),
+    (("GroupNorm", dict(num_groups=2, num_channels=4, bias=False, eps=1e-3)), (2, 4, 1, 1, 1)),
+    (seq(conv(kernel_size=3, padding=1), ("Dropout", dict(p=0.3, inplace=True))), (2, 2, 6, 5, 4)),
+    (
+        seq(
+            conv(kernel_size=3, padding=1),
+            ("AdaptiveAvgPool3d", dict(output_size=(1, 1, 1))),
+            ("Flatten", dict(start_dim=1, end_dim=-1)),
+        ),
+        (2, 2, 6, 5, 4),
+    ),
     (POOL_HEAD, (3, 2, 7, 6, 5)),
 ]
 

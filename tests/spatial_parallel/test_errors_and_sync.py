@@ -6,7 +6,14 @@ import torch
 
 from sciml.distributed import spawn
 from tests.spatial_parallel.cases import LAYERS, MODELS, cases
-from tests.spatial_parallel.workers import expect_errors, overlap_paths, run_cases
+from tests.spatial_parallel.workers import (
+    corrupted_halo,
+    expect_errors,
+    norm_edge_inputs,
+    option_errors,
+    overlap_paths,
+    run_cases,
+)
 
 
 def test_errors_name_the_problem_on_four_ranks() -> None:
@@ -51,3 +58,43 @@ def test_overlap_paths_are_the_ones_documented() -> None:
     assert depth["on"] == "_AssembleBackward" and width["on"] == "_AddIntoBackward"
     for nodes in (depth, width):
         assert nodes["default"] == nodes["off"] == "ConvolutionBackward0"
+
+
+def test_harness_detects_a_wrong_halo() -> None:
+    """One halo plane off by 1e-3 fails the derived bounds in float32 and float64; off by
+    1e-9, float64 still sees it (float32 rounds it away)."""
+    conv = [LAYERS[0], LAYERS[-1]]
+    entries = cases(conv, dtype=torch.float32, overlap=False)
+    entries += cases(conv, dtype=torch.float64, overlap=False)
+    for scale, caught in ((1e-3, (torch.float32, torch.float64)), (1e-9, (torch.float64,))):
+        results = spawn(corrupted_halo, 2, {"depth": 2}, entries, scale)
+        for case, entry in enumerate(entries):
+            comparison = results[1][case]  # rank 1's first plane is its neighbour's halo
+            assert comparison.ok == (entry["dtype"] not in caught), (scale, entry)
+
+
+def test_norm_state_survives_edge_inputs() -> None:
+    """Empty global batch, eval mode and no_grad leave the running statistics as torch does;
+    one value per channel is refused in training (as torch does) without touching state."""
+    out = spawn(norm_edge_inputs, 2, {"depth": 2})[0]
+    for momentum in ("momentum=0.1", "momentum=None"):
+        assert max(out[momentum].values()) <= 1e-6, out[momentum]
+    assert "expected more than 1 value per channel" in out["one_value"]
+    assert out["one_value_state"] == 0
+
+
+def test_refused_options_are_named() -> None:
+    messages = spawn(option_errors, 2, {"depth": 2})[0]
+    assert "return_indices=True" in messages["return_indices"]
+    assert "padding=2 is more than half" in messages["max_padding"]
+    assert "padding=2 is more than half" in messages["avg_padding"]
+    assert "output_padding=(2, 2, 2)" in messages["output_padding"]
+    assert "align_corners" in messages["align_corners"]
+    assert "exactly one of size and scale_factor" in messages["no_size"]
+    assert "mode='area'" in messages["area"]
+    assert "'0' (AdaptiveMaxPool3d) cannot be split" in messages["adaptive_max"]
+    assert "output_size=1" in messages["adaptive_none"]
+    assert "start_dim=0" in messages["flatten_batch"]
+    assert "(LazyConv3d) cannot be split" in messages["lazy"]
+    assert "expected 4 channels" in messages["channels"]
+    assert "torch.float64 on cpu but the layer's parameters are torch.float32" in messages["dtype"]

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
-from sciml.spatial_parallel.testing import Comparison, compare_parallel, relative_error as rel
+from sciml.spatial_parallel.testing import Comparison, compare_parallel
+from sciml.spatial_parallel.testing import relative_error as rel
 
 
 def build(spec: tuple[str, dict[str, Any]]) -> nn.Module:
@@ -137,3 +138,91 @@ def overlap_paths(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         conv = parallelize(nn.Conv3d(2, 2, 3, padding=1), mesh, overlap=overlap)
         nodes[key] = type(conv(x).grad_fn).__name__
     return nodes
+
+
+def corrupted_halo(
+    mesh_kwargs: dict[str, int], cases: list[dict[str, Any]], scale: float
+) -> list[Comparison]:
+    """:func:`run_cases` with the first plane of every assembled halo off by ``scale``."""
+    from sciml.spatial_parallel import layers
+
+    original = layers.halo_extend
+
+    def wrong(x: torch.Tensor, plan: Any) -> torch.Tensor:
+        ext = original(x, plan)
+        axis = plan.axes[0]
+        rest = ext.narrow(axis, 1, ext.shape[axis] - 1)
+        return torch.cat([ext.narrow(axis, 0, 1) * (1 + scale), rest], axis)
+
+    layers.halo_extend = wrong
+    try:
+        return run_cases(mesh_kwargs, cases)
+    finally:
+        layers.halo_extend = original
+
+
+def norm_edge_inputs(mesh_kwargs: dict[str, int]) -> dict[str, Any]:
+    """BatchNorm state after an empty batch, eval mode and no_grad, against torch.nn."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    out: dict[str, Any] = {}
+    for momentum in (0.1, None):
+        torch.manual_seed(0)
+        reference = nn.BatchNorm3d(2, momentum=momentum)
+        layer = parallelize(reference, mesh)
+        empty = torch.zeros(0, 2, 4, 4, 4)
+        reference(empty)
+        layer(shard(empty, mesh))
+        x = torch.randn(2, 2, 4, 4, 4)
+        reference.eval()(x)  # eval: no update
+        layer.eval()(shard(x, mesh))
+        reference.train()
+        layer.train()
+        with torch.no_grad():  # no_grad still updates, as torch does
+            reference(x)
+            layer(shard(x, mesh))
+        out[f"momentum={momentum}"] = {
+            name: rel(b.to(torch.float64), a.to(torch.float64))
+            for (name, a), b in zip(reference.named_buffers(), layer.buffers(), strict=True)
+        }
+    single_value = parallelize(nn.BatchNorm3d(2), mesh)
+    try:
+        single_value(shard(torch.randn(1, 2, 1, 1, 1), mesh))
+    except ValueError as err:
+        out["one_value"] = str(err)
+    out["one_value_state"] = int(single_value.num_batches_tracked)  # type: ignore[arg-type]
+    return out
+
+
+def option_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
+    """Messages of parallelize for layer options it refuses, and of bad inputs."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    refused = {
+        "return_indices": nn.MaxPool3d(2, return_indices=True),
+        "max_padding": nn.MaxPool3d(3, padding=2),
+        "avg_padding": nn.AvgPool3d(3, padding=2),
+        "output_padding": nn.ConvTranspose3d(1, 1, 3, stride=2, output_padding=2),
+        "align_corners": nn.Upsample(scale_factor=2, align_corners=False),
+        "no_size": nn.Upsample(),
+        "area": nn.Upsample(scale_factor=2, mode="area"),
+        "adaptive_max": nn.AdaptiveMaxPool3d(1),
+        "adaptive_none": nn.AdaptiveAvgPool3d((1, None, 1)),
+        "flatten_batch": nn.Flatten(0),
+        "lazy": nn.LazyConv3d(2, 3),
+    }
+    messages = {}
+    for key, layer in refused.items():
+        try:
+            parallelize(nn.Sequential(layer), mesh)
+        except ValueError as err:
+            messages[key] = str(err)
+    conv = parallelize(nn.Sequential(nn.Conv3d(2, 2, 3, padding=1)), mesh)
+    norm = parallelize(nn.Sequential(nn.GroupNorm(2, 4)), mesh)
+    for key, fn in {
+        "channels": lambda: norm(shard(torch.randn(1, 2, 4, 4, 4), mesh)),
+        "dtype": lambda: conv(shard(torch.randn(1, 2, 4, 4, 4, dtype=torch.float64), mesh)),
+    }.items():
+        try:
+            fn()
+        except (ValueError, RuntimeError) as err:
+            messages[key] = str(err)
+    return messages
