@@ -2,8 +2,10 @@
 
 Use these to train ensemble or distributional post-processing models. They take plain
 tensors; ``member_dim`` is an axis index. Per-point weights (cos-latitude, ``|EFI|``) give
-a weighted mean ``sum(w * s) / sum(w)``. Unlike the metrics, NaNs propagate: mask missing
-points before computing a loss.
+a weighted mean ``sum(w * s) / sum(w)``; they broadcast to the per-point score by NumPy's
+rules (trailing axes) and must be finite, non-negative and not all zero. Parameters never
+enlarge the observations' shape (no silent broadcasting of the target). Unlike the
+metrics, NaNs propagate: mask missing points before computing a loss.
 """
 
 from __future__ import annotations
@@ -16,8 +18,25 @@ from torch import Tensor
 __all__ = ["crps_ensemble_loss", "crps_gaussian_loss", "twcrps_ensemble_loss"]
 
 
+def _check_weights(weights: Tensor, shape: torch.Size) -> None:
+    try:
+        torch.broadcast_to(weights, shape)
+    except RuntimeError:
+        raise ValueError(
+            f"weights of shape {tuple(weights.shape)} do not broadcast to the per-point score "
+            f"{tuple(shape)}"
+        ) from None
+    if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        raise ValueError("weights must be finite and non-negative (got NaN, inf or < 0)")
+    if not bool((weights != 0).any()):
+        raise ValueError("weights are all zero")
+
+
 def _reduce(score: Tensor, reduction: str, weights: Tensor | None) -> Tensor:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if weights is not None:
+        _check_weights(weights, score.shape)
         weights = torch.broadcast_to(weights, score.shape).to(score.dtype)
         if reduction == "mean":
             return (score * weights).sum() / weights.sum()
@@ -26,9 +45,7 @@ def _reduce(score: Tensor, reduction: str, weights: Tensor | None) -> Tensor:
         return score.mean()
     if reduction == "sum":
         return score.sum()
-    if reduction == "none":
-        return score
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return score
 
 
 def crps_ensemble_loss(
@@ -57,8 +74,11 @@ def crps_ensemble_loss(
             f"observations have shape {tuple(observations.shape)}, expected the forecasts' "
             f"shape without the member axis {tuple(ens.shape[:-1])}"
         )
-    if fair and members < 2:
-        raise ValueError("the fair CRPS needs at least two members")
+    if members < (2 if fair else 1):
+        raise ValueError(
+            f"the {'fair ' if fair else ''}CRPS needs at least {2 if fair else 1} "
+            f"member(s), got {members}"
+        )
     ordered = torch.sort(ens, dim=-1).values
     # sum_ij |x_i - x_j| = 2 sum_i (2i - M - 1) x_(i); the rank weights sum to zero, so
     # centring on the smallest member changes nothing but the rounding.
@@ -78,7 +98,31 @@ def crps_gaussian_loss(
     weights: Tensor | None = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """Closed-form CRPS of N(mu, sigma^2); ``sigma`` must be positive (e.g. a softplus)."""
+    """Closed-form CRPS of N(mu, sigma^2).
+
+    Args:
+        observations: Verifying values.
+        mu: Forecast mean, broadcastable to ``observations`` (never enlarging it).
+        sigma: Forecast standard deviation, > 0 (e.g. a softplus plus a small floor),
+            broadcastable to ``observations``.
+        weights: Per-point weights, broadcast to the per-point score.
+        reduction: ``"mean"`` (weighted when ``weights`` given), ``"sum"`` or ``"none"``.
+
+    Raises:
+        ValueError: If a shape would enlarge the observations, or a ``sigma`` is <= 0.
+    """
+    mu, sigma = torch.as_tensor(mu), torch.as_tensor(sigma)
+    try:
+        shape = torch.broadcast_shapes(observations.shape, mu.shape, sigma.shape)
+    except RuntimeError:
+        shape = None
+    if shape != observations.shape:
+        raise ValueError(
+            f"mu {tuple(mu.shape)} and sigma {tuple(sigma.shape)} must broadcast to the "
+            f"observations' shape {tuple(observations.shape)} without enlarging it"
+        )
+    if bool((sigma <= 0).any()):
+        raise ValueError("sigma must be > 0 (0 or negative values give no distribution)")
     z = (observations - mu) / sigma
     pdf = torch.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
     score = sigma * (z * (2 * torch.special.ndtr(z) - 1) + 2 * pdf - 1 / math.sqrt(math.pi))

@@ -25,8 +25,15 @@ def test_crps_loss_matches_numpy_metric(data, fair):
     np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10)
     moved = crps_ensemble_loss(obs, ens.movedim(-1, 0), member_dim=0, fair=fair)
     assert float(moved) == pytest.approx(ref.mean(), rel=1e-12)
-    f32 = crps_ensemble_loss(obs.float(), ens.float(), fair=fair, reduction="none")
-    np.testing.assert_allclose(f32.numpy(), ref, rtol=1e-4, atol=1e-6)
+    # float32: against the float64 value of the same (rounded) inputs, within the rounding
+    # of O(M) float32 operations on values of the inputs' magnitude
+    obs32, ens32 = obs.float(), ens.float()
+    f32 = crps_ensemble_loss(obs32, ens32, fair=fair, reduction="none").double().numpy()
+    ref32 = crps_ensemble_array(obs32.double().numpy(), ens32.double().numpy(), fair=fair)
+    members = ens.shape[-1]
+    scale = ens32.abs().amax(-1).double().numpy() + obs32.abs().double().numpy()
+    bound = 4 * members * np.finfo(np.float32).eps * scale
+    assert np.all(np.abs(f32 - ref32) <= bound)
 
 
 def test_twcrps_and_gaussian_losses_match_references(data):
@@ -55,8 +62,36 @@ def test_weights_and_reductions(data):
         crps_ensemble_loss(obs, ens, reduction="max")
     with pytest.raises(ValueError, match="shape"):
         crps_ensemble_loss(obs[:2], ens)
-    with pytest.raises(ValueError, match="two members"):
+    with pytest.raises(ValueError, match="at least 2 member"):
         crps_ensemble_loss(obs, ens[..., :1], fair=True)
+    with pytest.raises(ValueError, match="at least 1 member"):
+        crps_ensemble_loss(obs, ens[..., :0])
+
+
+def test_bad_parameters_and_weights_are_errors(data):
+    obs, ens = data
+    mu, sigma = ens.mean(-1), ens.std(-1)
+    for bad in (-sigma, sigma * 0):
+        with pytest.raises(ValueError, match="sigma must be > 0"):
+            crps_gaussian_loss(obs, mu, bad)
+    with pytest.raises(ValueError, match="sigma must be > 0"):
+        crps_gaussian_loss(obs, mu, torch.tensor(-1.0, dtype=torch.float64))
+    # a per-time mu would silently enlarge a per-point target: refused
+    with pytest.raises(ValueError, match="without enlarging"):
+        crps_gaussian_loss(obs[0], mu, sigma)
+    with pytest.raises(ValueError, match="without enlarging"):
+        crps_gaussian_loss(obs, mu[:, :2], sigma)
+    # a scalar sigma is fine
+    got = crps_gaussian_loss(obs, mu, torch.tensor(0.7, dtype=torch.float64), reduction="none")
+    np.testing.assert_allclose(got, crps_gaussian_array(obs.numpy(), mu.numpy(), 0.7), rtol=1e-12)
+    w = torch.ones(5, dtype=torch.float64)
+    for bad in (-w, w * float("nan"), w * float("inf")):
+        with pytest.raises(ValueError, match="finite and non-negative"):
+            crps_ensemble_loss(obs, ens, weights=bad)
+    with pytest.raises(ValueError, match="all zero"):
+        crps_ensemble_loss(obs, ens, weights=w * 0)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        crps_ensemble_loss(obs, ens, weights=torch.ones(3))
 
 
 @pytest.mark.parametrize("fair", [False, True])
