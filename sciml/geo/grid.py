@@ -184,6 +184,13 @@ class RasterGrid:
         return cls(crs, transform, height, width)
 
 
+def grid_of(obj: Any) -> RasterGrid | None:
+    """The grid of a georeferenced DataArray (a CRS in ``attrs`` or ``spatial_ref``), else None."""
+    if isinstance(obj, xr.DataArray) and _xarray_crs(obj) is not None:
+        return RasterGrid.from_like(obj)
+    return None
+
+
 def _xarray_crs(obj: xr.DataArray | xr.Dataset) -> pyproj.CRS | None:
     if obj.attrs.get("crs") is not None:
         return pyproj.CRS.from_user_input(obj.attrs["crs"])

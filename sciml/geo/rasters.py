@@ -13,7 +13,7 @@ import geopandas as gpd
 import numpy as np
 import xarray as xr
 
-from sciml.geo.grid import RasterGrid
+from sciml.geo.grid import RasterGrid, grid_of
 from sciml.geo.trees import IGNORE_INDEX
 from sciml.io_utils import atomic_path
 
@@ -44,11 +44,11 @@ def read_image(path: str | Path) -> xr.DataArray:
     return image
 
 
-def _same_grid(grid: RasterGrid, like: Any, path: Path) -> None:
+def _same_grid(grid: RasterGrid, like: Any, what: str) -> None:
     expected = RasterGrid.from_like(like)
     if grid != expected:
         raise ValueError(
-            f"{path} is on another grid than the image: {grid} vs {expected}; "
+            f"{what} is on another grid than the image: {grid} vs {expected}; "
             "rasterise it on the image's grid (like=the image)"
         )
 
@@ -59,7 +59,7 @@ def _read_band(path: str | Path, like: Any, what: str) -> tuple[xr.DataArray, Pa
     if image.sizes["band"] != 1:
         raise ValueError(f"{path}: a {what} has one band, got {image.sizes['band']}")
     if like is not None:
-        _same_grid(RasterGrid.from_like(image), like, path)
+        _same_grid(RasterGrid.from_like(image), like, str(path))
     return image.isel(band=0, drop=True), path
 
 
@@ -135,8 +135,9 @@ def write_geotiff(
     import rasterio
 
     grid = RasterGrid.from_like(like if like is not None else data)
-    if like is not None and isinstance(data, xr.DataArray) and _has_grid(data):
-        _same_grid(RasterGrid.from_like(data), like, Path(path))
+    own = grid_of(data)
+    if like is not None and own is not None:
+        _same_grid(own, like, f"the data for {path}")
     values = np.asarray(data)
     if values.dtype == bool:
         values = values.astype(np.uint8)
@@ -162,7 +163,3 @@ def write_geotiff(
     with atomic_path(path, suffix=".tif") as tmp, rasterio.open(tmp, "w", **profile) as dst:
         dst.write(values)
     return Path(path)
-
-
-def _has_grid(data: xr.DataArray) -> bool:
-    return "crs" in data.attrs or "spatial_ref" in data.coords

@@ -16,7 +16,7 @@ import torch
 import xarray as xr
 from torch.utils.data import Dataset
 
-from sciml.geo.grid import RasterGrid
+from sciml.geo.grid import RasterGrid, grid_of
 from sciml.geo.trees import IGNORE_INDEX
 
 
@@ -59,19 +59,14 @@ def _has_data(raw: np.ndarray, nodata: float | None) -> np.ndarray:
 
 def _check_grids(image: Any, **others: Any) -> None:
     """Reject a mask or label DataArray on another grid than a georeferenced image."""
-    if not _georeferenced(image):
-        return
-    grid = RasterGrid.from_like(image)
+    grid = grid_of(image)
     for name, other in others.items():
-        if _georeferenced(other) and RasterGrid.from_like(other) != grid:
+        own = grid_of(other)
+        if grid is not None and own is not None and own != grid:
             raise ValueError(
-                f"the {name} is on another grid than the image "
-                f"({RasterGrid.from_like(other)} vs {grid}); rasterise it on the image's grid"
+                f"the {name} is on another grid than the image ({own} vs {grid}); "
+                "rasterise it on the image's grid"
             )
-
-
-def _georeferenced(obj: Any) -> bool:
-    return isinstance(obj, xr.DataArray) and ("crs" in obj.attrs or "spatial_ref" in obj.coords)
 
 
 def _pad(array: np.ndarray, tile: int) -> np.ndarray:
@@ -225,8 +220,9 @@ def predict_scene(
         ``(y, x)`` float32 DataArray ``"tree_probability"`` on the image's grid.
     """
     grid = RasterGrid.from_like(like if like is not None else image)
-    if like is not None and _georeferenced(image) and RasterGrid.from_like(image) != grid:
-        raise ValueError(f"like= is another grid than the image's: {grid}")
+    own = grid_of(image)
+    if own is not None and own != grid:
+        raise ValueError(f"like= is another grid ({grid}) than the image's ({own})")
     tiles = SceneTiles(image, mask, tile=tile, overlap=overlap)
     height, width = tiles.image.shape[1:]
     total = np.zeros((height, width), np.float32)

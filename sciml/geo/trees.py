@@ -19,7 +19,7 @@ import pandas as pd
 import shapely
 import xarray as xr
 
-from sciml.geo.grid import RasterGrid
+from sciml.geo.grid import RasterGrid, grid_of
 from sciml.geo.mask import rasterize_geometries
 from sciml.geo.osm import parse_metres, read_osm_layer
 from sciml.geo.widths import utm_crs
@@ -58,13 +58,32 @@ _AREA_TYPES = ("Polygon", "MultiPolygon")
 
 
 def _points_or_boxes(frame: pd.DataFrame, path: Path) -> np.ndarray:
+    """Boxes or points of a CSV; rows with a missing coordinate get no geometry.
+
+    Raises:
+        ValueError: A box with ``xmin >= xmax`` or ``ymin >= ymax`` (the row is named).
+    """
     columns = {c.lower(): c for c in frame.columns}
     if {"xmin", "ymin", "xmax", "ymax"} <= set(columns):
-        xmin, ymin, xmax, ymax = (frame[columns[k]] for k in ("xmin", "ymin", "xmax", "ymax"))
-        return shapely.box(xmin, ymin, xmax, ymax)
+        xmin, ymin, xmax, ymax = (
+            pd.to_numeric(frame[columns[k]], errors="coerce").to_numpy(float)
+            for k in ("xmin", "ymin", "xmax", "ymax")
+        )
+        complete = np.isfinite([xmin, ymin, xmax, ymax]).all(axis=0)
+        inverted = complete & ((xmin >= xmax) | (ymin >= ymax))
+        if inverted.any():
+            rows = (np.flatnonzero(inverted) + 2).tolist()  # the CSV's line numbers
+            raise ValueError(
+                f"{path}: {int(inverted.sum())} box(es) with xmin >= xmax or ymin >= ymax "
+                f"(lines {rows[:5]}); expected xmin < xmax and ymin < ymax"
+            )
+        return np.where(complete, shapely.box(xmin, ymin, xmax, ymax), None)
     for x, y in (("x", "y"), ("lon", "lat"), ("longitude", "latitude"), ("easting", "northing")):
         if {x, y} <= set(columns):
-            return shapely.points(frame[columns[x]], frame[columns[y]])
+            xs = pd.to_numeric(frame[columns[x]], errors="coerce").to_numpy(float)
+            ys = pd.to_numeric(frame[columns[y]], errors="coerce").to_numpy(float)
+            complete = np.isfinite(xs) & np.isfinite(ys)
+            return np.where(complete, shapely.points(xs, ys), None)
     raise ValueError(
         f"{path}: no usable geometry columns; expected x,y or lon,lat (points) or "
         f"xmin,ymin,xmax,ymax (boxes), got {list(frame.columns)}"
@@ -125,9 +144,16 @@ def crown_diameters(
     column = diameter_column or next((c for c in _DIAMETER_COLUMNS if c in trees), None)
     if diameter_column and diameter_column not in trees:
         raise ValueError(f"no column {diameter_column!r}; columns: {list(trees.columns)}")
-    measured = (
-        parse_metres(trees[column]) if column else pd.Series(np.nan, index=trees.index)
-    ).where(lambda d: d > 0)
+    measured = parse_metres(trees[column]) if column else pd.Series(np.nan, index=trees.index)
+    unusable = (trees[column].notna() & ~(measured > 0)) if column else measured.notna()
+    if unusable.any():
+        examples = sorted(set(trees[column][unusable].astype(str)))[:5]
+        warnings.warn(
+            f"{int(unusable.sum())} crown diameter(s) in {column!r} are not positive metres "
+            f"(e.g. {examples}); those trees get the genus default",
+            stacklevel=2,
+        )
+    measured = measured.where(measured > 0)
     species_column = next((c for c in _SPECIES_COLUMNS if c in trees), None)
     genus = (
         trees[species_column].astype("string").str.strip().str.split().str[0].str.lower()
@@ -253,14 +279,31 @@ def tree_labels(
         ``(y, x)`` uint8 DataArray ``"tree_labels"`` with the grid's CRS and transform.
     """
     grid = RasterGrid.from_like(like)
+    if mask is not None:
+        mask = _mask_on(grid, mask)
     crowns, _ = _crowns_on_grid(trees, grid)
     labels = rasterize_geometries(crowns, grid, all_touched=all_touched).astype(np.uint8)
     if mask is not None:
-        mask = np.asarray(mask)
-        if mask.shape != grid.shape:
-            raise ValueError(f"mask shape {mask.shape} differs from the raster's {grid.shape}")
-        labels[~mask.astype(bool)] = ignore_index
+        labels[~mask] = ignore_index
     return grid.dataarray(labels, name="tree_labels", attrs={"ignore_index": ignore_index})
+
+
+def _mask_on(grid: RasterGrid, mask: xr.DataArray | np.ndarray) -> np.ndarray:
+    """``mask`` as bool, checked to be 0/1 on ``grid`` (its own grid, when it has one)."""
+    own = grid_of(mask)
+    if own is not None and own != grid:
+        raise ValueError(
+            f"the mask is on another grid ({own}) than the raster ({grid}); "
+            "rasterise it on the raster's grid"
+        )
+    values = np.asarray(mask)
+    if values.shape != grid.shape:
+        raise ValueError(f"mask shape {values.shape} differs from the raster's {grid.shape}")
+    if values.dtype != bool:
+        bad = np.unique(values[(values != 0) & (values != 1)])
+        if bad.size:
+            raise ValueError(f"a mask holds 0/1 or bool values only, found {bad[:5].tolist()}")
+    return values.astype(bool)
 
 
 def tree_instances(trees: gpd.GeoDataFrame, like: Any) -> xr.DataArray:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import geopandas as gpd
@@ -64,7 +65,9 @@ def road_widths(
     """Carriageway width of every road in metres and where it came from.
 
     The ``width`` tag wins; else ``lanes`` x the class's lane width; else the
-    class's default width.
+    class's default width. Tags are parsed as OSM tags (``"7 m"``, ``"2;3"``:
+    the largest); a tag that is present but not a positive number (``-3``,
+    ``0``, ``"narrow"``) is reported with a warning and the next source is used.
 
     Args:
         roads: Output of :func:`sciml.geo.load_roads` (``highway``, ``lanes``, ``width``).
@@ -75,19 +78,20 @@ def road_widths(
         or ``"default"``), indexed like ``roads``.
 
     Raises:
-        ValueError: A road class needs the table but has no entry in it.
+        ValueError: A road class needs the table but has no entry in it, or a
+            table entry is not two positive numbers of metres.
     """
+    from sciml.geo.osm import parse_lanes, parse_metres
+
     if "highway" not in roads:
         raise ValueError(
             "width='osm' needs a 'highway' column (OSM road class); "
             f"columns: {list(roads.columns)}; or pass a constant width in metres"
         )
-    merged = {**WIDTH_TABLE, **(table or {})}
+    merged = {**WIDTH_TABLE, **_checked_table(table)}
     highway = roads["highway"].astype(str)
-    tagged = pd.to_numeric(roads.get("width"), errors="coerce")
-    lanes = pd.to_numeric(roads.get("lanes"), errors="coerce")
-    tagged = tagged.where(tagged > 0)
-    lanes = lanes.where(lanes > 0)
+    tagged = _usable(roads, "width", parse_metres)
+    lanes = _usable(roads, "lanes", parse_lanes)
     needs_table = tagged.isna()
     missing = sorted(set(highway[needs_table]) - set(merged))
     if missing:
@@ -100,6 +104,34 @@ def road_widths(
     width = tagged.fillna(lanes * lane_width).fillna(default)
     source = np.where(tagged.notna(), "width", np.where(lanes.notna(), "lanes", "default"))
     return pd.DataFrame({"width_m": width.astype(float), "source": source}, index=roads.index)
+
+
+def _checked_table(table: Mapping[str, tuple[float, float]] | None) -> dict:
+    for name, entry in (table or {}).items():
+        values = np.asarray(entry, dtype=float)
+        if values.shape != (2,) or not (np.isfinite(values).all() and (values > 0).all()):
+            raise ValueError(
+                f"table[{name!r}] must be (lane_width_m, default_width_m) > 0, got {entry!r}"
+            )
+    return dict(table or {})
+
+
+def _usable(roads: pd.DataFrame, column: str, parse: Callable[[pd.Series], pd.Series]) -> pd.Series:
+    """The column's positive values; present but unusable values warned about, then NaN."""
+    if column not in roads:
+        return pd.Series(np.nan, index=roads.index)
+    raw = roads[column]
+    values = parse(raw)
+    good = (values > 0) & np.isfinite(values)
+    bad = raw.notna() & ~good
+    if bad.any():
+        examples = sorted(set(raw[bad].astype(str)))[:5]
+        warnings.warn(
+            f"{int(bad.sum())} road(s) with a '{column}' that is not a positive number "
+            f"(e.g. {examples}); they get their width from the next source",
+            stacklevel=3,
+        )
+    return values.where(good)
 
 
 def buffer_roads(
@@ -143,7 +175,9 @@ def buffer_roads(
         if not np.isfinite(width) or width <= 0:
             raise ValueError(f"width must be a positive number of metres, got {width}")
         half = np.full(len(roads), float(width) / 2.0)
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0 metres, got {margin}")
+    if not (np.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0 metres, got {margin}")
+    if quad_segs < 1:
+        raise ValueError(f"quad_segs must be >= 1, got {quad_segs}")
     lines = roads.geometry.to_crs(metric)
     return lines.buffer(half + margin, quad_segs=quad_segs)
