@@ -31,7 +31,9 @@ def parse_mesh(text: str) -> dict[str, int]:
         try:
             mesh[key] = positive_int(value.strip())  # type: ignore[assignment]
         except argparse.ArgumentTypeError as err:
-            raise argparse.ArgumentTypeError(f"--mesh {key}=: {err}") from None
+            raise argparse.ArgumentTypeError(
+                f"--mesh expects e.g. depth=2,height=2; {key}={value.strip()!r}: {err}"
+            ) from None
     return mesh
 
 

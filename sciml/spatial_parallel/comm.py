@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.partition import block_bounds
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -79,6 +80,63 @@ class _Gather(torch.autograd.Function):
         return grad[ctx.index].contiguous(), None, None, None
 
 
+def _check_blocks(x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool, batch: bool) -> None:
+    """Raise on every rank unless each rank's ``x`` is its block of one global tensor.
+
+    One all-gather of the shapes over all ranks, before any collective that
+    depends on them, so that a bad block is an error everywhere, never a hang.
+    """
+    if x.dim() > 8:
+        raise ValueError(f"cannot gather a {x.dim()}-D tensor (at most 8 dimensions)")
+    mine = torch.zeros(11, dtype=torch.int64)
+    mine[:3] = torch.tensor([spatial, batch, x.dim()])
+    mine[3 : 3 + x.dim()] = torch.tensor(x.shape)
+    shapes = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(shapes, mine)
+    rows = [row.tolist() for row in shapes]
+    if any(row[:3] != rows[0][:3] for row in rows):
+        found = {r: tuple(row[3 : 3 + row[2]]) for r, row in enumerate(rows)}
+        raise ValueError(
+            f"unshard: the ranks passed tensors of different kinds (split block vs replicated, "
+            f"or different numbers of dimensions): shapes by rank {found}"
+        )
+    local = [tuple(row[3 : 3 + rows[0][2]]) for row in rows]
+    coords = [
+        tuple(int(c) for c in torch.unravel_index(torch.tensor(r), mesh.shape))
+        for r in range(len(rows))
+    ]
+    full = list(local[0])
+    if batch:
+        full[0] = sum(s[0] for s, c in zip(local, coords, strict=True) if c[1:] == (0, 0, 0))
+    if spatial:
+        for k in range(3):
+            full[x.dim() - 3 + k] = sum(
+                s[x.dim() - 3 + k]
+                for s, c in zip(local, coords, strict=True)
+                if c[0] == 0 and all(c[1 + j] == 0 for j in range(3) if j != k)
+            )
+    bad = {}
+    for rank, (size, c) in enumerate(zip(local, coords, strict=True)):
+        expected = list(full)
+        if batch:
+            lo, hi = block_bounds(full[0], mesh.data)[c[0]]
+            expected[0] = hi - lo
+        else:  # replicas may hold batches of different sizes
+            expected[0] = local[mesh.rank_of(c[0], 0, 0, 0)][0]
+        if spatial:
+            for k in range(3):
+                axis = x.dim() - 3 + k
+                lo, hi = block_bounds(full[axis], mesh.grid[k])[c[1 + k]]
+                expected[axis] = hi - lo
+        if list(size) != expected:
+            bad[rank] = f"{size} instead of {tuple(expected)}"
+    if bad:
+        raise ValueError(
+            f"unshard: these ranks do not hold their block of a global tensor of shape "
+            f"{tuple(full)} on {mesh}: {bad}; shard inputs with sciml.spatial_parallel.shard"
+        )
+
+
 def gather_replicated(
     x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool = True, batch: bool = True
 ) -> torch.Tensor:
@@ -88,11 +146,13 @@ def gather_replicated(
     first axis over the data group. The backward returns this rank's block of
     the gradient (the result is replicated: each rank's loss is the global one).
     """
+    if spatial and x.dim() < 3:
+        raise ValueError(f"cannot gather a {x.dim()}-D tensor over the spatial axes")
+    if dist.get_world_size() > 1:
+        _check_blocks(x, mesh, spatial=spatial, batch=batch)
     shape = list(x.shape)
     index: list[slice] = [slice(None)] * x.dim()
     if spatial:
-        if x.dim() < 3:
-            raise ValueError(f"cannot gather a {x.dim()}-D tensor over the spatial axes")
         shape[-3:] = mesh.global_spatial_shape(x.shape)
         index[-3:] = mesh.block([1, 1, *shape[-3:]])[2:]
     if batch:

@@ -19,7 +19,12 @@ def read_block(array: Any, mesh: SpatialMesh, *, dtype: torch.dtype | None = Non
 
     Raises:
         ValueError: If the array is not 5-D.
+        TypeError: If ``mesh`` is not a SpatialMesh or ``array`` has no shape.
     """
+    if not isinstance(mesh, SpatialMesh):
+        raise TypeError(f"read_block expects a SpatialMesh, got {type(mesh).__name__}")
+    if not hasattr(array, "shape"):
+        raise TypeError(f"read_block expects an array with a shape, got {type(array).__name__}")
     shape = tuple(int(s) for s in array.shape)
     if len(shape) != 5:
         dims = getattr(array, "dims", None)

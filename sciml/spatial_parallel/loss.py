@@ -32,13 +32,24 @@ def spatial_mean(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
 
 
 def mse_loss(input: torch.Tensor, target: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
-    """This rank's term of the mean squared error over the whole volume."""
+    """This rank's term of the mean squared error over the whole volume.
+
+    Raises:
+        ValueError: If ``input`` and ``target`` differ in shape (nothing is broadcast).
+    """
+    if input.shape != target.shape:
+        raise ValueError(
+            f"mse_loss: input block {tuple(input.shape)} and target block "
+            f"{tuple(target.shape)} differ; shard both with the same mesh"
+        )
     return spatial_mean((input - target).square(), mesh)
 
 
 def global_loss(local: torch.Tensor, mesh: SpatialMesh, *, replicated: bool = False) -> float:
     """The global loss value for logging: the sum of the spatial terms (or the replicated
     value), averaged over the data-parallel replicas."""
+    if local.numel() != 1:
+        raise ValueError(f"global_loss expects a scalar loss term, got shape {tuple(local.shape)}")
     value = local.detach().reshape(1).to(torch.float64)
     if not replicated and mesh.spatial_size > 1:
         dist.all_reduce(value, group=mesh.spatial_group)

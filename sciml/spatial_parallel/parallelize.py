@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -80,6 +81,33 @@ def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
     return hook
 
 
+def _check_arguments(model: object, mesh: object, *, overlap: object, bucket_mb: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"parallelize expects a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(mesh, SpatialMesh):
+        raise TypeError(f"parallelize expects a SpatialMesh, got {type(mesh).__name__}")
+    if overlap is not None and not isinstance(overlap, bool):
+        raise TypeError(f"parallelize: overlap must be True, False or None, got {overlap!r}")
+    if (
+        not isinstance(bucket_mb, int | float)
+        or isinstance(bucket_mb, bool)
+        or not math.isfinite(bucket_mb)
+        or bucket_mb <= 0
+    ):
+        raise ValueError(f"parallelize: bucket_mb must be a finite number > 0, got {bucket_mb!r}")
+    if "spatial_grad_sync" in model.__dict__:
+        raise ValueError(
+            "parallelize: the model was already made by parallelize(); parallelize the "
+            "original single-device model instead"
+        )
+    for name, module in model.named_modules():
+        if isinstance(module, SpatialLayer) and module.mesh is not mesh:
+            raise ValueError(
+                f"parallelize: layer '{name}' ({type(module).__name__}) was built for another "
+                f"mesh ({module.mesh}); parallelize the single-device model for this mesh"
+            )
+
+
 def parallelize(
     model: nn.Module, mesh: SpatialMesh, *, overlap: bool | None = None, bucket_mb: float = 25.0
 ) -> nn.Module:
@@ -106,8 +134,11 @@ def parallelize(
 
     Raises:
         ValueError: Naming the first layer that cannot be split in space, or a
-            layer configuration that is not supported.
+            layer configuration that is not supported; if ``model`` was already
+            parallelised or ``bucket_mb`` is not positive.
+        TypeError: If ``model`` or ``mesh`` has the wrong type.
     """
+    _check_arguments(model, mesh, overlap=overlap, bucket_mb=bucket_mb)
     model = copy.deepcopy(model)
     replicated: set[str] = set()
 

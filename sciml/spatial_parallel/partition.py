@@ -23,10 +23,24 @@ class HaloError(ValueError):
     """A block is too small to supply the halo a neighbouring rank needs."""
 
 
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
 def block_bounds(size: int, parts: int) -> tuple[tuple[int, int], ...]:
-    """``[lo, hi)`` of each of ``parts`` blocks of ``size`` (``torch.tensor_split`` order)."""
-    if parts < 1 or size < 0:
-        raise ValueError(f"cannot split size {size} into {parts} blocks")
+    """``[lo, hi)`` of each of ``parts`` blocks of ``size`` (``torch.tensor_split`` order).
+
+    Raises:
+        ValueError: If ``size`` is not an integer >= 0 or ``parts`` not one >= 1.
+    """
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (size, parts)) or (
+        parts < 1 or size < 0
+    ):
+        raise ValueError(
+            f"cannot split size {size!r} into {parts!r} blocks: expected integers size >= 0 "
+            f"and parts >= 1"
+        )
     base, extra = divmod(size, parts)
     bounds, lo = [], 0
     for index in range(parts):
@@ -49,6 +63,12 @@ class Window:
     pad_lo: int = 0
     pad_hi: int = 0
     ceil_mode: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("kernel", "stride", "dilation"):
+            _check_int(f"Window {name}", getattr(self, name), 1)
+        for name in ("pad_lo", "pad_hi"):
+            _check_int(f"Window {name}", getattr(self, name), 0)
 
     @property
     def reach(self) -> int:
@@ -85,6 +105,12 @@ class TransposeWindow:
     dilation: int = 1
     padding: int = 0
     output_padding: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("kernel", "stride", "dilation"):
+            _check_int(f"TransposeWindow {name}", getattr(self, name), 1)
+        for name in ("padding", "output_padding"):
+            _check_int(f"TransposeWindow {name}", getattr(self, name), 0)
 
     def output_size(self, size: int) -> int:
         """Global output size (PyTorch's formula)."""
@@ -218,6 +244,11 @@ def plan_dim(
             i.e. a block is smaller than the halo it must supply.
     """
     blocks = block_bounds(size, parts)
+    _check_int("plan_dim out_size", out_size, 0)
+    if len(needs) != parts:
+        raise ValueError(f"{layer}: {len(needs)} needed ranges for {parts} ranks along {dim}")
+    if boundary not in ("fill", "replicate", "reflect", "circular"):
+        raise ValueError(f"{layer}: unknown boundary {boundary!r}")
     if boundary == "reflect" and any(a < -(size - 1) or b > 2 * size - 1 for a, b in needs):
         raise HaloError(
             f"{layer}: reflect padding along {dim} needs more than the input size {size} allows"
@@ -244,7 +275,10 @@ def window_plan(
     window: Window, size: int, parts: int, *, boundary: Boundary = "fill", layer: str, dim: str
 ) -> DimPlan:
     """:func:`plan_dim` for a sliding-window layer (convolution, pooling)."""
-    out_size = window.output_size(size)
+    try:
+        out_size = window.output_size(size)
+    except ValueError as err:
+        raise ValueError(f"{layer}: along {dim}, {err}") from None
     needs = [window.input_range(lo, hi) for lo, hi in block_bounds(out_size, parts)]
     return plan_dim(size, parts, out_size, needs, boundary=boundary, layer=layer, dim=dim)
 

@@ -9,12 +9,20 @@ from sciml.spatial_parallel.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
 
 
+def _check_args(name: str, x: object, mesh: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} expects a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(mesh, SpatialMesh):
+        raise TypeError(f"{name} expects a SpatialMesh, got {type(mesh).__name__}")
+
+
 def shard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     """This rank's block of a global ``(N, C, D, H, W)`` tensor (a contiguous copy).
 
     The batch is split over the ``data`` replicas and the volume over the
     spatial grid, like :func:`torch.tensor_split` (first blocks one larger).
     """
+    _check_args("shard", x, mesh)
     if x.dim() != 5:
         raise ValueError(f"shard expects a global (N, C, D, H, W) tensor, got {tuple(x.shape)}")
     return x[mesh.block(x.shape)].contiguous()
@@ -27,5 +35,6 @@ def unshard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     replicated tensor (e.g. the output of a dense head) over the batch only.
     Differentiable: the backward keeps this rank's block of the gradient.
     """
+    _check_args("unshard", x, mesh)
     split = x.dim() == 5 and not is_replicated(x)
     return gather_replicated(x, mesh, spatial=split, batch=True)

@@ -12,6 +12,7 @@ from tests.spatial_parallel.workers import (
     norm_edge_inputs,
     option_errors,
     overlap_paths,
+    public_api_errors,
     run_cases,
 )
 
@@ -98,3 +99,25 @@ def test_refused_options_are_named() -> None:
     assert "(LazyConv3d) cannot be split" in messages["lazy"]
     assert "expected 4 channels" in messages["channels"]
     assert "torch.float64 on cpu but the layer's parameters are torch.float32" in messages["dtype"]
+
+
+def test_public_functions_reject_bad_inputs() -> None:
+    both = spawn(public_api_errors, 2, {"depth": 2})
+    for messages in both:  # a bad block on one rank is an error on every rank, not a hang
+        assert "TypeError: shard expects a torch.Tensor, got ndarray" in messages["shard_numpy"]
+        assert "TypeError: shard expects a SpatialMesh" in messages["shard_no_mesh"]
+        assert (
+            "do not hold their block of a global tensor of shape (2, 2, 4, 4, 4)"
+            in (messages["unshard_wrong_block"])
+        )
+        assert "1: '(2, 2, 1, 4, 4) instead of (2, 2, 2, 4, 4)'" in messages["unshard_wrong_block"]
+        assert "tensors of different kinds" in messages["unshard_mixed"]
+        assert (
+            "(2, 2, 3, 4, 4) and target block (2, 1, 3, 4, 4) differ" in messages["mse_broadcast"]
+        )
+        assert "expects a scalar loss term, got shape (3,)" in messages["global_loss_vector"]
+        assert "expects a torch.nn.Module, got str" in messages["parallelize_type"]
+        assert "expects a SpatialMesh, got dict" in messages["parallelize_mesh"]
+        assert "bucket_mb must be a finite number > 0, got 0" in messages["bucket"]
+        assert "already made by parallelize()" in messages["twice"]
+        assert "read_block expects a SpatialMesh, got NoneType" in messages["read_block_mesh"]

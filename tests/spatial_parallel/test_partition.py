@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +138,27 @@ def test_same_padding_matches_torch(kernel: int, dilation: int) -> None:
     w = torch.randn(1, 1, kernel)
     expected = F.conv1d(x, w, padding="same", dilation=dilation)
     assert torch.allclose(F.conv1d(F.pad(x, (lo, hi)), w, dilation=dilation), expected)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: block_bounds(3.5, 2), "expected integers size >= 0 and parts >= 1"),
+        (lambda: block_bounds(4, 0), "cannot split size 4 into 0 blocks"),
+        (lambda: block_bounds(-1, 2), "cannot split size -1"),
+        (lambda: Window(kernel=0), "Window kernel must be an integer >= 1, got 0"),
+        (lambda: Window(kernel=3, stride=0), "Window stride must be an integer >= 1, got 0"),
+        (lambda: Window(kernel=3, dilation=0), "Window dilation must be an integer >= 1"),
+        (lambda: Window(kernel=3, pad_lo=-1), "Window pad_lo must be an integer >= 0, got -1"),
+        (lambda: TransposeWindow(kernel=2, stride=0), "TransposeWindow stride must be"),
+        (
+            lambda: window_plan(Window(kernel=5), 3, 1, layer="conv1", dim="height"),
+            "conv1: along height, input size 3",
+        ),
+        (lambda: plan_dim(4, 2, 4, [(0, 2)]), "1 needed ranges for 2 ranks"),
+        (lambda: plan_dim(4, 2, 4, [(0, 2), (2, 4)], boundary="wrap"), "unknown boundary 'wrap'"),
+    ],
+)
+def test_partition_rejects_bad_geometry(call: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()

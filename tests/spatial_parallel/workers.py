@@ -226,3 +226,35 @@ def option_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         except (ValueError, RuntimeError) as err:
             messages[key] = str(err)
     return messages
+
+
+def public_api_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
+    """Messages of the public functions for bad inputs (every rank raises alike)."""
+    from sciml.spatial_parallel import global_loss, mse_loss
+    from sciml.spatial_parallel.io import read_block
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    x = torch.randn(2, 2, 6, 4, 4)
+    wrong_block = shard(x, mesh)[:, :, : 3 - 2 * mesh.rank]  # rank 1 holds too little
+    model = nn.Sequential(nn.Conv3d(2, 2, 3, padding=1))
+    pmodel = parallelize(model, mesh)
+    calls: dict[str, Any] = {
+        "shard_numpy": lambda: shard(x.numpy(), mesh),  # type: ignore[arg-type]
+        "shard_no_mesh": lambda: shard(x, None),  # type: ignore[arg-type]
+        "unshard_wrong_block": lambda: unshard(wrong_block, mesh),
+        "unshard_mixed": lambda: unshard(shard(x, mesh)[0] if mesh.rank else shard(x, mesh), mesh),
+        "mse_broadcast": lambda: mse_loss(shard(x, mesh), shard(x[:, :1], mesh), mesh),
+        "global_loss_vector": lambda: global_loss(torch.ones(3), mesh),
+        "parallelize_type": lambda: parallelize("model", mesh),  # type: ignore[arg-type]
+        "parallelize_mesh": lambda: parallelize(model, {"depth": 2}),  # type: ignore[arg-type]
+        "bucket": lambda: parallelize(model, mesh, bucket_mb=0),
+        "twice": lambda: parallelize(pmodel, mesh),
+        "read_block_mesh": lambda: read_block(x.numpy(), None),  # type: ignore[arg-type]
+    }
+    messages = {}
+    for key, call in calls.items():
+        try:
+            call()
+        except (TypeError, ValueError) as err:
+            messages[key] = f"{type(err).__name__}: {err}"
+    return messages
