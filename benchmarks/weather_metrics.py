@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import dask
 import numpy as np
@@ -25,7 +22,8 @@ import properscoring
 import xarray as xr
 import xskillscore
 
-from sciml.io_utils import atomic_write_text
+from sciml.benchmarking import write_report
+from sciml.cli import positive_int
 from sciml.weather.kernels import crps_ensemble_array, default_threads
 from sciml.weather.metrics import crps_ensemble
 
@@ -102,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100,000 points, 2 repeats")
-    parser.add_argument("--points", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--chunk", type=int, default=125_000, help="dask chunk (points)")
-    parser.add_argument("--out", default="runs/bench/weather_metrics.json")
+    parser.add_argument("--points", type=positive_int, default=1_000_000, help="forecast points")
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed repeats per case")
+    parser.add_argument("--chunk", type=positive_int, default=125_000, help="dask chunk (points)")
+    parser.add_argument("--out", default="runs/bench/weather_metrics.json", help="JSON report")
     args = parser.parse_args(argv)
     points, repeat = (100_000, 2) if args.quick else (args.points, args.repeat)
     with dask.config.set(scheduler="threads", num_workers=default_threads()):
@@ -119,19 +117,15 @@ def main(argv: list[str] | None = None) -> int:
             "speedup_vs_xskillscore": best["xskillscore (dask chunks)"] / ours,
         }
     print(json.dumps(summary, indent=1))
-    report = {
-        "benchmark": "weather_metrics",
-        "rows": rows,
-        "summary": summary,
-        "threads": default_threads(),
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    atomic_write_text(Path(args.out), json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(
+        args.out,
+        "weather_metrics",
+        rows,
+        summary=summary,
+        threads=default_threads(),
+        numpy=np.__version__,
+        date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     return 0
 
 
