@@ -145,11 +145,22 @@ def _check_same_grid(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> N
                 )
 
 
+def _names(values: Hashable | Iterable[Hashable]) -> list[Hashable]:
+    """A list of labels; one string (or number) is one label, not a sequence of characters."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        return [values]
+    return list(values)
+
+
 def _select(ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: str) -> xr.Dataset:
     if wanted is None:
         return ds
     if dim not in ds.dims:
         raise ValueError(f"cannot select {what}: the data have no {dim!r} dimension")
+    wanted = _names(wanted)
+    repeated = sorted({value for value in wanted if wanted.count(value) > 1})
+    if repeated:
+        raise ValueError(f"{what} {repeated} asked for more than once")
     available = ds[dim].values.tolist()
     missing = [value for value in wanted if value not in available]
     if missing:
@@ -188,6 +199,8 @@ def open_ensemble(
             non-monotonic coordinates.
     """
     files = _expand(paths)
+    if variables is not None:
+        variables = [str(name) for name in _names(variables)]
     datasets = []
     for path in files:
         ds = standardise_names(_open_one(path), source=str(path))
@@ -232,6 +245,16 @@ def open_ensemble(
     return combined.transpose(*order, ...)
 
 
+def _date(name: str, value: str | np.datetime64) -> np.datetime64:
+    try:
+        date = np.datetime64(value)
+    except ValueError:
+        raise ValueError(f"{name} {value!r} is not a date (e.g. '2017-01-01T12')") from None
+    if np.isnat(date):
+        raise ValueError(f"{name} is NaT, expected a date")
+    return date
+
+
 def split_by_time(
     ds: xr.Dataset,
     *,
@@ -245,7 +268,9 @@ def split_by_time(
     """
     if "time" not in ds.dims:
         raise ValueError(f"split_by_time needs a 'time' dimension; dimensions are {dict(ds.sizes)}")
-    val, test = np.datetime64(val_start), np.datetime64(test_start)
+    val, test = (
+        _date(name, value) for name, value in (("val_start", val_start), ("test_start", test_start))
+    )
     if not val < test:
         raise ValueError(f"val_start ({val}) must come before test_start ({test})")
     times = ds["time"]
@@ -275,8 +300,7 @@ def normalisation_statistics(
     Returns:
         ``(mean, std)``, Dask-backed when ``ds`` is; call ``.compute()`` once to get both.
     """
-    if dims is None:
-        dims = [name for name in ds.dims if name != "level"]
+    dims = [name for name in ds.dims if name != "level"] if dims is None else _names(dims)
     missing = [name for name in dims if name not in ds.dims]
     if missing:
         raise ValueError(f"cannot reduce over {missing}: dimensions are {list(ds.dims)}")
@@ -284,5 +308,28 @@ def normalisation_statistics(
 
 
 def normalise(ds: xr.Dataset, mean: xr.Dataset, std: xr.Dataset) -> xr.Dataset:
-    """``(ds - mean) / std``, lazily; constant fields (``std == 0``) are only centred."""
+    """``(ds - mean) / std``, lazily; constant fields (``std == 0``) are only centred.
+
+    ``mean`` and ``std`` (from :func:`normalisation_statistics`) must hold every variable
+    of ``ds`` and lie on its coordinates (the same labels, in any order).
+
+    Raises:
+        ValueError: A variable without statistics, or statistics on other coordinates.
+    """
+    for name, stats in (("mean", mean), ("std", std)):
+        missing = [key for key in ds.data_vars if key not in stats.data_vars]
+        if missing:
+            raise ValueError(f"{name} has no statistics for {missing}; it has {list(stats)}")
+        extra = [dim for dim in stats.dims if dim not in ds.dims]
+        if extra:
+            raise ValueError(f"{name} has dimensions {extra} that the data lack")
+        for dim in stats.dims:
+            if dim in stats.indexes and dim in ds.indexes:
+                want, have = ds.indexes[dim], stats.indexes[dim]
+                if not (len(want) == len(have) and want.isin(have).all()):
+                    raise ValueError(
+                        f"{name} is on other {dim!r} labels ({have.tolist()}) than the data "
+                        f"({want.tolist()})"
+                    )
+    mean, std = mean[list(ds.data_vars)], std[list(ds.data_vars)]
     return (ds - mean) / std.where(std > 0, 1.0)

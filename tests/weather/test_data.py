@@ -240,3 +240,23 @@ def test_real_grib_through_cfgrib(tmp_path):
             field = expected[day, number]
             step = 2 * np.ptp(field) / (2**GRIB_BITS - 1)
             np.testing.assert_allclose(got, field, atol=step / 2)
+
+
+def test_selections_and_statistics_reject_what_would_be_silently_wrong():
+    with pytest.raises(ValueError, match=r"members \[0\] asked for more than once"):
+        open_ensemble(ERA5, members=[0, 0, 1])
+    only_t = open_ensemble(ERA5, variables="t")  # one name, not the letters of a name
+    assert list(only_t.data_vars) == ["t"]
+    ds = open_ensemble(ERA5)
+    with pytest.raises(ValueError, match="val_start 'soon' is not a date"):
+        split_by_time(ds, val_start="soon", test_start="2017-01-02")
+    mean, std = normalisation_statistics(ds, dims="time")  # one dimension by name
+    assert set(mean["t"].dims) == {"member", "level", "lat", "lon"}
+    mean, std = normalisation_statistics(ds)
+    with pytest.raises(ValueError, match="other 'level' labels"):
+        normalise(ds, mean.assign_coords(level=mean["level"] + 1), std)
+    with pytest.raises(ValueError, match=r"no statistics for \['z'\]"):
+        normalise(ds, mean[["t"]], std[["t"]])
+    # statistics in another level order are applied by label
+    flipped = normalise(ds, mean.isel(level=[1, 0]), std.isel(level=[1, 0]))
+    xr.testing.assert_allclose(flipped.compute(), normalise(ds, mean, std).compute())
