@@ -103,7 +103,8 @@ def test_sigterm_from_outside_checkpoints_and_resume_matches(tmp_path: Path) -> 
     subprocess.run([sys.executable, str(SCRIPT), str(straight)], check=True, timeout=120)
     resumed = tmp_path / "resumed"
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(resumed), "--slow", "0.05"],
+        # slow enough that it still trains while this process tries the same run folder
+        [sys.executable, str(SCRIPT), str(resumed), "--slow", "0.3"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -111,6 +112,8 @@ def test_sigterm_from_outside_checkpoints_and_resume_matches(tmp_path: Path) -> 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not metrics.exists() or len(_rows(resumed)) < 8):
         time.sleep(0.05)
+    with pytest.raises(RunDirError, match=f"in use by another training run \\(pid {proc.pid} "):
+        _train(resumed)  # a second process must not write the same run folder (checked below)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_REQUEUE, out
