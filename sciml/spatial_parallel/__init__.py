@@ -26,13 +26,24 @@ Conventions:
 * Dropout draws the single-device mask of the global tensor from the shared
   random state (seed every rank alike) and keeps its block.
 
-Not supported (``parallelize`` raises, naming the layer): 2D layers,
-adaptive pooling to sizes other than 1, ``Upsample`` modes other than
-nearest/nearest-exact/trilinear, max pooling with ``return_indices``, dense
-layers applied to a split volume, and a halo wider than a neighbour's block
-(:class:`HaloError`: use fewer ranks along that axis or a larger input).
-Custom modules that call ``torch.nn.functional`` convolutions directly are
-not seen by ``parallelize``.
+Every constructor option of a swapped layer is either exact (checked
+against the single-device layer by :mod:`sciml.spatial_parallel.testing`) or
+refused. Not supported (``parallelize`` raises, naming the layer and
+option): 2D layers, adaptive pooling to sizes other than 1 and adaptive max
+pooling, ``Upsample`` modes other than nearest/nearest-exact/trilinear, max
+pooling with ``return_indices``, ``ConvTranspose3d`` with a padding mode
+other than zeros or a forward ``output_size``, ``Flatten(start_dim=0)``
+(the batch is split over replicas), options that ``torch.nn`` itself rejects
+at the first forward pass (pool padding over half the kernel, a transposed
+convolution's ``output_padding`` not below its stride or dilation,
+``align_corners`` with a nearest mode), dense layers applied to a split
+volume, and a halo wider than a neighbour's block (:class:`HaloError`: use
+fewer ranks along that axis or a larger input). Custom modules that call
+``torch.nn.functional`` convolutions directly are not seen by
+``parallelize``.
+
+:mod:`sciml.spatial_parallel.testing` compares a parallel model with its
+single-device model (``sciml spatial check``, the tests and notebook 01 use it).
 """
 
 from sciml.spatial_parallel.heads import (

@@ -21,8 +21,6 @@ def read_block(array: Any, mesh: SpatialMesh, *, dtype: torch.dtype | None = Non
         ValueError: If the array is not 5-D.
         TypeError: If ``mesh`` is not a SpatialMesh or ``array`` has no shape.
     """
-    if not isinstance(mesh, SpatialMesh):
-        raise TypeError(f"read_block expects a SpatialMesh, got {type(mesh).__name__}")
     if not hasattr(array, "shape"):
         raise TypeError(f"read_block expects an array with a shape, got {type(array).__name__}")
     shape = tuple(int(s) for s in array.shape)
@@ -32,6 +30,8 @@ def read_block(array: Any, mesh: SpatialMesh, *, dtype: torch.dtype | None = Non
             f"read_block expects a global (N, C, D, H, W) array, got shape {shape}"
             + (f" with dims {dims}" if dims else "")
         )
+    if not isinstance(mesh, SpatialMesh):
+        raise TypeError(f"read_block expects a SpatialMesh, got {type(mesh).__name__}")
     block = array[mesh.block(shape)]
     values = np.ascontiguousarray(getattr(block, "values", block))
     tensor = torch.from_numpy(values)

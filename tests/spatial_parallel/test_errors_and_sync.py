@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from sciml.distributed import spawn
+from sciml.spatial_parallel.testing import error_bound
 from tests.spatial_parallel.cases import LAYERS, MODELS, cases
 from tests.spatial_parallel.workers import (
     corrupted_halo,
@@ -79,7 +80,9 @@ def test_norm_state_survives_edge_inputs() -> None:
     one value per channel is refused in training (as torch does) without touching state."""
     out = spawn(norm_edge_inputs, 2, {"depth": 2})[0]
     for momentum in ("momentum=0.1", "momentum=None"):
-        assert max(out[momentum].values()) <= 1e-6, out[momentum]
+        # float64 statistics of 2 x 4^3 values per channel, summed in another order
+        bound = error_bound(0.0, dtype=torch.float64, size=2 * 4**3)
+        assert max(out[momentum].values()) <= bound, out[momentum]
     assert "expected more than 1 value per channel" in out["one_value"]
     assert out["one_value_state"] == 0
 

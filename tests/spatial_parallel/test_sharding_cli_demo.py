@@ -5,17 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from sciml.cli import main
 from sciml.distributed import spawn
+from sciml.spatial_parallel.testing import error_bound
 from tests.spatial_parallel.workers import sharded_read, sharding_and_losses
 
 
 @pytest.mark.parametrize("mesh", [{"data": 2, "depth": 2}, {"data": 2}], ids=["2x2x1x1", "2x1"])
 def test_sharding_and_losses(mesh: dict[str, int]) -> None:
     nprocs = 4 if "depth" in mesh else 2
+    # float64 sums of the 3 x 2 x 7 x 5 x 4 standard normal values, in another order
+    bound = error_bound(0.0, dtype=torch.float64, size=3 * 2 * 7 * 5 * 4)
     for errors in spawn(sharding_and_losses, nprocs, mesh):
-        assert max(errors.values()) <= 1e-12, errors
+        assert max(errors.values()) <= bound, errors
 
 
 def test_cli_plan_prints_halos(capsys: pytest.CaptureFixture[str]) -> None:

@@ -167,12 +167,12 @@ def norm_edge_inputs(mesh_kwargs: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for momentum in (0.1, None):
         torch.manual_seed(0)
-        reference = nn.BatchNorm3d(2, momentum=momentum)
+        reference = nn.BatchNorm3d(2, momentum=momentum).double()
         layer = parallelize(reference, mesh)
-        empty = torch.zeros(0, 2, 4, 4, 4)
+        empty = torch.zeros(0, 2, 4, 4, 4, dtype=torch.float64)
         reference(empty)
         layer(shard(empty, mesh))
-        x = torch.randn(2, 2, 4, 4, 4)
+        x = torch.randn(2, 2, 4, 4, 4, dtype=torch.float64)
         reference.eval()(x)  # eval: no update
         layer.eval()(shard(x, mesh))
         reference.train()
