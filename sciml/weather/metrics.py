@@ -21,7 +21,8 @@ Inputs must line up; nothing is broadcast silently:
   another order are aligned by label, anything else (another grid, other dates, another
   level) is an error naming both sides; so are different ``units``;
 * ``dim`` names dimensions of the score; ``weights`` are a DataArray, finite, non-negative,
-  not all zero, whose dimensions are among the reduced ones, on the same coordinates.
+  not all zero, whose dimensions are among the reduced ones, on the same coordinates
+  (they are checked eagerly: weights are small, one value per latitude or so).
 
 NaN policy: a NaN observation gives a NaN score at that point; NaN members are dropped at
 that point (as properscoring does); a point without a valid member (or with fewer than two

@@ -149,6 +149,8 @@ def spread_skill_plot(
     Points are pooled, sorted by the ensemble spread (corrected by ``sqrt((M+1)/M)``) into
     ``bins`` equally populated bins; a reliable ensemble lies on the diagonal.
     """
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
     error = metrics.ensemble_mean_rmse(observations, forecasts, member_dim, dim=[])
     members = forecasts.sizes[member_dim]
     spread = metrics.ensemble_spread(forecasts, member_dim, dim=[]) * np.sqrt(

@@ -87,6 +87,8 @@ def test_plots_reject_misaligned_inputs(fields):
         plots.ensemble_maps(ob.isel(lead_time=0), shifted.isel(lead_time=0))
     with pytest.raises(ValueError, match=r"missing \['lead_time'\]"):
         plots.spread_skill_plot(ob.isel(lead_time=0, drop=True), fc, bins=4)
+    with pytest.raises(ValueError, match="bins must be an integer >= 1"):
+        plots.spread_skill_plot(ob, fc, bins=0)
     # the same labels in another order give the same diagram
     flipped = fc.isel(lat=slice(None, None, -1))
     a = plots.spread_skill_plot(ob, fc, bins=4).axes[0].lines[1].get_xydata()
