@@ -5,7 +5,9 @@ trains both U-Nets on the street inventory of one colour of a checkerboard of
 blocks and scores them on the complete truth of the other colour. Prints the
 Markdown table and writes JSON (default ``runs/bench/geo_experiment.json``).
 
-Run ``python benchmarks/geo_experiment.py [--quick] [--out PATH]``.
+Run ``python benchmarks/geo_experiment.py [--quick] [--out PATH]``. On
+SIGUSR1/SIGTERM the training run in progress checkpoints and the script exits
+with 3 (``sciml.training.EXIT_REQUEUE``); the same command resumes it.
 """
 
 from __future__ import annotations
@@ -17,20 +19,35 @@ import sys
 import time
 from pathlib import Path
 
+from sciml.cli import non_negative_int, positive_float, positive_int
+from sciml.distributed import PreemptionFlag
+from sciml.geo.experiment import ExperimentInterrupted
+from sciml.training import EXIT_REQUEUE
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="500 m crop, 1 epoch")
     parser.add_argument("--out", default="runs/bench/geo_experiment.json", help="JSON output")
-    parser.add_argument("--run-dir", default="runs/geo_experiment", help="training runs")
-    parser.add_argument("--resolution", type=float, default=1.0, help="metres per pixel")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--resume", action="store_true", help="continue the runs in --run-dir instead of restarting"
+        "--run-dir", default="runs/geo_experiment", help="training runs (resumed when present)"
+    )
+    parser.add_argument("--resolution", type=positive_float, default=1.0, help="metres per pixel")
+    parser.add_argument("--epochs", type=positive_int, default=3, help="training epochs")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
+    parser.add_argument(
+        "--restart", action="store_true", help="delete the runs in --run-dir and start over"
     )
     args = parser.parse_args(argv)
+    with PreemptionFlag():  # a signal outside training stops the next training run
+        try:
+            return _run(args)
+        except ExperimentInterrupted as stop:
+            print(f"{stop}; exiting with {EXIT_REQUEUE}", file=sys.stderr)
+            return EXIT_REQUEUE
 
+
+def _run(args: argparse.Namespace) -> int:
     from sciml.geo.demo import DEMO_BOUNDS
     from sciml.geo.experiment import REFERENCE_ACCURACY, results_table, run_experiment
     from sciml.geo.scene import synthesize_scene
@@ -46,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         "base_channels": 8 if args.quick else 16,
         "seed": args.seed,
     }
-    run_dir = Path(args.run_dir) / f"seed{args.seed}"
-    if not args.resume:
-        shutil.rmtree(run_dir, ignore_errors=True)  # fit would resume old checkpoints
+    run_dir = Path(args.run_dir) / f"{'quick-' if args.quick else ''}seed{args.seed}"
+    if args.restart:
+        shutil.rmtree(run_dir, ignore_errors=True)
     results = run_experiment(scene, run_dir, **options)
     table = results_table(results)
     print(table)

@@ -6,6 +6,10 @@ street-tree inventory inside the road mask only (mask as input channel, loss
 inside the mask); the unmasked baseline treats every pixel outside the
 inventory crowns as background. Both predict every tree with an all-ones
 mask, and are scored on the complete truth of the evaluation blocks.
+
+On SIGTERM/SIGUSR1 the training run in progress checkpoints and
+:func:`run_experiment` raises :class:`ExperimentInterrupted`; calling it again
+with the same ``run_dir`` resumes (a finished run is not trained again).
 """
 
 from __future__ import annotations
@@ -31,6 +35,25 @@ from sciml.geo.tiles import SceneTiles, predict_scene
 
 #: Accuracy inside the mask reached by the reference study (Hamburg, 0.2 m).
 REFERENCE_ACCURACY = 0.784
+
+
+class ExperimentInterrupted(RuntimeError):
+    """A training run of the experiment stopped on a signal after checkpointing.
+
+    Attributes:
+        name: ``"masked"`` or ``"unmasked"``.
+        result: The interrupted :class:`sciml.training.TrainResult`.
+        status: ``"interrupted"``.
+        checkpoint: The checkpoint the rerun resumes from.
+    """
+
+    def __init__(self, name: str, result: Any) -> None:
+        super().__init__(
+            f"training of the {name} model was interrupted by a signal (checkpoint "
+            f"{result.checkpoint}); run the experiment again with the same run_dir to resume"
+        )
+        self.name, self.result = name, result
+        self.status, self.checkpoint = result.status, result.checkpoint
 
 
 @dataclass
@@ -117,6 +140,10 @@ def run_experiment(
 
     Returns:
         ``{"masked": ..., "unmasked": ...}`` :class:`ExperimentResult`.
+
+    Raises:
+        ExperimentInterrupted: A signal stopped a training run (checkpointed).
+        sciml.geo.model.RunConfigError: ``run_dir`` holds runs of other options.
     """
     run_dir = Path(run_dir)
     road = scene.mask.values
@@ -134,7 +161,7 @@ def run_experiment(
             model = MaskedUNet(
                 3, base_channels=base_channels, depth=3, mask_image=masked and mask_image
             )
-            train_segmenter(
+            trained = train_segmenter(
                 model,
                 dataset,
                 run_dir=run_dir / name,
@@ -144,7 +171,10 @@ def run_experiment(
                 seed=seed,
                 loss=loss,
                 masked=masked,
+                options={"scene": str(scene.grid), "block": block, "tile": tile},
             )
+            if trained.status == "interrupted":
+                raise ExperimentInterrupted(name, trained)
             everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)
             on_roads = (  # each model sees the mask channel it was trained with
                 predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
@@ -180,3 +210,89 @@ def results_table(results: dict[str, ExperimentResult]) -> str:
         )
     lines.append(f"| reference study (Hamburg, 0.2 m) | | | | | {REFERENCE_ACCURACY:.3f} | |")
     return "\n".join(lines)
+
+
+#: OSBS_029.tif columns: crown labels are "known" left of ``OSBS_KNOWN``; the
+#: model trains left of ``OSBS_TRAIN`` and the strip between chooses the threshold.
+OSBS_KNOWN, OSBS_TRAIN = 200, 150
+
+
+@dataclass
+class OsbsResult:
+    """Held-out scores of the masked U-Net on the real OSBS orthophoto.
+
+    Attributes:
+        probability: Tree probability of the whole image (NaN on no-data pixels).
+        labels: Training labels (255 outside the training columns).
+        truth: All 61 crown boxes as a bool map.
+        threshold: Probability threshold with the best F1 on the validation strip.
+        auc: Pixel AUC on the right half (threshold-free; 0.5 is chance).
+        test: Pixel metrics on the right half at ``threshold``.
+        all_trees: The same metrics for predicting every pixel tree (the baseline).
+    """
+
+    probability: Any
+    labels: Any
+    truth: np.ndarray
+    threshold: float
+    auc: float
+    test: dict[str, float]
+    all_trees: dict[str, float]
+
+
+def osbs_experiment(
+    run_dir: str | Path,
+    *,
+    epochs: int = 4,
+    base_channels: int = 8,
+    seed: int = 0,
+    threads: int | None = 1,
+) -> OsbsResult:
+    """Train on the left of ``OSBS_029.tif``, pick the threshold on a strip, score the right half.
+
+    Labels (the 61 crown boxes) count as known on the left ``OSBS_KNOWN``
+    columns only: the model trains on the first ``OSBS_TRAIN`` of them, the
+    threshold is chosen on the rest (best F1), and the right half is the test.
+
+    Raises:
+        ExperimentInterrupted: A signal stopped training (checkpointed; rerun resumes).
+    """
+    from sciml.datasets import sample_path
+    from sciml.geo.rasters import read_image
+    from sciml.geo.scores import best_threshold, pixel_auc
+    from sciml.geo.trees import load_trees, tree_labels
+
+    image = read_image(sample_path("osbs_image"))
+    trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=image)
+    truth = tree_labels(trees, image).values.astype(bool)
+    columns = np.indices(truth.shape)[1]
+    train, test = columns < OSBS_TRAIN, columns >= OSBS_KNOWN
+    labels = tree_labels(trees, image, mask=train)
+    torch.manual_seed(seed)
+    model = MaskedUNet(3, base_channels=base_channels, depth=3)
+    dataset = SceneTiles(image, train, labels, tile=64, overlap=16, augment=True)
+    with torch_threads(threads):
+        trained = train_segmenter(
+            model,
+            dataset,
+            run_dir=run_dir,
+            epochs=epochs,
+            batch_size=8,
+            seed=seed,
+            options={"study": "osbs", "tile": 64},
+        )
+        if trained.status == "interrupted":
+            raise ExperimentInterrupted("OSBS", trained)
+        probability = predict_scene(model, image, None, tile=128, overlap=32)
+    prob = probability.values
+    threshold = best_threshold(prob, truth, ~train & ~test)
+    finite = np.isfinite(prob)
+    return OsbsResult(
+        probability=probability,
+        labels=labels,
+        truth=truth,
+        threshold=threshold,
+        auc=pixel_auc(prob, truth, test),
+        test=segmentation_metrics(prob > threshold, truth, test & finite),
+        all_trees=segmentation_metrics(np.ones_like(truth), truth, test & finite),
+    )

@@ -14,12 +14,27 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.models import UNet
+
+__all__ = [
+    "LOSS_KINDS",
+    "MaskedUNet",
+    "RunConfigError",
+    "check_run_dir",
+    "load_segmenter",
+    "make_loss_fn",
+    "masked_loss",
+    "run_config",
+    "segmentation_metrics",  # from sciml.geo.scores, where it lives
+    "torch_threads",
+    "train_segmenter",
+    "tree_recall",
+]
 
 LossKind = Literal["bce", "dice", "tversky", "bce+dice"]
 
@@ -110,69 +125,6 @@ def masked_loss(
     if kind == "bce+dice":
         return bce + dice
     raise ValueError(f"unknown loss kind {kind!r}; expected bce, dice, tversky or bce+dice")
-
-
-def segmentation_metrics(
-    predicted: np.ndarray | torch.Tensor,
-    truth: np.ndarray | torch.Tensor,
-    valid: np.ndarray | torch.Tensor | None = None,
-) -> dict[str, float]:
-    """Pixel accuracy, precision, recall, F1 and IoU of boolean maps over ``valid`` pixels.
-
-    Args:
-        predicted: Predicted tree pixels (bool or 0/1).
-        truth: True tree pixels (bool or 0/1).
-        valid: Pixels that count (default: all), e.g. the mask.
-
-    Returns:
-        ``accuracy``, ``precision``, ``recall``, ``f1``, ``iou`` (NaN when undefined)
-        and the counts ``tp``, ``fp``, ``fn``, ``tn``.
-    """
-    pred = np.asarray(predicted).astype(bool)
-    true = np.asarray(truth).astype(bool)
-    if pred.shape != true.shape:
-        raise ValueError(f"prediction shape {pred.shape} differs from truth shape {true.shape}")
-    keep = np.ones_like(pred) if valid is None else np.asarray(valid).astype(bool)
-    tp = int((pred & true & keep).sum())
-    fp = int((pred & ~true & keep).sum())
-    fn = int((~pred & true & keep).sum())
-    tn = int((~pred & ~true & keep).sum())
-
-    def ratio(num: int, den: int) -> float:
-        return num / den if den else float("nan")
-
-    precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
-    return {
-        "accuracy": ratio(tp + tn, tp + fp + fn + tn),
-        "precision": precision,
-        "recall": recall,
-        "f1": ratio(2 * tp, 2 * tp + fp + fn),
-        "iou": ratio(tp, tp + fp + fn),
-        "tp": tp,
-        "fp": fp,
-        "fn": fn,
-        "tn": tn,
-    }
-
-
-def tree_recall(
-    predicted: np.ndarray, instances: np.ndarray, *, min_fraction: float = 0.5
-) -> float:
-    """Fraction of trees found: a tree counts when ``min_fraction`` of its crown is predicted.
-
-    Args:
-        predicted: Predicted tree pixels (bool).
-        instances: Crown instance ids (0 = no tree), see :func:`sciml.geo.tree_instances`.
-        min_fraction: Share of a crown's pixels that must be predicted.
-    """
-    ids = np.asarray(instances).ravel()
-    hit = np.asarray(predicted).astype(bool).ravel()
-    size = np.bincount(ids)
-    found = np.bincount(ids, weights=hit, minlength=len(size))
-    present = size[1:] > 0
-    if not present.any():
-        raise ValueError("no tree instance in the map")
-    return float(np.mean(found[1:][present] / size[1:][present] >= min_fraction))
 
 
 @contextlib.contextmanager

@@ -156,3 +156,37 @@ def test_tiles_without_data_are_skipped():
     tiles = SceneTiles(image, None, None, tile=32, overlap=0, nodata=0)
     assert [(t["row"], t["col"]) for t in (tiles[i] for i in range(len(tiles)))] == [(0, 0)]
     assert "label" not in tiles[0]
+
+
+def test_pixel_auc_against_pairs():
+    from sciml.geo.scores import pixel_auc
+
+    rng = np.random.default_rng(1)
+    prob = rng.integers(0, 5, 60) / 4.0  # ties on purpose
+    truth = rng.random(60) < 0.4
+    pairs = [
+        1.0 if p > q else 0.5 if p == q else 0.0
+        for p, t in zip(prob, truth, strict=True)
+        if t
+        for q, u in zip(prob, truth, strict=True)
+        if not u
+    ]
+    assert pixel_auc(prob, truth) == pytest.approx(np.mean(pairs), rel=1e-12)
+    assert pixel_auc(truth.astype(float), truth) == 1.0
+    with_nan = np.where(np.arange(60) < 5, np.nan, prob)
+    assert pixel_auc(with_nan, truth) == pixel_auc(prob[5:], truth[5:])
+    with pytest.raises(ValueError, match="needs tree and background"):
+        pixel_auc(prob, np.ones(60, bool))
+
+
+def test_best_threshold_maximises_f1_over_every_cut():
+    from sciml.geo.scores import best_threshold
+
+    rng = np.random.default_rng(2)
+    prob = rng.integers(0, 20, 200) / 19.0
+    truth = rng.random(200) < prob
+    threshold = best_threshold(prob, truth)
+    best = segmentation_metrics(prob > threshold, truth)["f1"]
+    for cut in np.r_[-1.0, np.unique(prob)]:
+        assert segmentation_metrics(prob > cut, truth)["f1"] <= best
+    assert best_threshold(np.array([0.2, 0.9]), np.array([True, True])) < 0.2
