@@ -45,6 +45,18 @@ class CosmoFlow(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
+        for name, value in (
+            ("in_channels", in_channels),
+            ("out_features", out_features),
+            ("base_filters", base_filters),
+            *((f"dense[{i}]", width) for i, width in enumerate(dense)),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"CosmoFlow {name} must be a positive integer, got {value!r}")
+        if not isinstance(n_conv, int) or n_conv < 0:
+            raise ValueError(f"CosmoFlow n_conv must be an integer >= 0, got {n_conv!r}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"CosmoFlow dropout must be in [0, 1), got {dropout!r}")
         layers: list[nn.Module] = []
         channels = in_channels
         for block in range(n_conv):
@@ -59,7 +71,7 @@ class CosmoFlow(nn.Module):
             self.pool: nn.Module = nn.AdaptiveAvgPool3d(1)
             flat = channels
         elif head == "flatten":
-            if input_size is None or input_size % 2**n_conv:
+            if input_size is None or input_size < 1 or input_size % 2**n_conv:
                 raise ValueError(
                     f"CosmoFlow(head='flatten') needs input_size divisible by 2**n_conv="
                     f"{2**n_conv}, got input_size={input_size}"
@@ -78,4 +90,6 @@ class CosmoFlow(nn.Module):
         self.head = nn.Sequential(*mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 5:
+            raise ValueError(f"CosmoFlow expects an (N, C, D, H, W) tensor, got {tuple(x.shape)}")
         return self.head(self.pool(self.features(x)))

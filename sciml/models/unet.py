@@ -65,8 +65,21 @@ class UNet(nn.Module):
         super().__init__()
         if dims not in (2, 3):
             raise ValueError(f"UNet supports dims=2 or dims=3, got dims={dims}")
-        if depth < 1:
-            raise ValueError(f"UNet depth must be >= 1, got {depth}")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"UNet depth must be an integer >= 1, got {depth!r}")
+        for name, value in (
+            ("in_channels", in_channels),
+            ("out_channels", out_channels),
+            ("base_channels", base_channels),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"UNet {name} must be a positive integer, got {value!r}")
+        if norm not in ("batch", "group", "none"):
+            raise ValueError(f"UNet norm must be 'batch', 'group' or 'none', got {norm!r}")
+        if upsample not in ("transpose", "interpolate"):
+            raise ValueError(
+                f"UNet upsample must be 'transpose' or 'interpolate', got {upsample!r}"
+            )
         self.dims, self.depth = dims, depth
         widths = [base_channels * 2**level for level in range(depth + 1)]
         pool = {2: nn.MaxPool2d, 3: nn.MaxPool3d}[dims]

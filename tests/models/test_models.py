@@ -1,5 +1,7 @@
 """sciml.models: shapes, errors, and that every parameter learns."""
 
+import re
+
 import pytest
 import torch
 
@@ -42,3 +44,37 @@ def test_cosmoflow_flatten_needs_input_size() -> None:
         CosmoFlow(head="flatten", n_conv=3, input_size=20)
     with pytest.raises(ValueError, match="head must be"):
         CosmoFlow(head="dense")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(norm="bogus"), "norm must be 'batch', 'group' or 'none', got 'bogus'"),
+        (dict(upsample="bilinear"), "upsample must be 'transpose' or 'interpolate'"),
+        (dict(base_channels=0), "base_channels must be a positive integer, got 0"),
+        (dict(depth=0), "depth must be an integer >= 1, got 0"),
+    ],
+)
+def test_unet_rejects_bad_options(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        UNet(1, 1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(in_channels=0), "in_channels must be a positive integer, got 0"),
+        (dict(dense=(8, 0)), "dense[1] must be a positive integer, got 0"),
+        (dict(n_conv=-1), "n_conv must be an integer >= 0, got -1"),
+        (dict(dropout=1.0), "dropout must be in [0, 1), got 1.0"),
+        (dict(head="flatten", n_conv=2, input_size=0), "input_size divisible by 2**n_conv=4"),
+    ],
+)
+def test_cosmoflow_rejects_bad_options(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CosmoFlow(**kwargs)
+
+
+def test_cosmoflow_rejects_non_volume() -> None:
+    with pytest.raises(ValueError, match=r"expects an \(N, C, D, H, W\) tensor, got \(4, 16\)"):
+        CosmoFlow(4, 4, base_filters=2, n_conv=1)(torch.randn(4, 16))
