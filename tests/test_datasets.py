@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,6 +29,11 @@ def test_unknown_sample_names_the_available_ones() -> None:
 @pytest.mark.slow
 def test_wheel_carries_the_samples(tmp_path: Path) -> None:
     """A non-editable install finds the data: the wheel holds every packaged sample."""
+    source = tmp_path / "source"  # a copy: building writes build/ beside the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "sciml", source / "sciml", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [
             sys.executable,
@@ -39,7 +45,7 @@ def test_wheel_carries_the_samples(tmp_path: Path) -> None:
             "--quiet",
             "--wheel-dir",
             str(tmp_path),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,
