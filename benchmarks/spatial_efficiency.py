@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes, repeats = ([24], 2) if args.quick else (args.sizes, args.repeats)
     rows = []
-    print(f"{'size':>5} {'T1 (s)':>8} {'T1* (s)':>8} {'T2 blocking':>12} {'T2 overlap':>11} "
-          f"{'eff blocking':>13} {'eff overlap':>12} {'eff* blocking':>14}")  # fmt: skip
+    print(
+        f"{'size':>5} {'T1 (s)':>8} {'T1* (s)':>8} {'T2 blocking':>12} {'T2 overlap':>11} "
+        f"{'eff blocking':>13} {'eff overlap':>12} {'eff* blocking':>14}"
+    )
     for size in sizes:
         options = dict(channels=args.channels, repeats=repeats)
         runs: dict[str, list[dict]] = {"t1": [], "t1_padded": [], "blocking": [], "overlap": []}
@@ -47,15 +49,22 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("blocking", "overlap"):
                 run = functools.partial(time_conv_stack, overlap=key == "overlap", **options)
                 ranks = spawn(run, 2, {"depth": 2}, size)
-                runs[key].append({
-                    "seconds": max(r["seconds"] for r in ranks),
-                    "best": max(r["best"] for r in ranks),
-                    "halo_wait": max(r["halo_wait"] for r in ranks),
-                })  # fmt: skip
+                runs[key].append(
+                    {
+                        "seconds": max(r["seconds"] for r in ranks),
+                        "best": max(r["best"] for r in ranks),
+                        "halo_wait": max(r["halo_wait"] for r in ranks),
+                    }
+                )
         t1 = min(r["best"] for r in runs["t1"])
         t1_padded = min(r["best"] for r in runs["t1_padded"])
-        row: dict = {"size": size, "channels": args.channels, "t1": t1, "t1_padded": t1_padded,
-                     "t1_median": min(r["seconds"] for r in runs["t1"])}  # fmt: skip
+        row: dict = {
+            "size": size,
+            "channels": args.channels,
+            "t1": t1,
+            "t1_padded": t1_padded,
+            "t1_median": min(r["seconds"] for r in runs["t1"]),
+        }
         for key in ("blocking", "overlap"):
             row[f"t2_{key}"] = min(r["best"] for r in runs[key])
             row[f"t2_{key}_median"] = min(r["seconds"] for r in runs[key])

@@ -42,11 +42,18 @@ def main(argv: list[str] | None = None) -> int:
         result = spawn(run, ranks, mesh)
         peak = max(r["peak_mib"] for r in result)
         single = single or peak
-        row = {"ranks": ranks, "mesh": mesh, "size": size, "peak_mib_per_rank": peak,
-               "ratio_to_single": peak / single, "target_ratio": 1.2 / ranks}  # fmt: skip
+        row = {
+            "ranks": ranks,
+            "mesh": mesh,
+            "size": size,
+            "peak_mib_per_rank": peak,
+            "ratio_to_single": peak / single,
+            "target_ratio": 1.2 / ranks,
+        }
         rows.append(row)
-        print(f"{ranks:>5} {str(mesh):>24} {peak:>14.0f} {peak / single:>9.3f} "
-              f"{1.2 / ranks:>13.3f}")  # fmt: skip
+        print(
+            f"{ranks:>5} {str(mesh):>24} {peak:>14.0f} {peak / single:>9.3f} {1.2 / ranks:>13.3f}"
+        )
     write_report(
         args.out,
         "spatial_memory",

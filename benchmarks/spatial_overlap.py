@@ -32,23 +32,26 @@ def main(argv: list[str] | None = None) -> int:
     sizes, repeats = ([24], 2) if args.quick else (args.sizes, args.repeats)
     meshes = [{"depth": 2}, {"depth": 2, "height": 2}]
     rows = []
-    print(f"{'size':>5} {'mesh':>26} {'wait blocking ms':>17} {'wait overlap ms':>16} "
-          f"{'hidden':>7} {'T blocking':>11} {'T overlap':>10}")  # fmt: skip
+    print(
+        f"{'size':>5} {'mesh':>26} {'wait blocking ms':>17} {'wait overlap ms':>16} "
+        f"{'hidden':>7} {'T blocking':>11} {'T overlap':>10}"
+    )
     for size in sizes:
         for mesh in meshes:
             row: dict = {"size": size, "mesh": mesh}
             for overlap in (False, True):
-                run = functools.partial(time_conv_stack, layers=1, repeats=repeats,
-                                        overlap=overlap)  # fmt: skip
+                run = functools.partial(time_conv_stack, layers=1, repeats=repeats, overlap=overlap)
                 ranks = spawn(run, math.prod(mesh.values()), mesh, size)
                 key = "overlap" if overlap else "blocking"
                 row[f"wait_{key}"] = sum(r["halo_wait"] for r in ranks) / len(ranks)
                 row[f"t_{key}"] = max(r["seconds"] for r in ranks)
             row["hidden"] = 1 - row["wait_overlap"] / row["wait_blocking"]
             rows.append(row)
-            print(f"{size:>5} {str(mesh):>26} {row['wait_blocking'] * 1e3:>17.2f} "
-                  f"{row['wait_overlap'] * 1e3:>16.2f} {row['hidden']:>7.2f} "
-                  f"{row['t_blocking']:>11.3f} {row['t_overlap']:>10.3f}")  # fmt: skip
+            print(
+                f"{size:>5} {str(mesh):>26} {row['wait_blocking'] * 1e3:>17.2f} "
+                f"{row['wait_overlap'] * 1e3:>16.2f} {row['hidden']:>7.2f} "
+                f"{row['t_blocking']:>11.3f} {row['t_overlap']:>10.3f}"
+            )
     write_report(args.out, "spatial_overlap", rows)
     return 0
 

@@ -30,8 +30,10 @@ def conv_stack(channels: int, layers: int, *, explicit_depth_padding: bool = Fal
     stack: list[nn.Module] = []
     for _ in range(layers):
         if explicit_depth_padding:
-            stack += [nn.ConstantPad3d((0, 0, 0, 0, 1, 1), 0.0),
-                      nn.Conv3d(channels, channels, 3, padding=(0, 1, 1))]  # fmt: skip
+            stack += [
+                nn.ConstantPad3d((0, 0, 0, 0, 1, 1), 0.0),
+                nn.Conv3d(channels, channels, 3, padding=(0, 1, 1)),
+            ]
         else:
             stack.append(nn.Conv3d(channels, channels, 3, padding=1))
         stack.append(nn.ReLU())

@@ -61,8 +61,10 @@ class GradientSync:
         # Reverse order: the last layers' gradients are ready first.
         for param, replicated in reversed(pairs):
             scale = 1.0 / (data * spatial) if replicated else 1.0 / data
-            if current and (size + param.numel() * param.element_size() > limit
-                            or param.dtype != current[0][0].dtype):  # fmt: skip
+            if current and (
+                size + param.numel() * param.element_size() > limit
+                or param.dtype != current[0][0].dtype
+            ):
                 self.buckets.append(_Bucket(*map(list, zip(*current, strict=True))))
                 current, size = [], 0
             current.append((param, scale))

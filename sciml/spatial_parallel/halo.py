@@ -116,10 +116,13 @@ def build_halo_plan(
         per_axis = [plan.pieces[c] for plan, c in zip(plans, where, strict=True)]
         spans = [_offsets(p) for p in per_axis]
         return [
-            (tag, tuple(per_axis[k][i] for k, i in enumerate(choice)),
-             tuple(spans[k][i] for k, i in enumerate(choice)))
+            (
+                tag,
+                tuple(per_axis[k][i] for k, i in enumerate(choice)),
+                tuple(spans[k][i] for k, i in enumerate(choice)),
+            )
             for tag, choice in enumerate(itertools.product(*(range(len(p)) for p in per_axis)))
-        ]  # fmt: skip
+        ]
 
     regions = []
     for tag, pieces, box in combos(coords):
@@ -173,8 +176,9 @@ def _add_at(
     for axis, idx in gathered[1:][::-1]:
         shape = list(value.shape)
         shape[axis] = target.shape[axis]
-        value = value.new_zeros(shape).index_add_(axis, torch.tensor(idx, device=value.device),
-                                                   value)  # fmt: skip
+        value = value.new_zeros(shape).index_add_(
+            axis, torch.tensor(idx, device=value.device), value
+        )
     axis, idx = gathered[0]
     target.index_add_(axis, torch.tensor(idx, device=target.device), value)
 
@@ -269,17 +273,22 @@ class Exchange:
             part = _clip(region.box, box)
             if part is None:
                 continue
-            target = _narrow(out, axes, tuple((lo - c, hi - c) for (lo, hi), (c, _) in
-                                              zip(part, box, strict=True)))  # fmt: skip
-            within = tuple((lo - r, hi - r) for (lo, hi), (r, _) in
-                           zip(part, region.box, strict=True))  # fmt: skip
+            target = _narrow(
+                out,
+                axes,
+                tuple((lo - c, hi - c) for (lo, hi), (c, _) in zip(part, box, strict=True)),
+            )
+            within = tuple(
+                (lo - r, hi - r) for (lo, hi), (r, _) in zip(part, region.box, strict=True)
+            )
             if region.kind == "fill" or (self.halo_only and region.kind == "local"):
                 target.fill_(0.0 if self.halo_only else self.plan.fill)
             elif region.kind == "recv":
                 target.copy_(_narrow(self.recv[number], axes, within))
             else:
-                index = tuple(_sub_index(i, lo, hi) for i, (lo, hi) in
-                              zip(region.index, within, strict=True))  # fmt: skip
+                index = tuple(
+                    _sub_index(i, lo, hi) for i, (lo, hi) in zip(region.index, within, strict=True)
+                )
                 target.copy_(_take(self.x, axes, index))
         return out
 
@@ -295,13 +304,19 @@ class Exchange:
                 part = _clip(region.box, box)
                 if part is None:
                     continue
-                source = _narrow(grad, axes, tuple((lo - c, hi - c) for (lo, hi), (c, _) in
-                                                   zip(part, box, strict=True)))  # fmt: skip
-                within = tuple((lo - r, hi - r) for (lo, hi), (r, _) in
-                               zip(part, region.box, strict=True))  # fmt: skip
+                source = _narrow(
+                    grad,
+                    axes,
+                    tuple((lo - c, hi - c) for (lo, hi), (c, _) in zip(part, box, strict=True)),
+                )
+                within = tuple(
+                    (lo - r, hi - r) for (lo, hi), (r, _) in zip(part, region.box, strict=True)
+                )
                 if region.kind == "local":
-                    index = tuple(_sub_index(i, lo, hi) for i, (lo, hi) in
-                                  zip(region.index, within, strict=True))  # fmt: skip
+                    index = tuple(
+                        _sub_index(i, lo, hi)
+                        for i, (lo, hi) in zip(region.index, within, strict=True)
+                    )
                     self.grad_parts.append((index, source))
                 else:
                     if number not in self.grad_recv:

@@ -200,16 +200,26 @@ class _WindowLayer(SpatialLayer):
                 native.append(0 if explicit else window.pad_lo)
                 if explicit:
                     axes.append(k + 2)
-                    plans.append(window_plan(window, size, parts, boundary=boundary,
-                                             layer=self._label(), dim=DIM_NAMES[k]))  # fmt: skip
+                    plans.append(
+                        window_plan(
+                            window,
+                            size,
+                            parts,
+                            boundary=boundary,
+                            layer=self._label(),
+                            dim=DIM_NAMES[k],
+                        )
+                    )
             halo = build_halo_plan(self.mesh, tuple(axes), tuple(plans), fill=self.fill_value)
             self._plans[shape] = (halo, tuple(native))
         return self._plans[shape]
 
     def _out_shape(self, x: torch.Tensor, halo: HaloPlan) -> list[int] | None:
         """Local output shape when some axis of this rank's output block is empty, else None."""
-        sizes = {a: p.out_blocks[c][1] - p.out_blocks[c][0]
-                 for a, p, c in zip(halo.axes, halo.plans, halo.coords, strict=True)}  # fmt: skip
+        sizes = {
+            a: p.out_blocks[c][1] - p.out_blocks[c][0]
+            for a, p, c in zip(halo.axes, halo.plans, halo.coords, strict=True)
+        }
         if all(sizes.values()):
             return None
         shape = [x.shape[0], self._channels(x)]
@@ -261,8 +271,12 @@ class _WindowLayer(SpatialLayer):
             u1 = min(o1, (hi - w.reach + w.pad_lo) // w.stride + 1)
             full.append((0, o1 - o0))
             inner.append((u0 - o0, max(u0, u1) - o0))
-            local_in.append((u0 * w.stride - w.pad_lo - lo,
-                             (max(u0, u1) - 1) * w.stride - w.pad_lo + w.reach - lo))  # fmt: skip
+            local_in.append(
+                (
+                    u0 * w.stride - w.pad_lo - lo,
+                    (max(u0, u1) - 1) * w.stride - w.pad_lo + w.reach - lo,
+                )
+            )
         has_interior = all(b > a for a, b in inner)
         shells: list[Box] = []
         current = list(full)
@@ -370,8 +384,10 @@ class SpatialConv3d(_WindowLayer, nn.Conv3d):
         alias, token, exchange = halo_start(x, halo)
         out = F.conv3d(alias, self.weight, self.bias, 1, padding, self.dilation, self.groups)
         shells, ext_boxes = [], []
-        current = [(0, p.out_blocks[c][1] - p.out_blocks[c][0])
-                   for p, c in zip(halo.plans, halo.coords, strict=True)]  # fmt: skip
+        current = [
+            (0, p.out_blocks[c][1] - p.out_blocks[c][0])
+            for p, c in zip(halo.plans, halo.coords, strict=True)
+        ]
         for k, axis in enumerate(halo.axes):
             w = windows[axis - 2]
             plan, coord = halo.plans[k], halo.coords[k]
@@ -402,10 +418,17 @@ class SpatialConv3d(_WindowLayer, nn.Conv3d):
             return out
         inputs = halo_finish(token, exchange, ext_boxes, halo_only=True)
         corrections = [
-            F.conv3d(inp, self.weight, None, 1, native_only(native, halo.axes), self.dilation,
-                     self.groups)
+            F.conv3d(
+                inp,
+                self.weight,
+                None,
+                1,
+                native_only(native, halo.axes),
+                self.dilation,
+                self.groups,
+            )
             for inp in inputs
-        ]  # fmt: skip
+        ]
         return _AddInto.apply(out, tuple(_index(halo.axes, box) for box in shells), *corrections)
 
     def _channels(self, x: torch.Tensor) -> int:
@@ -444,9 +467,13 @@ class SpatialMaxPool3d(_WindowLayer, nn.MaxPool3d):
     def _op(self, x: torch.Tensor, padding: tuple[int, int, int]) -> torch.Tensor:
         windows = self._windows()
         return F.max_pool3d(
-            x, [w.kernel for w in windows], [w.stride for w in windows], padding,
-            [w.dilation for w in windows], ceil_mode=self.ceil_mode,
-        )  # fmt: skip
+            x,
+            [w.kernel for w in windows],
+            [w.stride for w in windows],
+            padding,
+            [w.dilation for w in windows],
+            ceil_mode=self.ceil_mode,
+        )
 
 
 class SpatialAvgPool3d(_WindowLayer, nn.AvgPool3d):
@@ -472,10 +499,14 @@ class SpatialAvgPool3d(_WindowLayer, nn.AvgPool3d):
     def _op(self, x: torch.Tensor, padding: tuple[int, int, int]) -> torch.Tensor:
         windows = self._windows()
         return F.avg_pool3d(
-            x, [w.kernel for w in windows], [w.stride for w in windows], padding,
-            ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad,
+            x,
+            [w.kernel for w in windows],
+            [w.stride for w in windows],
+            padding,
+            ceil_mode=self.ceil_mode,
+            count_include_pad=self.count_include_pad,
             divisor_override=self.divisor_override,
-        )  # fmt: skip
+        )
 
     def _post(
         self, y: torch.Tensor, plans: dict[int, DimPlan], ranges: dict[int, tuple[int, int]]
@@ -526,16 +557,20 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
                 out = window.output_size(size)
                 needs = [window.input_range(lo, hi, size) for lo, hi in block_bounds(out, parts)]
                 axes.append(k + 2)
-                plans.append(plan_dim(size, parts, out, needs, layer=self._label(),
-                                      dim=DIM_NAMES[k]))  # fmt: skip
+                plans.append(
+                    plan_dim(size, parts, out, needs, layer=self._label(), dim=DIM_NAMES[k])
+                )
             self._plans[shape] = build_halo_plan(self.mesh, tuple(axes), tuple(plans))
         return self._plans[shape]
 
     def _window(self, k: int) -> TransposeWindow:
         return TransposeWindow(
-            self.kernel_size[k], self.stride[k], self.dilation[k], int(self.padding[k]),
+            self.kernel_size[k],
+            self.stride[k],
+            self.dilation[k],
+            int(self.padding[k]),
             self.output_padding[k],
-        )  # fmt: skip
+        )
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         if output_size is not None:
@@ -558,9 +593,15 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
             y = x_ext.sum() + x_ext.new_zeros(out_shape)  # keeps the exchange in the graph
         else:
             y = F.conv_transpose3d(
-                x_ext, self.weight, None, self.stride, padding, output_padding, self.groups,
+                x_ext,
+                self.weight,
+                None,
+                self.stride,
+                padding,
+                output_padding,
+                self.groups,
                 self.dilation,
-            )  # fmt: skip
+            )
             for axis, plan, coord in zip(halo.axes, halo.plans, halo.coords, strict=True):
                 window = self._window(axis - 2)
                 origin = plan.needs[coord][0] * window.stride - window.padding
@@ -577,9 +618,14 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
 
 
 def _source_index(
-    out: np.ndarray, size: int, out_size: int, scale: float | None, mode: str,
-    align_corners: bool, dtype: torch.dtype,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    out: np.ndarray,
+    size: int,
+    out_size: int,
+    scale: float | None,
+    mode: str,
+    align_corners: bool,
+    dtype: torch.dtype,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Input indices ``i0, i1`` and the weight of ``i1`` for outputs ``out`` (as PyTorch)."""
     real: Any = np.float64 if dtype == torch.float64 else np.float32
     ratio: Any
@@ -636,8 +682,10 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
         factor = self.scale_factor
         factors = list(factor) if isinstance(factor, tuple | list) else [factor] * 3
         keep = not self.recompute_scale_factor
-        return [(math.floor(n * float(f)), float(f) if keep else None)  # type: ignore[arg-type]
-                for n, f in zip(shape, factors, strict=True)]  # fmt: skip
+        return [
+            (math.floor(n * float(f)), float(f) if keep else None)  # type: ignore[arg-type]
+            for n, f in zip(shape, factors, strict=True)
+        ]
 
     def _plan(self, shape: tuple[int, int, int]) -> tuple[HaloPlan, list[Any]]:
         if shape not in self._plans:
@@ -650,15 +698,17 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
             ):
                 needs = []
                 for lo, hi in block_bounds(out, parts):
-                    i0, i1, _ = _source_index(np.arange(lo, hi), size, out, scale, self.mode, align,
-                                              torch.float64)  # fmt: skip
+                    i0, i1, _ = _source_index(
+                        np.arange(lo, hi), size, out, scale, self.mode, align, torch.float64
+                    )
                     needs.append((int(i0.min()), int(i1.max()) + 1) if hi > lo else (0, 0))
                 lo, hi = block_bounds(out, parts)[coord]
                 steps.append((k + 2, np.arange(lo, hi), size, out, scale, needs[coord][0]))
                 if parts > 1:
                     axes.append(k + 2)
-                    plans.append(plan_dim(size, parts, out, needs, layer=self._label(),
-                                          dim=DIM_NAMES[k]))  # fmt: skip
+                    plans.append(
+                        plan_dim(size, parts, out, needs, layer=self._label(), dim=DIM_NAMES[k])
+                    )
             self._plans[shape] = (build_halo_plan(self.mesh, tuple(axes), tuple(plans)), steps)
         return self._plans[shape]
 
@@ -674,8 +724,9 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
                 shape[axis] = 0
                 y = empty_connected(y, shape)
                 continue
-            i0, i1, weight = _source_index(out, size, out_size, scale, self.mode,
-                                           bool(self.align_corners), x.dtype)  # fmt: skip
+            i0, i1, weight = _source_index(
+                out, size, out_size, scale, self.mode, bool(self.align_corners), x.dtype
+            )
             first = y.index_select(axis, torch.as_tensor(i0 - origin, device=y.device))
             if self.mode != "trilinear":
                 y = first

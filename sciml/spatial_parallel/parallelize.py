@@ -45,10 +45,27 @@ SWAPS: dict[type[nn.Module], Any] = {
 
 #: Elementwise layers: correct on any block as they are.
 ELEMENTWISE: tuple[type[nn.Module], ...] = (
-    nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
-    nn.Mish, nn.Sigmoid, nn.Tanh, nn.Softplus, nn.Softsign, nn.Hardtanh, nn.Hardswish,
-    nn.Hardsigmoid, nn.LogSigmoid, nn.Tanhshrink, nn.PReLU,
-)  # fmt: skip
+    nn.Identity,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Softplus,
+    nn.Softsign,
+    nn.Hardtanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.LogSigmoid,
+    nn.Tanhshrink,
+    nn.PReLU,
+)
 
 #: Dense layers, valid only on replicated tensors (after global pooling or flatten).
 REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.LayerNorm)

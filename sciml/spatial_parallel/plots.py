@@ -32,14 +32,30 @@ def plot_decomposition(
             rank = d * grid[1] + h
             color = colors(rank % 10)
             axes[0].add_patch(Rectangle((h0, d0), h1 - h0, d1 - d0, color=color, alpha=0.55))
-            axes[0].text((h0 + h1) / 2, (d0 + d1) / 2, f"rank {rank}\n{d1 - d0}x{h1 - h0}",
-                         ha="center", va="center")  # fmt: skip
+            axes[0].text(
+                (h0 + h1) / 2,
+                (d0 + d1) / 2,
+                f"rank {rank}\n{d1 - d0}x{h1 - h0}",
+                ha="center",
+                va="center",
+            )
             (a, b), (c, e) = plans[0].needs[d], plans[1].needs[h]
-            axes[1].add_patch(Rectangle((c, a), e - c, b - a, fill=False, lw=2, ec=color,
-                                        ls="--", label=f"rank {rank} reads"))  # fmt: skip
+            axes[1].add_patch(
+                Rectangle(
+                    (c, a),
+                    e - c,
+                    b - a,
+                    fill=False,
+                    lw=2,
+                    ec=color,
+                    ls="--",
+                    label=f"rank {rank} reads",
+                )
+            )
             axes[1].add_patch(Rectangle((h0, d0), h1 - h0, d1 - d0, color=color, alpha=0.25))
-    for ax, title in zip(axes, ("blocks (torch.tensor_split order)", "halos of a 3x3 conv"),
-                         strict=True):  # fmt: skip
+    for ax, title in zip(
+        axes, ("blocks (torch.tensor_split order)", "halos of a 3x3 conv"), strict=True
+    ):
         ax.set_xlim(-1.5, shape[1] + 1.5)
         ax.set_ylim(shape[0] + 1.5, -1.5)
         ax.set_xlabel("height index")

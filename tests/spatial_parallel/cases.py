@@ -38,7 +38,7 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             dict(in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=2, bias=False),
         ),
         (1, 4, 7, 6, 5),
-    ),  # fmt: skip
+    ),
     (("MaxPool3d", dict(kernel_size=2)), (1, 2, 9, 6, 5)),
     (("MaxPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)), (1, 2, 10, 6, 5)),
     (("MaxPool3d", dict(kernel_size=2, dilation=2, stride=1)), (1, 2, 9, 6, 5)),
@@ -48,13 +48,13 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
         ),
         (1, 2, 10, 6, 5),
-    ),  # fmt: skip
+    ),
     (("AvgPool3d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)), (1, 2, 10, 6, 5)),
     (("AvgPool3d", dict(kernel_size=2, divisor_override=3)), (1, 2, 9, 6, 5)),
     (
         ("ConvTranspose3d", dict(in_channels=2, out_channels=3, kernel_size=2, stride=2)),
         (1, 2, 5, 4, 3),
-    ),  # fmt: skip
+    ),
     (
         (
             "ConvTranspose3d",
@@ -63,11 +63,11 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             ),
         ),
         (1, 2, 5, 4, 3),
-    ),  # fmt: skip
+    ),
     (
         ("ConvTranspose3d", dict(in_channels=2, out_channels=4, kernel_size=2, stride=3, groups=2)),
         (1, 2, 5, 4, 3),
-    ),  # fmt: skip
+    ),
     (("Upsample", dict(scale_factor=2, mode="nearest")), (1, 2, 5, 4, 3)),
     (("Upsample", dict(scale_factor=2, mode="trilinear", align_corners=False)), (1, 2, 5, 4, 3)),
     (("Upsample", dict(size=(7, 5, 4), mode="trilinear", align_corners=True)), (1, 2, 5, 4, 3)),
@@ -82,7 +82,7 @@ LAYERS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             ("Dropout", dict(p=0.3)),
         ),
         (2, 2, 6, 5, 4),
-    ),  # fmt: skip
+    ),
     (seq(conv(kernel_size=3, padding=1), ("Dropout3d", dict(p=0.5))), (3, 2, 6, 5, 4)),
     # every constructor option of the swapped layers (issue: each is exact or refused)
     (conv(kernel_size=3, padding="valid"), (1, 2, 7, 6, 5)),
@@ -150,7 +150,7 @@ MODELS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             ),
         ),
         (2, 2, 16, 12, 12),
-    ),  # fmt: skip
+    ),
     (
         (
             "CosmoFlow",
@@ -165,7 +165,7 @@ MODELS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             ),
         ),
         (2, 2, 8, 8, 8),
-    ),  # fmt: skip
+    ),
     (("UNet", dict(in_channels=2, out_channels=2, base_channels=4, depth=2)), (2, 2, 8, 12, 4)),
     (
         (
@@ -180,7 +180,7 @@ MODELS: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
             ),
         ),
         (1, 2, 12, 4, 8),
-    ),  # fmt: skip
+    ),
 ]
 
 

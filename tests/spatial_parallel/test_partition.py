@@ -36,8 +36,12 @@ def test_block_bounds_match_tensor_split(size: int, parts: int) -> None:
 
 windows = st.builds(
     lambda k, s, d, p, ceil: Window(k, s, d, min(p, k // 2), min(p, k // 2), ceil),
-    st.integers(1, 5), st.integers(1, 3), st.integers(1, 2), st.integers(0, 2), st.booleans(),
-)  # fmt: skip
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.integers(1, 2),
+    st.integers(0, 2),
+    st.booleans(),
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -45,8 +49,14 @@ windows = st.builds(
 def test_window_output_size_matches_max_pool(window: Window, size: int) -> None:
     x = torch.zeros(1, 1, size)
     try:
-        y = F.max_pool1d(x, window.kernel, window.stride, window.pad_lo, window.dilation,
-                         ceil_mode=window.ceil_mode)  # fmt: skip
+        y = F.max_pool1d(
+            x,
+            window.kernel,
+            window.stride,
+            window.pad_lo,
+            window.dilation,
+            ceil_mode=window.ceil_mode,
+        )
     except RuntimeError:
         with pytest.raises(ValueError):
             assert window.output_size(size) > 0
@@ -65,29 +75,45 @@ def test_input_range_is_what_the_outputs_read(window: Window, size: int, parts: 
         if hi == lo:
             assert window.input_range(lo, hi) == (0, 0)
             continue
-        read = [o * window.stride - window.pad_lo + j * window.dilation
-                for o in range(lo, hi) for j in range(window.kernel)]  # fmt: skip
+        read = [
+            o * window.stride - window.pad_lo + j * window.dilation
+            for o in range(lo, hi)
+            for j in range(window.kernel)
+        ]
         assert window.input_range(lo, hi) == (min(read), max(read) + 1)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 3), st.integers(0, 2), st.integers(0, 2),
-       st.integers(1, 12), st.integers(1, 3))  # fmt: skip
+@given(
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.integers(1, 12),
+    st.integers(1, 3),
+)
 def test_transpose_window_matches_conv_transpose(
     kernel: int, stride: int, padding: int, extra: int, size: int, parts: int
 ) -> None:
     output_padding = min(extra, stride - 1)
     window = TransposeWindow(kernel, stride, 1, padding, output_padding)
     try:
-        y = F.conv_transpose1d(torch.zeros(1, 1, size), torch.zeros(1, 1, kernel), None, stride,
-                               padding, output_padding)  # fmt: skip
+        y = F.conv_transpose1d(
+            torch.zeros(1, 1, size),
+            torch.zeros(1, 1, kernel),
+            None,
+            stride,
+            padding,
+            output_padding,
+        )
     except RuntimeError:
         return
     assert window.output_size(size) == y.shape[-1]
     for lo, hi in block_bounds(y.shape[-1], parts):
         a, b = window.input_range(lo, hi, size)
-        feeding = {i for i in range(size) for j in range(kernel)
-                   if lo <= i * stride - padding + j < hi}  # fmt: skip
+        feeding = {
+            i for i in range(size) for j in range(kernel) if lo <= i * stride - padding + j < hi
+        }
         assert feeding <= set(range(a, b))
 
 

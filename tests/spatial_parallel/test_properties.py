@@ -29,9 +29,20 @@ def conv_case(draw: st.DrawFn) -> tuple[tuple[str, dict[str, Any]], tuple[int, .
         stride = tuple(draw(small) for _ in range(3))
         padding = tuple(draw(st.integers(0, 2)) for _ in range(3))
     groups = draw(st.sampled_from([1, 2]))
-    spec = ("Conv3d", dict(in_channels=2 * groups, out_channels=2 * groups, kernel_size=kernel,
-                           stride=stride, padding=padding, dilation=dilation, groups=groups,
-                           padding_mode=mode, bias=draw(st.booleans())))  # fmt: skip
+    spec = (
+        "Conv3d",
+        dict(
+            in_channels=2 * groups,
+            out_channels=2 * groups,
+            kernel_size=kernel,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            padding_mode=mode,
+            bias=draw(st.booleans()),
+        ),
+    )
     shape = (draw(st.integers(1, 2)), 2 * groups, *(draw(st.integers(5, 11)) for _ in range(3)))
     return spec, shape
 
@@ -40,9 +51,12 @@ def conv_case(draw: st.DrawFn) -> tuple[tuple[str, dict[str, Any]], tuple[int, .
 def pool_case(draw: st.DrawFn) -> tuple[tuple[str, dict[str, Any]], tuple[int, ...]]:
     kind = draw(st.sampled_from(["MaxPool3d", "AvgPool3d"]))
     kernel = draw(st.integers(1, 4))
-    options: dict[str, Any] = dict(kernel_size=kernel, stride=draw(small),
-                                   padding=draw(st.integers(0, kernel // 2)),
-                                   ceil_mode=draw(st.booleans()))  # fmt: skip
+    options: dict[str, Any] = dict(
+        kernel_size=kernel,
+        stride=draw(small),
+        padding=draw(st.integers(0, kernel // 2)),
+        ceil_mode=draw(st.booleans()),
+    )
     if kind == "MaxPool3d":
         options["dilation"] = draw(st.integers(1, 2))
     else:
