@@ -220,8 +220,8 @@ def load_roads(
         path: ``.osm``, ``.osm.bz2``, ``.osm.pbf``, ``.gpkg`` or ``.geojson`` file;
             an osmnx graph; or a GeoDataFrame of lines with a ``highway`` column
             (e.g. the edges of ``ox.graph_to_gdfs``).
-        classes: ``highway`` values to keep (default :data:`ROAD_CLASSES`);
-            ``None`` keeps every line that has a ``highway`` value.
+        classes: ``highway`` values to keep (default :data:`ROAD_CLASSES`; one
+            string is one class); ``None`` keeps every line that has a ``highway`` value.
 
     Returns:
         A GeoDataFrame of (multi)line strings in the file's CRS with columns
@@ -260,6 +260,8 @@ def load_roads(
             stacklevel=2,
         )
     frame = frame[lines]
+    if isinstance(classes, str):
+        classes = [classes]
     if classes is not None:
         wanted = set(classes)
         frame = frame[frame["highway"].isin(wanted)]

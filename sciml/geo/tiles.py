@@ -170,6 +170,8 @@ class SceneTiles(Dataset):
 
 
 def _check_values(mask: np.ndarray, labels: np.ndarray | None, ignore_index: int) -> None:
+    if ignore_index in (0, 1):
+        raise ValueError(f"ignore_index must differ from the labels 0 and 1, got {ignore_index}")
     if mask.dtype != bool:
         bad = np.unique(mask[(mask != 0) & (mask != 1)])
         if bad.size:

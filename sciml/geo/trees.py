@@ -141,6 +141,13 @@ def crown_diameters(
     times the ``age`` factor of :data:`AGE_FACTORS`; else ``default``.
     """
     merged = {**CROWN_DIAMETERS, **{k.lower(): v for k, v in (table or {}).items()}}
+    bad = {
+        k: v
+        for k, v in {**(table or {}), "default": default}.items()
+        if not (np.isfinite(v) and v > 0)
+    }
+    if bad:
+        raise ValueError(f"crown diameters must be finite metres > 0, got {bad}")
     column = diameter_column or next((c for c in _DIAMETER_COLUMNS if c in trees), None)
     if diameter_column and diameter_column not in trees:
         raise ValueError(f"no column {diameter_column!r}; columns: {list(trees.columns)}")
@@ -278,6 +285,10 @@ def tree_labels(
     Returns:
         ``(y, x)`` uint8 DataArray ``"tree_labels"`` with the grid's CRS and transform.
     """
+    if int(ignore_index) != ignore_index or not 2 <= ignore_index <= 255:
+        raise ValueError(
+            f"ignore_index must be an integer in 2..255 (0 and 1 are labels), got {ignore_index}"
+        )
     grid = RasterGrid.from_like(like)
     if mask is not None:
         mask = _mask_on(grid, mask)

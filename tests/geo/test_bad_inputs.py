@@ -235,3 +235,17 @@ def test_bad_crown_diameters_fall_back_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="1 crown diameter\\(s\\) .* not positive metres"):
         trees = load_trees(path)
     assert trees["crown_diameter"].tolist() == [6.0, 5.0]
+
+
+def test_ignore_index_and_diameters_and_classes(osbs, helsinki_pbf):
+    trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs)
+    with pytest.raises(ValueError, match="ignore_index must be an integer in 2..255"):
+        tree_labels(trees, osbs, ignore_index=1)
+    with pytest.raises(ValueError, match="ignore_index must differ from the labels"):
+        SceneTiles(osbs, None, np.zeros(osbs.shape[1:], np.uint8), ignore_index=0)
+    with pytest.raises(ValueError, match="crown diameters must be finite metres > 0"):
+        load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs, default_diameter=-1.0)
+    from sciml.geo import load_roads
+
+    one = load_roads(helsinki_pbf, classes="residential")  # one class, not its letters
+    assert set(one["highway"]) == {"residential"}
