@@ -45,6 +45,7 @@ __all__ = [
     "LaunchInfo",
     "PreemptionFlag",
     "all_reduce_cpu",
+    "check_replica",
     "default_backend",
     "detect_launch",
     "expand_nodelist",
@@ -311,6 +312,19 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def check_replica(replica: object) -> tuple[int, int]:
+    """Return a data-parallel ``(index, count)`` after checking ``0 <= index < count``.
+
+    Raises:
+        ValueError: If ``replica`` is not a pair of integers in that range.
+    """
+    pair = isinstance(replica, tuple) and len(replica) == 2
+    ints = pair and all(isinstance(v, int) and not isinstance(v, bool) for v in replica)  # type: ignore[union-attr]
+    if not ints or not 0 <= replica[0] < replica[1]:  # type: ignore[index]
+        raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
+    return replica  # type: ignore[return-value]
 
 
 def all_reduce_cpu(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:

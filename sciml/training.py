@@ -51,7 +51,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from sciml.checkpoint import model_signature, read_checkpoint, restore_checkpoint, save_checkpoint
-from sciml.distributed import PreemptionFlag, all_reduce_cpu, world
+from sciml.distributed import PreemptionFlag, all_reduce_cpu, check_replica, world
 
 __all__ = [
     "EXIT_REQUEUE",
@@ -227,18 +227,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _check_replica(replica: object) -> tuple[int, int]:
-    """``replica`` as ``(index, count)``, or a ``ValueError`` saying what is wrong with it."""
-    ok = (
-        isinstance(replica, tuple)
-        and len(replica) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in replica)
-    )
-    if not ok or not 0 <= replica[0] < replica[1]:  # type: ignore[index]
-        raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
-    return replica  # type: ignore[return-value]
-
-
 def epoch_batches(
     n: int,
     batch_size: int,
@@ -264,7 +252,7 @@ def epoch_batches(
         raise ValueError("the training dataset is empty")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    index, replicas = _check_replica(replica)
+    index, replicas = check_replica(replica)
     if shuffle:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(n, generator=generator).tolist()
@@ -762,7 +750,7 @@ def _setup(
     n_train = _length("train_dataset", train_dataset)
     n_val = None if val_dataset is None else _length("val_dataset", val_dataset)
     rank, world_size = world()
-    replica = _check_replica(replica or (rank, world_size))
+    replica = check_replica(replica or (rank, world_size))
     if world_size % replica[1]:
         raise ValueError(
             f"replica={replica}: the {replica[1]} replicas must divide the {world_size} ranks"

@@ -34,6 +34,8 @@ import torch
 import xarray as xr
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from sciml.distributed import check_replica
+
 __all__ = [
     "NormStats",
     "XarrayDataset",
@@ -91,6 +93,25 @@ class NormStats:
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
+    def __post_init__(self) -> None:
+        sizes = (len(self.channels), len(self.mean), len(self.std))
+        if len(set(sizes)) != 1 or sizes[0] == 0:
+            raise ValueError(
+                f"NormStats needs one mean and one std per channel, got {sizes[0]} channels, "
+                f"{sizes[1]} means and {sizes[2]} stds"
+            )
+        if len(set(self.channels)) != len(self.channels):
+            raise ValueError(f"NormStats channels repeat a name: {self.channels}")
+        bad = [
+            name
+            for name, m, sd in zip(self.channels, self.mean, self.std, strict=True)
+            if not (math.isfinite(m) and math.isfinite(sd) and sd > 0)
+        ]
+        if bad:
+            raise ValueError(
+                f"NormStats for channels {bad} have a non-finite mean or a std that is not > 0"
+            )
+
     def to_json(self, path: Path | str) -> None:
         """Save as JSON (atomically)."""
         from sciml.io_utils import atomic_write_text
@@ -101,10 +122,22 @@ class NormStats:
     def from_json(cls, path: Path | str) -> NormStats:
         """Load statistics saved by :meth:`to_json`."""
         raw = json.loads(Path(path).read_text())
+        missing = [key for key in ("channels", "mean", "std") if key not in raw]
+        if not isinstance(raw, dict) or missing:
+            raise ValueError(f"{path} is not a NormStats file (missing {missing or 'everything'})")
         return cls(tuple(raw["channels"]), tuple(raw["mean"]), tuple(raw["std"]))
 
 
-def _check_names(ds: xr.Dataset, variables: Sequence[str], dims: Sequence[str]) -> None:
+def _check_names(
+    ds: xr.Dataset, variables: Sequence[str], dims: Sequence[str], channel_dims: Sequence[str]
+) -> None:
+    """Every variable exists and has ``dims``; every channel dim belongs to some variable."""
+    if isinstance(variables, str) or not variables:
+        raise ValueError(f"variables must be a non-empty list of names, got {variables!r}")
+    if len(set(variables)) != len(variables):
+        raise ValueError(f"variables repeat a name: {list(variables)}")
+    if isinstance(channel_dims, str):
+        raise ValueError(f"channel_dims must be a sequence of names, got {channel_dims!r}")
     missing = [v for v in variables if v not in ds.data_vars]
     if missing:
         available = sorted(map(str, ds.data_vars))
@@ -116,6 +149,15 @@ def _check_names(ds: xr.Dataset, variables: Sequence[str], dims: Sequence[str]) 
                 f"variable {var!r} has dims {ds[var].dims}, missing {absent} "
                 f"(expected every variable to have {tuple(dims)})"
             )
+    unused = [d for d in channel_dims if not any(d in ds[v].dims for v in variables)]
+    if unused:
+        raise ValueError(
+            f"channel_dims {unused} are not dims of any of the variables {list(variables)} "
+            f"(their dims: { {v: ds[v].dims for v in variables} })"
+        )
+    both = sorted(set(dims) & set(channel_dims))
+    if both:
+        raise ValueError(f"dims {both} are given both as sample_dims and as channel_dims")
 
 
 def _channel_arrays(
@@ -144,9 +186,10 @@ def compute_stats(
     """Mean and standard deviation of every channel, in one lazy Dask pass.
 
     NaNs are skipped. Raises ``ValueError`` for a channel with zero or
-    undefined spread (it cannot be normalised).
+    undefined spread (it cannot be normalised), and for a channel dim that no
+    variable has (it would be pooled silently).
     """
-    _check_names(ds, variables, ())
+    _check_names(ds, variables, (), channel_dims)
     channels = _channel_arrays(ds, variables, channel_dims)
     moments = [(a.mean(skipna=True), a.std(skipna=True)) for _, a in channels]
     computed = dask.compute(*moments)
@@ -171,10 +214,14 @@ class _Layout:
         allow_nan: bool,
         dtype: torch.dtype,
     ) -> None:
-        if not variables:
-            raise ValueError("at least one variable is needed")
         self.sample_dims = (sample_dims,) if isinstance(sample_dims, str) else tuple(sample_dims)
-        _check_names(ds, variables, self.sample_dims)
+        if not self.sample_dims or len(set(self.sample_dims)) != len(self.sample_dims):
+            raise ValueError(f"sample_dims must name distinct dims, got {sample_dims!r}")
+        _check_names(ds, variables, self.sample_dims, channel_dims)
+        if stats is not None and not isinstance(stats, NormStats):
+            raise TypeError(f"stats must be NormStats or None, got {type(stats).__name__}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
         self.ds = ds[list(variables)]
         self.channels = _channel_arrays(self.ds, variables, channel_dims)
         spatial = {
@@ -189,10 +236,17 @@ class _Layout:
                 f"expected {self.spatial_dims} like {self.channels[0][0]!r}"
             )
         self.shape = tuple(self.ds.sizes[d] for d in self.sample_dims)
-        if stats is not None and stats.channels != tuple(n for n, _ in self.channels):
+        empty = {d: self.ds.sizes[d] for d in (*self.sample_dims, *self.spatial_dims)}
+        if 0 in empty.values():
+            raise ValueError(f"the dataset is empty along {[d for d, n in empty.items() if not n]}")
+        names = tuple(n for n, _ in self.channels)
+        if stats is not None and stats.channels != names:
+            order = (
+                " (the same channels in another order)" if set(stats.channels) == set(names) else ""
+            )
             raise ValueError(
                 f"normalisation statistics are for channels {stats.channels}, "
-                f"the dataset has {tuple(n for n, _ in self.channels)}"
+                f"the dataset has {names}{order}"
             )
         self.stats = stats
         self.allow_nan = allow_nan
@@ -203,14 +257,16 @@ class _Layout:
 
     def read(self, indices: Sequence[int]) -> list[torch.Tensor]:
         """Samples at flat ``indices``, read with one selection and one compute."""
+        if any(isinstance(i, bool) or not isinstance(i, int | np.integer) for i in indices):
+            raise TypeError(f"sample indices must be integers, got {list(indices)[:5]}")
         if any(not -len(self) <= i < len(self) for i in indices):
             raise IndexError(f"sample index out of range for {len(self)} samples: {indices}")
         flat = np.asarray(indices) % len(self)
         coords = np.unravel_index(flat, self.shape)
         selection = {
-            dim: xr.DataArray(c, dims="_sample") for dim, c in zip(self.sample_dims, coords,
-                                                                  strict=True)
-        }  # fmt: skip
+            dim: xr.DataArray(c, dims="_sample")
+            for dim, c in zip(self.sample_dims, coords, strict=True)
+        }
         arrays = [
             a.isel(selection).transpose("_sample", *self.spatial_dims).data
             for _, a in self.channels
@@ -231,15 +287,17 @@ class _Layout:
         return list(tensor.unbind(0))
 
     def _check_nan(self, values: np.ndarray, flat: np.ndarray) -> None:
-        bad = np.isnan(values).reshape(values.shape[0], values.shape[1], -1).any(axis=2)
+        """Raise for the first sample and channel with a NaN or an infinity."""
+        rows = values.reshape(values.shape[0], values.shape[1], -1)
+        bad = ~np.isfinite(rows).all(axis=2)
         if bad.any():
             sample, channel = (int(i) for i in np.argwhere(bad)[0])
-            where = dict(zip(self.sample_dims, np.unravel_index(flat[sample], self.shape),
-                             strict=True))  # fmt: skip
+            kind = "NaN" if np.isnan(rows[sample, channel]).any() else "infinity"
+            coords = np.unravel_index(flat[sample], self.shape)
+            where = {d: int(i) for d, i in zip(self.sample_dims, coords, strict=True)}
             raise ValueError(
-                f"NaN in channel {self.channels[channel][0]!r} at sample "
-                f"{ {d: int(i) for d, i in where.items()} }; pass allow_nan=True to keep NaNs "
-                "or fill them first"
+                f"{kind} in channel {self.channels[channel][0]!r} at sample {where}; pass "
+                "allow_nan=True to keep non-finite values or fill them first"
             )
 
 
@@ -253,8 +311,15 @@ class XarrayDataset(Dataset[torch.Tensor]):
         channel_dims: Dimensions folded into channels (e.g. ``("level",)``).
         stats: Normalisation statistics (:func:`compute_stats`), ``"compute"`` to
             compute them now, or ``None`` for raw values.
-        allow_nan: If false, reading a sample with a NaN raises ``ValueError``.
-        dtype: Tensor dtype of the samples.
+        allow_nan: If false, reading a sample with a NaN or an infinity raises
+            ``ValueError``.
+        dtype: Floating-point tensor dtype of the samples.
+
+    Raises:
+        KeyError: If a variable is not in ``ds``.
+        ValueError: If a named dim is absent (or a channel dim belongs to no
+            variable), the variables' spatial dims differ, the dataset is empty,
+            or ``stats`` are for other channels (or the same ones in another order).
     """
 
     def __init__(
@@ -328,7 +393,8 @@ class XarrayIterableDataset(IterableDataset[torch.Tensor]):
         chunks = self.layout.ds.chunksizes.get(first) or (self.layout.ds.sizes[first],)
         bounds = np.cumsum((0, *chunks))
         self.blocks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-        self.shuffle, self.seed, self.epoch, self.replica = shuffle, seed, 0, replica
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.replica = check_replica(replica)
 
     def set_epoch(self, epoch: int) -> None:
         """Change the shuffling for the next pass."""

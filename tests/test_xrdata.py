@@ -48,9 +48,11 @@ def test_samples_equal_direct_indexing(era5: xr.Dataset) -> None:
     data = XarrayDataset(era5, ["z", "t"], sample_dims=SAMPLE, channel_dims=LEVEL)
     assert len(data) == 40
     assert data.channels == (
-        "z[isobaricInhPa=850.0]", "z[isobaricInhPa=500.0]",
-        "t[isobaricInhPa=850.0]", "t[isobaricInhPa=500.0]",
-    )  # fmt: skip
+        "z[isobaricInhPa=850.0]",
+        "z[isobaricInhPa=500.0]",
+        "t[isobaricInhPa=850.0]",
+        "t[isobaricInhPa=500.0]",
+    )
     raw = xr.open_dataset(ERA5)  # eager, independent of the dataset's code path
     for index in (0, 7, 39, -1):
         member, time = np.unravel_index(index % 40, (10, 4))
@@ -83,10 +85,12 @@ def test_loader_with_workers_matches(era5: xr.Dataset) -> None:
 def test_normalisation_statistics(era5: xr.Dataset, tmp_path: Path) -> None:
     stats = compute_stats(era5, ["z", "t"], channel_dims=LEVEL)
     raw = xr.open_dataset(ERA5)
-    np.testing.assert_allclose(stats.mean[0], raw["z"].values[:, :, 0].astype(np.float64).mean(),
-                               rtol=1e-6)  # fmt: skip
-    np.testing.assert_allclose(stats.std[3], raw["t"].values[:, :, 1].astype(np.float64).std(),
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        stats.mean[0], raw["z"].values[:, :, 0].astype(np.float64).mean(), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        stats.std[3], raw["t"].values[:, :, 1].astype(np.float64).std(), rtol=1e-5
+    )
     data = XarrayDataset(era5, ["z", "t"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)
     batch = torch.stack([data[i] for i in range(len(data))]).double()
     np.testing.assert_allclose(batch.mean(dim=(0, 2, 3)), 0.0, atol=1e-5)
@@ -102,8 +106,9 @@ def test_iterable_dataset_streams_whole_chunks(era5: xr.Dataset) -> None:
     assert stream.blocks == [(0, 3), (3, 6), (6, 9), (9, 10)]
     mapped = XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL)
     assert torch.equal(torch.stack(list(stream)), torch.stack([mapped[i] for i in range(40)]))
-    shuffled = XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL,
-                                     shuffle=True, seed=1)  # fmt: skip
+    shuffled = XarrayIterableDataset(
+        era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL, shuffle=True, seed=1
+    )
     loader = DataLoader(shuffled, batch_size=4, num_workers=2)
     seen = torch.cat(list(loader))
     assert seen.shape == (40, 2, 61, 120)
@@ -111,10 +116,13 @@ def test_iterable_dataset_streams_whole_chunks(era5: xr.Dataset) -> None:
     key = lambda t: t.double().sum().item()  # noqa: E731
     assert sorted(map(key, seen)) == sorted(map(key, stream))
     halves = [
-        list(XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL,
-                                   replica=(r, 2)))
+        list(
+            XarrayIterableDataset(
+                era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL, replica=(r, 2)
+            )
+        )
         for r in range(2)
-    ]  # fmt: skip
+    ]
     assert len(halves[0]) + len(halves[1]) == 40
 
 
@@ -168,3 +176,92 @@ def test_runs_on_the_users_dask_client(era5: xr.Dataset) -> None:
             stats = compute_stats(era5, ["t"], channel_dims=LEVEL)
             XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)[0]
         assert len(stream.data) > 0  # the work ran on the client's workers
+
+
+def test_names_the_caller_gives_must_exist(era5: xr.Dataset) -> None:
+    # a channel dim under another name used to be ignored: both levels pooled into one channel
+    with pytest.raises(ValueError, match=r"channel_dims \['level'\] are not dims of any"):
+        compute_stats(era5, ["t"], channel_dims=("level",))
+    with pytest.raises(ValueError, match=r"channel_dims \['level'\] are not dims of any"):
+        XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims=("level",))
+    with pytest.raises(ValueError, match="channel_dims must be a sequence of names"):
+        XarrayDataset(era5, ["t"], sample_dims=SAMPLE, channel_dims="isobaricInhPa")
+    # a string is not a list of variables ("zt" used to mean ["z", "t"])
+    with pytest.raises(ValueError, match="variables must be a non-empty list of names, got 'zt'"):
+        XarrayDataset(era5, "zt", sample_dims=SAMPLE)
+    with pytest.raises(ValueError, match="variables must be a non-empty list"):
+        compute_stats(era5, [])
+    with pytest.raises(ValueError, match=r"variables repeat a name: \['t', 't'\]"):
+        XarrayDataset(era5, ["t", "t"], sample_dims=SAMPLE)
+    with pytest.raises(ValueError, match="sample_dims must name distinct dims"):
+        XarrayDataset(era5, ["t"], sample_dims=("time", "time"))
+    with pytest.raises(ValueError, match="sample_dims must name distinct dims"):
+        XarrayDataset(era5, ["t"], sample_dims=())
+    with pytest.raises(ValueError, match=r"\['isobaricInhPa'\] are given both as sample_dims"):
+        XarrayDataset(era5, ["t"], sample_dims=("time", "isobaricInhPa"), channel_dims=LEVEL)
+
+
+def test_statistics_must_match_the_channels(era5: xr.Dataset) -> None:
+    stats = compute_stats(era5, ["z", "t"], channel_dims=LEVEL)
+    with pytest.raises(ValueError, match="same channels in another order"):
+        XarrayDataset(era5, ["t", "z"], sample_dims=SAMPLE, channel_dims=LEVEL, stats=stats)
+    with pytest.raises(ValueError, match="statistics are for channels"):
+        XarrayDataset(
+            era5.sel(isobaricInhPa=[500.0]),
+            ["z", "t"],
+            sample_dims=SAMPLE,
+            channel_dims=LEVEL,
+            stats=stats,
+        )
+    with pytest.raises(TypeError, match="stats must be NormStats or None, got dict"):
+        XarrayDataset(era5, ["t"], sample_dims=SAMPLE, stats={"t": (0.0, 1.0)})
+
+
+@pytest.mark.parametrize(
+    ("channels", "mean", "std", "message"),
+    [
+        (("a", "b"), (0.0,), (1.0, 1.0), "2 channels, 1 means and 2 stds"),
+        ((), (), (), "0 channels"),
+        (("a", "a"), (0.0, 0.0), (1.0, 1.0), "repeat a name"),
+        (("a",), (0.0,), (0.0,), "std that is not > 0"),
+        (("a",), (float("nan"),), (1.0,), "non-finite mean"),
+    ],
+)
+def test_norm_stats_reject_inconsistent_values(channels, mean, std, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        NormStats(channels, mean, std)
+
+
+def test_norm_stats_file_must_hold_statistics(tmp_path: Path) -> None:
+    path = tmp_path / "stats.json"
+    path.write_text('{"channels": ["a"]}')
+    with pytest.raises(ValueError, match=r"not a NormStats file \(missing \['mean', 'std'\]\)"):
+        NormStats.from_json(path)
+
+
+def test_empty_dataset_integer_dtype_and_bad_indices() -> None:
+    ds = _synthetic()
+    with pytest.raises(ValueError, match=r"empty along \['time'\]"):
+        XarrayDataset(ds.isel(time=slice(0, 0)), ["a"])
+    with pytest.raises(ValueError, match=r"empty along \['x'\]"):
+        XarrayDataset(ds.isel(x=slice(0, 0)), ["a"])
+    with pytest.raises(ValueError, match="floating-point torch dtype, got torch.int64"):
+        XarrayDataset(ds, ["a"], dtype=torch.int64)
+    data = XarrayDataset(ds, ["a"])
+    with pytest.raises(TypeError, match="sample indices must be integers"):
+        data[1.5]
+    assert torch.equal(data[np.int64(1)], data[1])
+
+
+def test_infinity_is_reported_like_nan() -> None:
+    ds = _synthetic()
+    ds["a"][1, 0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"infinity in channel 'a' at sample \{'time': 1\}"):
+        XarrayDataset(ds, ["a"])[1]
+    assert torch.isinf(XarrayDataset(ds, ["a"], allow_nan=True)[1]).any()
+
+
+def test_iterable_dataset_rejects_a_replica_out_of_range(era5: xr.Dataset) -> None:
+    for bad in ((2, 2), (0, 0), (-1, 2)):
+        with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
+            XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, replica=bad)
