@@ -224,9 +224,12 @@ def compare_parallel(
         keep_outputs: Return the gathered outputs of the last step.
 
     Raises:
+        TypeError: If ``mesh`` is not a SpatialMesh.
         ValueError: If ``shape`` is not 5 positive sizes, ``dtype`` is not a
             floating dtype, ``steps`` < 1, or ``model`` cannot be parallelised.
     """
+    if not isinstance(mesh, SpatialMesh):
+        raise TypeError(f"compare_parallel expects a SpatialMesh, got {type(mesh).__name__}")
     if len(shape) != 5 or any(not isinstance(s, int) or s < 1 for s in shape):
         raise ValueError(
             f"compare_parallel: shape must be 5 positive sizes (N, C, D, H, W), got {shape}"

@@ -124,3 +124,8 @@ def test_public_functions_reject_bad_inputs() -> None:
         assert "bucket_mb must be a finite number > 0, got 0" in messages["bucket"]
         assert "already made by parallelize()" in messages["twice"]
         assert "read_block expects a SpatialMesh, got NoneType" in messages["read_block_mesh"]
+        assert (
+            "shape must be 5 positive sizes (N, C, D, H, W), got (1, 2, 4, 4)"
+            in (messages["compare_shape"])
+        )
+        assert "dtype must be a floating dtype, got torch.int64" in messages["compare_dtype"]

@@ -250,6 +250,8 @@ def public_api_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         "bucket": lambda: parallelize(model, mesh, bucket_mb=0),
         "twice": lambda: parallelize(pmodel, mesh),
         "read_block_mesh": lambda: read_block(x.numpy(), None),  # type: ignore[arg-type]
+        "compare_shape": lambda: compare_parallel(model, mesh, (1, 2, 4, 4)),
+        "compare_dtype": lambda: compare_parallel(model, mesh, (1, 2, 4, 4, 4), dtype=torch.int64),
     }
     messages = {}
     for key, call in calls.items():
