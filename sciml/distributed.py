@@ -204,6 +204,11 @@ def detect_launch(
         source, rank, world, local_rank, local_world = "single", 0, 1, 0, 1
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is outside world size {world} ({source} variables)")
+    if not 0 <= local_rank < local_world:
+        raise ValueError(
+            f"local rank {local_rank} is outside the {local_world} local processes "
+            f"({source} variables)"
+        )
 
     addr = master_addr or env.get("MASTER_ADDR")
     if addr is None:
@@ -216,6 +221,8 @@ def detect_launch(
             master_port = 20000 + _int_env(env, "SLURM_JOB_ID") % 20000
         else:
             master_port = DEFAULT_PORT
+    if not 0 < master_port < 65536:
+        raise ValueError(f"rendezvous port {master_port} is not a TCP port (1-65535)")
     return LaunchInfo(source, rank, world, local_rank, local_world, addr, master_port)
 
 
@@ -255,6 +262,8 @@ def init_distributed(
         The :class:`DistributedContext`; the device is ``cuda:<local_rank>`` under
         NCCL, else the CPU.
     """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     launch = detect_launch(env, master_addr=master_addr, master_port=master_port)
     backend = backend or default_backend()
     device = torch.device("cpu")
@@ -451,9 +460,14 @@ def spawn(
     (defined at module level) and its return value picklable.
 
     Raises:
+        ValueError: If ``nprocs`` < 1, ``timeout`` <= 0 or ``threads`` < 1.
         RuntimeError: If a rank raised (its traceback is included), exited
             without a result, or the whole run took longer than ``timeout``.
     """
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be an integer >= 1, got {nprocs!r}")
+    if not timeout > 0 or threads < 1:
+        raise ValueError(f"timeout must be > 0 and threads >= 1, got {timeout}, {threads}")
     ctx: Any = mp.get_context(start_method)
     results = ctx.Queue()
     # a rendezvous file of its own: no port to pick, so concurrent spawns cannot collide

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ import torch.distributed as dist
 
 from sciml.distributed import (
     DistributedError,
+    PreemptionFlag,
+    check_replica,
     detect_launch,
     expand_nodelist,
     init_distributed,
@@ -111,8 +114,16 @@ def test_single_process_group() -> None:
 
 def test_torchrun_two_gloo_processes(tmp_path: Path) -> None:
     out = tmp_path / "torchrun"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--standalone", str(JOB), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--standalone",
+        str(JOB),
+        str(out),
+    ]
     subprocess.run(cmd, env=_clean_env(), check=True, timeout=240, capture_output=True)
     ranks = _read(out, 2)
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -122,9 +133,14 @@ def test_torchrun_two_gloo_processes(tmp_path: Path) -> None:
 
 
 def _slurm_env(rank: int, world: int, job_id: int) -> dict[str, str]:
-    return _clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
-                      SLURM_TASKS_PER_NODE=str(world), SLURM_JOB_NODELIST="localhost",
-                      SLURM_JOB_ID=str(job_id))  # fmt: skip
+    return _clean_env(
+        SLURM_PROCID=str(rank),
+        SLURM_NTASKS=str(world),
+        SLURM_LOCALID=str(rank),
+        SLURM_TASKS_PER_NODE=str(world),
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_JOB_ID=str(job_id),
+    )
 
 
 def test_slurm_variables_three_processes(tmp_path: Path) -> None:
@@ -136,7 +152,7 @@ def test_slurm_variables_three_processes(tmp_path: Path) -> None:
             env=_slurm_env(r, 3, job_id),
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for r in range(3)
     ]
     for proc in procs:
@@ -152,11 +168,14 @@ def test_dead_rank_makes_survivors_fail_within_timeout(tmp_path: Path) -> None:
     job_id = 50000 + os.getpid() % 10000
     timeout = 10.0
     procs = [
-        subprocess.Popen([sys.executable, str(JOB), str(out), "--die-rank", "1",
-                          "--timeout", str(timeout)],
-                         env=_slurm_env(r, 2, job_id), stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(JOB), str(out), "--die-rank", "1", "--timeout", str(timeout)],
+            env=_slurm_env(r, 2, job_id),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in range(2)
-    ]  # fmt: skip
+    ]
     start = time.monotonic()
     _, err = procs[0].communicate(timeout=120)
     survivor_seconds = time.monotonic() - start
@@ -189,3 +208,47 @@ def test_spawn_returns_results_and_reports_failures() -> None:
 
 def test_distributed_error_is_a_runtime_error() -> None:
     assert issubclass(DistributedError, RuntimeError)
+
+
+def test_bad_launch_values_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="local rank 2 is outside the 2 local processes"):
+        detect_launch({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="port 70000 is not a TCP port"):
+        detect_launch({"MASTER_PORT": "70000"})
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds"):
+        init_distributed(backend="gloo", env={}, timeout=0)
+    with pytest.raises(ValueError, match="nprocs must be an integer >= 1, got 0"):
+        spawn(_rank_sum, 0, 0.5)  # used to return [] without running anything
+    with pytest.raises(ValueError, match="timeout must be > 0 and threads >= 1"):
+        spawn(_rank_sum, 1, 0.5, threads=0)
+
+
+def test_check_replica() -> None:
+    assert check_replica((1, 2)) == (1, 2)
+    for bad in ((2, 2), (0, 0), (-1, 3), (True, 2), [0, 1], (0,), "0,1"):
+        with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
+            check_replica(bad)
+
+
+def _signalled_rank(rank_to_signal: int) -> bool:
+    with PreemptionFlag() as flag:
+        if dist.get_rank() == rank_to_signal:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return flag.any_rank()
+
+
+def test_preemption_flag_reaches_every_rank_and_nests() -> None:
+    assert spawn(_signalled_rank, 2, 1) == [True, True]
+    with PreemptionFlag() as outer:
+        os.kill(os.getpid(), signal.SIGTERM)
+        with PreemptionFlag() as inner:
+            assert inner.received == signal.SIGTERM  # a signal before it is not lost
+        assert outer.received == signal.SIGTERM
+    before = signal.getsignal(signal.SIGUSR1)
+    with PreemptionFlag() as outer:
+        with PreemptionFlag() as inner:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        assert inner.received == outer.received == signal.SIGUSR1  # passed on outwards
+    assert signal.getsignal(signal.SIGUSR1) == before
+    with PreemptionFlag(enabled=False) as off:
+        assert not off.any_rank()
