@@ -111,9 +111,9 @@ def run_demo(
             parts += [markdown.rstrip(), "", f"_Section `{name}` took {elapsed:.1f} s._", ""]
             print(f"[demo] {name}: done in {elapsed:.1f} s")
             if signals.received is not None and name != names[-1]:
-                stop = DemoInterrupted(name, f"signal {signals.received} after the section")
-                _write_interrupted(report, parts, stop)
-                raise stop
+                after = DemoInterrupted(name, f"signal {signals.received} after the section")
+                _write_interrupted(report, parts, after)
+                raise after
     atomic_write_text(report, "\n".join(parts))
     return report
 

@@ -329,11 +329,12 @@ def check_replica(replica: object) -> tuple[int, int]:
     Raises:
         ValueError: If ``replica`` is not a pair of integers in that range.
     """
-    pair = isinstance(replica, tuple) and len(replica) == 2
-    ints = pair and all(isinstance(v, int) and not isinstance(v, bool) for v in replica)  # type: ignore[union-attr]
-    if not ints or not 0 <= replica[0] < replica[1]:  # type: ignore[index]
-        raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
-    return replica  # type: ignore[return-value]
+    if isinstance(replica, tuple) and len(replica) == 2:
+        index, count = replica
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in replica)
+        if ints and 0 <= index < count:
+            return index, count
+    raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
 
 
 def all_reduce_cpu(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
