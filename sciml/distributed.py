@@ -435,6 +435,9 @@ def _spawn_worker(
         LOCAL_WORLD_SIZE=str(world_size),
     )  # fmt: skip
     torch.set_num_threads(threads)
+    # Slurm's time-limit warning goes to every process of the job: the parent
+    # decides what to do (a training loop in fn installs its own handler)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         with init_distributed(backend=backend, timeout=timeout, init_method=rendezvous):
             value = fn(*args)

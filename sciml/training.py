@@ -883,6 +883,11 @@ def _evaluate(
     loader = _loader(dataset, batches, config, collate_fn, 0)
     for indices, batch in zip(batches, loader, strict=True):
         _, values = _split_loss(loss_fn(model, _to_device(batch, device)))
+        if count and set(values) != set(sums):
+            raise ValueError(
+                f"loss_fn returned {sorted(values)} on a validation batch but {sorted(sums)} "
+                "before; it must return the same names for every batch"
+            )
         for name, value in values.items():
             sums[name] = sums.get(name, 0.0) + value * len(indices)
         count += len(indices)

@@ -252,3 +252,12 @@ def test_preemption_flag_reaches_every_rank_and_nests() -> None:
     assert signal.getsignal(signal.SIGUSR1) == before
     with PreemptionFlag(enabled=False) as off:
         assert not off.any_rank()
+
+
+def _signal_self_then_sum(offset: float) -> float:
+    os.kill(os.getpid(), signal.SIGUSR1)  # Slurm signals every process of the job
+    return _rank_sum(offset)
+
+
+def test_spawned_ranks_survive_sigusr1() -> None:
+    assert spawn(_signal_self_then_sum, 2, 0.5) == [2.0, 2.0]

@@ -456,3 +456,18 @@ def test_checkpoint_with_pickled_objects_is_refused(tmp_path: Path) -> None:
     torch.save(model, tmp_path / "model.pt")  # a whole pickled module: not weights only
     with pytest.raises(CheckpointError, match="holds Python objects besides tensors"):
         load_checkpoint(tmp_path / "model.pt", model)
+
+
+def test_loss_fn_must_return_the_same_names_every_batch(tmp_path: Path) -> None:
+    model, train, val = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    calls = {"n": 0}
+
+    def changing(model, batch):
+        calls["n"] += 1
+        return {"loss": mse(model, batch)} | (
+            {"extra": torch.tensor(1.0)} if calls["n"] > 1 else {}
+        )
+
+    with pytest.raises(ValueError, match=r"returned \['extra', 'loss'\] at step 1 but \['loss'\]"):
+        fit(model, optimizer, train, changing, run_dir=tmp_path, config=TrainConfig(**CONFIG))
