@@ -60,7 +60,7 @@ class MaskedUNet(nn.Module):
         super().__init__()
         self.in_channels, self.mask_image = in_channels, mask_image
         #: Constructor arguments, saved next to checkpoints by :func:`train_segmenter`.
-        self.config = {
+        self.config: dict[str, Any] = {
             "in_channels": in_channels,
             "base_channels": base_channels,
             "depth": depth,

@@ -69,7 +69,7 @@ def _points_or_boxes(frame: pd.DataFrame, path: Path) -> np.ndarray:
             pd.to_numeric(frame[columns[k]], errors="coerce").to_numpy(float)
             for k in ("xmin", "ymin", "xmax", "ymax")
         )
-        complete = np.isfinite([xmin, ymin, xmax, ymax]).all(axis=0)
+        complete = np.asarray(np.isfinite([xmin, ymin, xmax, ymax]).all(axis=0))
         inverted = complete & ((xmin >= xmax) | (ymin >= ymax))
         if inverted.any():
             rows = (np.flatnonzero(inverted) + 2).tolist()  # the CSV's line numbers
@@ -77,17 +77,24 @@ def _points_or_boxes(frame: pd.DataFrame, path: Path) -> np.ndarray:
                 f"{path}: {int(inverted.sum())} box(es) with xmin >= xmax or ymin >= ymax "
                 f"(lines {rows[:5]}); expected xmin < xmax and ymin < ymax"
             )
-        return np.where(complete, shapely.box(xmin, ymin, xmax, ymax), None)
+        return _kept(shapely.box(xmin, ymin, xmax, ymax), complete)
     for x, y in (("x", "y"), ("lon", "lat"), ("longitude", "latitude"), ("easting", "northing")):
         if {x, y} <= set(columns):
             xs = pd.to_numeric(frame[columns[x]], errors="coerce").to_numpy(float)
             ys = pd.to_numeric(frame[columns[y]], errors="coerce").to_numpy(float)
             complete = np.isfinite(xs) & np.isfinite(ys)
-            return np.where(complete, shapely.points(xs, ys), None)
+            return _kept(shapely.points(xs, ys), complete)
     raise ValueError(
         f"{path}: no usable geometry columns; expected x,y or lon,lat (points) or "
         f"xmin,ymin,xmax,ymax (boxes), got {list(frame.columns)}"
     )
+
+
+def _kept(geoms: np.ndarray, complete: np.ndarray) -> np.ndarray:
+    """``geoms`` with ``None`` where a coordinate was missing."""
+    out = np.asarray(geoms, dtype=object).copy()
+    out[~complete] = None
+    return out
 
 
 def _read_csv(path: Path, crs: Any, like: Any) -> gpd.GeoDataFrame:

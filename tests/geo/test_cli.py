@@ -26,19 +26,81 @@ def test_scene_mask_labels_train_predict(tmp_path, helsinki_pbf, capsys):
     scene = tmp_path / "scene"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert main(["geo", "scene", str(scene), "--osm", helsinki_pbf, "--resolution", "1",
-                     "--bounds", *BOUNDS]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "geo",
+                    "scene",
+                    str(scene),
+                    "--osm",
+                    helsinki_pbf,
+                    "--resolution",
+                    "1",
+                    "--bounds",
+                    *BOUNDS,
+                ]
+            )
+            == 0
+        )
     image = scene / "image.tif"
     mask, labels, prob = tmp_path / "mask.tif", tmp_path / "labels.tif", tmp_path / "prob.tif"
     assert main(["geo", "mask", helsinki_pbf, str(image), str(mask), "--margin", "4"]) == 0
-    assert main(["geo", "labels", str(scene / "inventory.gpkg"), str(image), str(labels),
-                 "--mask", str(mask)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "geo",
+                "labels",
+                str(scene / "inventory.gpkg"),
+                str(image),
+                str(labels),
+                "--mask",
+                str(mask),
+            ]
+        )
+        == 0
+    )
     run = tmp_path / "run"
-    assert main(["geo", "train", str(image), str(mask), str(labels), "--run-dir", str(run),
-                 "--epochs", "1", "--tile", "32", "--overlap", "8", "--base-channels", "4",
-                 "--depth", "2"]) == 0  # fmt: skip
-    assert main(["geo", "predict", str(image), str(prob), "--run-dir", str(run),
-                 "--tile", "64", "--overlap", "16"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "geo",
+                "train",
+                str(image),
+                str(mask),
+                str(labels),
+                "--run-dir",
+                str(run),
+                "--epochs",
+                "1",
+                "--tile",
+                "32",
+                "--overlap",
+                "8",
+                "--base-channels",
+                "4",
+                "--depth",
+                "2",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "geo",
+                "predict",
+                str(image),
+                str(prob),
+                "--run-dir",
+                str(run),
+                "--tile",
+                "64",
+                "--overlap",
+                "16",
+            ]
+        )
+        == 0
+    )
     grid = RasterGrid.from_like(image)
     for path in (mask, labels, prob, scene / "truth.tif"):
         assert RasterGrid.from_like(path) == grid, path
