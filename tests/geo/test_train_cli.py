@@ -246,3 +246,16 @@ def test_signal_checkpoints_exits_3_and_rerun_resumes(rasters, tmp_path, signum)
     assert f"trained {EPOCHS} epoch(s)".encode() in rerun.stdout
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["state"]
     assert state["global_step"] == EPOCHS * 5
+
+
+def test_a_second_process_is_refused_before_writing(rasters, tmp_path, capsys):
+    import fcntl
+
+    run = tmp_path / "run"
+    assert _train(rasters, run, "--epochs", "1") == 0
+    before = _snapshot(run)
+    with open(run / "model.json.lock", "a") as held:  # as a process still training holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert _train(rasters, run, "--epochs", "2", "--base-channels", "8") == 1
+    assert "in use by another training process" in capsys.readouterr().err
+    assert _snapshot(run) == before
