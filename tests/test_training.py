@@ -241,12 +241,18 @@ def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None) -> str:
     return fit(ddp, optimizer, train, loss_fn, run_dir=run_dir, config=config).status
 
 
-def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: Path) -> None:
-    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    assert spawn(_train_ddp_interrupted, 2, straight, None) == ["completed"] * 2
+def _straight_interrupted_resumed(tmp: str) -> list[str]:
     # 16 samples per replica in batches of 3: step 8 is the second step of epoch 1
-    assert spawn(_train_ddp_interrupted, 2, resumed, 8) == ["interrupted"] * 2
-    assert spawn(_train_ddp_interrupted, 2, resumed, None) == ["completed"] * 2
+    return [
+        _train_ddp_interrupted(f"{tmp}/straight", None),
+        _train_ddp_interrupted(f"{tmp}/resumed", 8),
+        _train_ddp_interrupted(f"{tmp}/resumed", None),
+    ]
+
+
+def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: Path) -> None:
+    statuses = spawn(_straight_interrupted_resumed, 2, str(tmp_path))
+    assert statuses == [["completed", "interrupted", "completed"]] * 2
     assert len(_epoch_rows(tmp_path / "straight")) == 10  # train_loss and lr, 5 epochs
     assert _epoch_rows(tmp_path / "resumed") == _epoch_rows(tmp_path / "straight")
     assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
