@@ -33,6 +33,8 @@ def segmentation_metrics(
     if pred.shape != true.shape:
         raise ValueError(f"prediction shape {pred.shape} differs from truth shape {true.shape}")
     keep = np.ones_like(pred) if valid is None else np.asarray(valid).astype(bool)
+    if keep.shape != pred.shape:
+        raise ValueError(f"valid shape {keep.shape} differs from prediction shape {pred.shape}")
     tp = int((pred & true & keep).sum())
     fp = int((pred & ~true & keep).sum())
     fn = int((~pred & true & keep).sum())
@@ -65,6 +67,10 @@ def tree_recall(
         instances: Crown instance ids (0 = no tree), see :func:`sciml.geo.tree_instances`.
         min_fraction: Share of a crown's pixels that must be predicted.
     """
+    if np.shape(predicted) != np.shape(instances):
+        raise ValueError(
+            f"prediction shape {np.shape(predicted)} differs from instances {np.shape(instances)}"
+        )
     ids = np.asarray(instances).ravel()
     hit = np.asarray(predicted).astype(bool).ravel()
     size = np.bincount(ids)

@@ -249,3 +249,12 @@ def test_ignore_index_and_diameters_and_classes(osbs, helsinki_pbf):
 
     one = load_roads(helsinki_pbf, classes="residential")  # one class, not its letters
     assert set(one["highway"]) == {"residential"}
+
+
+def test_trees_in_another_crs_or_none(osbs):
+    trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs)
+    expected = tree_labels(trees, osbs).values
+    assert expected.any()
+    np.testing.assert_array_equal(tree_labels(trees.to_crs("EPSG:4326"), osbs).values, expected)
+    with pytest.raises(ValueError, match="no CRS"):
+        tree_labels(trees.set_crs(None, allow_override=True), osbs)

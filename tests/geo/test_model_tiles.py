@@ -190,3 +190,17 @@ def test_best_threshold_maximises_f1_over_every_cut():
     for cut in np.r_[-1.0, np.unique(prob)]:
         assert segmentation_metrics(prob > cut, truth)["f1"] <= best
     assert best_threshold(np.array([0.2, 0.9]), np.array([True, True])) < 0.2
+
+
+def test_scores_refuse_maps_that_do_not_line_up():
+    from sciml.geo.scores import best_threshold, pixel_auc
+
+    pred, truth = np.ones((4, 5), bool), np.zeros((4, 5), bool)
+    with pytest.raises(ValueError, match="valid shape \\(1, 5\\) differs"):
+        segmentation_metrics(pred, truth, np.ones((1, 5), bool))  # would broadcast
+    with pytest.raises(ValueError, match="differs from instances"):
+        tree_recall(pred, np.ones((5, 4), int))
+    with pytest.raises(ValueError, match="valid shape"):
+        pixel_auc(pred.astype(float), truth, np.ones((1, 5), bool))
+    with pytest.raises(ValueError, match="differs from truth shape"):
+        best_threshold(pred.astype(float), truth.T)
