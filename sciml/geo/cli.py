@@ -10,6 +10,7 @@ run again resumes.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from sciml.cli import (
@@ -32,9 +33,9 @@ def _width(text: str) -> float | str:
         ) from None
 
 
-def _classes(text: str) -> list[str] | None:
+def _classes(text: str) -> list[str] | str:
     if text == "all":
-        return None
+        return text
     classes = [c.strip() for c in text.split(",") if c.strip()]
     if not classes:
         raise argparse.ArgumentTypeError(f"expected highway classes or 'all', got {text!r}")
@@ -52,7 +53,11 @@ def _check_tiles(tile: int, overlap: int, depth: int) -> None:
 def _cmd_mask(args: argparse.Namespace) -> int:
     from sciml.geo import ROAD_CLASSES, load_roads, write_road_mask
 
-    roads = load_roads(args.roads, classes=ROAD_CLASSES if args.classes is None else args.classes)
+    if args.classes is None:
+        classes: Sequence[str] | None = ROAD_CLASSES
+    else:
+        classes = None if args.classes == "all" else args.classes
+    roads = load_roads(args.roads, classes=classes)
     path = write_road_mask(
         roads,
         args.like,

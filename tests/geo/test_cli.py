@@ -118,3 +118,18 @@ def test_bad_width_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         main(["geo", "mask", "a.osm", "b.tif", "c.tif", "--width", "wide"])
     assert "width must be 'osm' or metres" in capsys.readouterr().err
+
+
+def test_mask_classes(tmp_path, helsinki_pbf, capsys):
+    like = tmp_path / "like.tif"
+    grid = RasterGrid.from_bounds((385600.0, 6672150.0, 386100.0, 6672650.0), 2.0, "EPSG:32635")
+    from sciml.geo.rasters import write_geotiff
+
+    write_geotiff(np.zeros(grid.shape, np.uint8), like, like=grid)
+    counts = {}
+    for classes in (None, "all", "residential,service"):
+        extra = [] if classes is None else ["--classes", classes]
+        out = str(tmp_path / "m.tif")
+        assert main(["geo", "mask", helsinki_pbf, str(like), out, "--width", "5", *extra]) == 0
+        counts[classes] = int(capsys.readouterr().out.split("(")[1].split()[0])
+    assert counts["residential,service"] < counts[None] < counts["all"]
