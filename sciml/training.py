@@ -27,17 +27,18 @@ pid), and refuses to resume a checkpoint written with another configuration
 (:class:`TrainConfig` fields other than :data:`RESUMABLE_FIELDS`, the model's
 parameters, the optimiser and its hyperparameters, the scheduler, the dataset
 sizes, the number of replicas). Every input is checked before anything is written.
+
+The options are in :mod:`sciml.train_config`, the run folder's lock and
+record in :mod:`sciml.run_dir`, the metrics log in :mod:`sciml.run_log`; this
+module keeps the loop with the checks of its inputs, one concern, which is why
+it is longer than the others.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import fcntl
 import math
-import os
 import random
-import socket
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +51,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from sciml.checkpoint import model_signature, read_checkpoint, restore_checkpoint, save_checkpoint
+from sciml.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoint
 from sciml.distributed import PreemptionFlag, all_reduce_cpu, check_replica, world
+from sciml.run_dir import RunDirError, differences, lock_run_dir, run_record
+from sciml.run_log import MetricsLog
+from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
 
 __all__ = [
     "EXIT_REQUEUE",
@@ -68,111 +72,8 @@ __all__ = [
 #: Slurm batch script knows to requeue the job.
 EXIT_REQUEUE = 3
 
-#: :class:`TrainConfig` fields that may differ when a run is resumed: they
-#: change how long it runs and what it shows, never what it computes.
-RESUMABLE_FIELDS = ("epochs", "checkpoint_every", "progress", "tensorboard", "handle_signals")
-
 LossOutput = torch.Tensor | dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Any], LossOutput]
-METRIC_COLUMNS = ("epoch", "step", "split", "metric", "value")
-LOCK_NAME = "run.lock"
-
-
-class RunDirError(RuntimeError):
-    """A run folder is in use by another process, or holds a run with another configuration."""
-
-
-def _require_int(name: str, value: object, minimum: int, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        expected = f"an integer >= {minimum}" + (" or None" if optional else "")
-        raise ValueError(f"TrainConfig.{name} must be {expected}, got {value!r}")
-
-
-def _require_float(name: str, value: object, *, positive: bool, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):  # type: ignore[operator, arg-type]
-        expected = "a finite number " + ("> 0" if positive else ">= 0")
-        expected += " or None" if optional else ""
-        raise ValueError(f"TrainConfig.{name} must be {expected}, got {value!r}")
-
-
-def _require_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"TrainConfig.{name} must be one of {choices}, got {value!r}")
-
-
-@dataclass
-class TrainConfig:
-    """Options of :func:`fit`, checked when the config is made.
-
-    Attributes:
-        epochs: Number of passes over the training set (>= 1).
-        batch_size: Samples per optimiser step (per data-parallel replica, >= 1).
-        seed: Seed of every generator and of the shuffling (0 <= seed < 2**32).
-        shuffle: Shuffle the training set each epoch.
-        drop_last: Drop the last incomplete batch of an epoch.
-        num_workers: ``DataLoader`` worker processes (>= 0).
-        checkpoint_every: Also checkpoint every this many optimiser steps
-            (a checkpoint is always written at the end of every epoch).
-        patience: Stop after this many epochs (>= 1) without improvement of
-            ``monitor`` (``None``: never stop early).
-        monitor: Epoch metric that decides the best checkpoint and early stop.
-            ``fit`` logs ``train_<name>`` and ``val_<name>`` for every value
-            ``loss_fn`` returns (``train_loss``, ``val_loss``, ...) and ``lr``;
-            any other name is an error. ``None``: ``val_loss`` when there is a
-            validation set, else ``train_loss``.
-        mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
-        min_delta: Smallest change of ``monitor`` that counts as an improvement (>= 0).
-        grad_clip: Clip the gradient norm to this value (> 0).
-        scheduler_interval: Step the scheduler after every ``"epoch"`` or ``"step"``.
-        progress: Show a tqdm progress bar on rank 0.
-        tensorboard: Also log to TensorBoard when it is installed.
-        handle_signals: Checkpoint and return on SIGTERM/SIGUSR1.
-    """
-
-    epochs: int = 10
-    batch_size: int = 8
-    seed: int = 0
-    shuffle: bool = True
-    drop_last: bool = False
-    num_workers: int = 0
-    checkpoint_every: int | None = None
-    patience: int | None = None
-    monitor: str | None = None
-    mode: Literal["min", "max"] = "min"
-    min_delta: float = 0.0
-    grad_clip: float | None = None
-    scheduler_interval: Literal["epoch", "step"] = "epoch"
-    progress: bool = True
-    tensorboard: bool = True
-    handle_signals: bool = True
-
-    def __post_init__(self) -> None:
-        _require_int("epochs", self.epochs, 1)
-        _require_int("batch_size", self.batch_size, 1)
-        _require_int("seed", self.seed, 0)
-        if self.seed >= 2**32:
-            raise ValueError(f"TrainConfig.seed must be < 2**32, got {self.seed}")
-        _require_int("num_workers", self.num_workers, 0)
-        _require_int("checkpoint_every", self.checkpoint_every, 1, optional=True)
-        _require_int("patience", self.patience, 1, optional=True)
-        for name in ("shuffle", "drop_last", "progress", "tensorboard", "handle_signals"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(
-                    f"TrainConfig.{name} must be True or False, got {getattr(self, name)!r}"
-                )
-        if self.monitor is not None and (not isinstance(self.monitor, str) or not self.monitor):
-            raise ValueError(
-                f"TrainConfig.monitor must be a metric name or None, got {self.monitor!r}"
-            )
-        _require_choice("mode", self.mode, ("min", "max"))
-        _require_float("min_delta", self.min_delta, positive=False)
-        _require_float("grad_clip", self.grad_clip, positive=True, optional=True)
-        _require_choice("scheduler_interval", self.scheduler_interval, ("epoch", "step"))
 
 
 @dataclass
@@ -312,159 +213,6 @@ def _all_reduce_sums(sums: dict[str, float], count: int) -> tuple[dict[str, floa
     return dict(zip(names, values[:-1], strict=True)), int(values[-1])
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as plain Python data that compares by value and loads with ``weights_only``."""
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)
-
-
-def _run_record(
-    config: TrainConfig,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any | None,
-    sizes: tuple[int, int | None],
-    replicas: int,
-) -> dict[str, Any]:
-    """What a resumed run must share with the run that wrote the checkpoint."""
-    groups = [
-        {k: _plain(v) for k, v in group.items() if k != "params"}
-        | {"parameters": len(group["params"])}
-        for group in optimizer.param_groups
-    ]
-    return {
-        "config": {
-            f.name: getattr(config, f.name)
-            for f in dataclasses.fields(config)
-            if f.name not in RESUMABLE_FIELDS
-        },
-        "model": type(model).__qualname__,
-        "parameters": model_signature(model),
-        "optimizer": type(optimizer).__qualname__,
-        "param_groups": groups,
-        "scheduler": None if scheduler is None else type(scheduler).__qualname__,
-        "train_samples": sizes[0],
-        "val_samples": sizes[1],
-        "replicas": replicas,
-    }
-
-
-def _differences(saved: Any, current: Any, where: str = "") -> list[str]:
-    """``where: saved -> current`` for every leaf that differs."""
-    if isinstance(saved, dict) and isinstance(current, dict):
-        return [
-            line
-            for key in sorted(set(saved) | set(current), key=str)
-            for line in _differences(saved.get(key), current.get(key), f"{where}.{key}".strip("."))
-        ]
-    groups = isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current)
-    if groups and all(isinstance(v, dict) for v in saved + current):
-        return [
-            line
-            for i, (a, b) in enumerate(zip(saved, current, strict=True))
-            for line in _differences(a, b, f"{where}[{i}]")
-        ]
-    return [] if saved == current else [f"{where}: {saved!r} in the run, {current!r} now"]
-
-
-class _RunLock:
-    """An exclusive ``flock`` on ``run_dir/run.lock`` that names its holder's pid."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_NAME
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise RunDirError(
-                f"{self.path.parent} is in use by another training run ({holder}); wait for it "
-                "to finish, or give this run another run_dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def _lock_run_dir(run_dir: Path, rank: int) -> _RunLock:
-    """Rank 0 locks the run folder; every rank learns whether it could."""
-    lock = _RunLock(run_dir)
-    error: RunDirError | None = None
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            lock.acquire()
-        except RunDirError as err:
-            error = err
-    if all_reduce_cpu(torch.tensor([int(error is not None)])).item():
-        raise error or RunDirError(f"rank 0 could not lock {run_dir / LOCK_NAME}; see its error")
-    return lock
-
-
-class _MetricsLog:
-    """``metrics.csv`` in long form (epoch, step, split, metric, value), plus TensorBoard."""
-
-    def __init__(self, run_dir: Path, *, rows: int, tensorboard: bool, enabled: bool) -> None:
-        self.enabled = enabled
-        self.path = run_dir / "metrics.csv"
-        self.rows = rows
-        self.writer: Any = None
-        if not enabled:
-            return
-        self._truncate(rows)
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                pass
-            else:
-                self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=None)
-
-    def _truncate(self, rows: int) -> None:
-        """Keep the header and the first ``rows`` rows (those a checkpoint has seen)."""
-        kept: list[list[str]] = []
-        if self.path.exists():
-            with open(self.path, newline="") as handle:
-                kept = list(csv.reader(handle))[1 : rows + 1]
-        with open(self.path, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(METRIC_COLUMNS)
-            writer.writerows(kept)
-
-    def log(self, epoch: int, step: int, split: str, values: dict[str, float]) -> None:
-        self.rows += len(values)
-        if not self.enabled:
-            return
-        with open(self.path, "a", newline="") as handle:
-            writer = csv.writer(handle)
-            for name, value in values.items():
-                writer.writerow((epoch, step, split, name, repr(float(value))))
-        if self.writer is not None:
-            for name, value in values.items():
-                self.writer.add_scalar(f"{split}/{name}", value, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
 def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
     if best is None:
         return True
@@ -573,7 +321,7 @@ def _resume(setup: _Setup) -> _LoopState:
     last = setup.last
     payload = read_checkpoint(last, map_location=setup.device)
     state = _LoopState(**payload["state"])
-    problems = [] if state.run is None else _differences(state.run, setup.record)
+    problems = [] if state.run is None else differences(state.run, setup.record)
     if problems:
         raise RunDirError(
             f"{last} was written by a run with another configuration ({'; '.join(problems[:6])}). "
@@ -597,7 +345,7 @@ def _resume(setup: _Setup) -> _LoopState:
 class _Trainer:
     """The loop of :func:`fit` as named steps: train epoch, train step, end of epoch."""
 
-    def __init__(self, setup: _Setup, state: _LoopState, log: _MetricsLog) -> None:
+    def __init__(self, setup: _Setup, state: _LoopState, log: MetricsLog) -> None:
         self.s, self.state, self.log = setup, state, log
         self.signals = PreemptionFlag(False)
 
@@ -758,8 +506,14 @@ def _setup(
     _check_batches(n_train, config, replica[1])
     device = _check_model(model, optimizer)
     monitor = _resolve_monitor(config.monitor, val_dataset is not None)
-    record = _run_record(config, model, optimizer, scheduler, (n_train, n_val), replica[1])
-    record["config"]["monitor"] = monitor
+    kept = {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name not in RESUMABLE_FIELDS
+    }
+    record = run_record(
+        kept | {"monitor": monitor}, model, optimizer, scheduler, (n_train, n_val), replica[1]
+    )
     return _Setup(
         model,
         optimizer,
@@ -835,7 +589,7 @@ def fit(
         collate_fn=collate_fn,
         replica=replica,
     )
-    lock = _lock_run_dir(setup.run_dir, setup.rank)
+    lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
         seed_everything(setup.config.seed)
         state = _resume(setup) if resume and setup.last.exists() else _LoopState()
@@ -844,7 +598,7 @@ def fit(
             setup.last.parent.mkdir(parents=True, exist_ok=True)
             if state.global_step == 0:  # a new run: a best.pt left by an old one is not its
                 (setup.run_dir / "checkpoints" / "best.pt").unlink(missing_ok=True)
-        log = _MetricsLog(
+        log = MetricsLog(
             setup.run_dir,
             rows=state.rows_written,
             tensorboard=setup.config.tensorboard,
