@@ -192,8 +192,11 @@ def test_bad_width_tags_fall_back_with_a_warning(helsinki_roads):
         widths = road_widths(roads)
     assert widths["source"].tolist() == ["default", "default", "default", "width"]
     text = helsinki_roads.iloc[:3].assign(width=["7 m", "3;4", "wide"], lanes=["-2", "2", "x"])
-    with pytest.warns(UserWarning, match="'lanes' that is not a positive"):
+    with pytest.warns(UserWarning) as record:
         widths = road_widths(text)
+    messages = [str(warning.message) for warning in record]
+    assert any("1 road(s) with a 'width'" in m and "'wide'" in m for m in messages)
+    assert any("1 road(s) with a 'lanes'" in m and "'-2'" in m for m in messages)
     assert widths["width_m"].tolist()[:2] == [7.0, 4.0]
 
 
