@@ -103,6 +103,8 @@ def save_checkpoint(
     Returns:
         The checkpoint's path.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     payload = {
         "format": FORMAT,
         "model_class": type(model).__qualname__,
@@ -219,6 +221,8 @@ def restore_checkpoint(
         CheckpointError: If the checkpoint belongs to another model, optimiser or scheduler.
     """
     path = Path(path)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     _check_signature(path, payload, model)
     if optimizer is not None:
         _check_class(path, payload, "optimizer", optimizer)

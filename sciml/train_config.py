@@ -42,7 +42,9 @@ class TrainConfig:
 
     Attributes:
         epochs: Number of passes over the training set (>= 1).
-        batch_size: Samples per optimiser step (per data-parallel replica, >= 1).
+        batch_size: Samples per optimiser step (per data-parallel replica, >= 1);
+            larger than a replica's share of the dataset, an epoch is one
+            smaller batch (and an error with ``drop_last``).
         seed: Seed of every generator and of the shuffling (0 <= seed < 2**32).
         shuffle: Shuffle the training set each epoch.
         drop_last: Drop the last incomplete batch of an epoch.

@@ -151,6 +151,8 @@ def epoch_batches(
     """
     if n == 0:
         raise ValueError("the training dataset is empty")
+    if n < 0:
+        raise ValueError(f"n must be the number of samples (>= 1), got {n}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     index, replicas = check_replica(replica)

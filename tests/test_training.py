@@ -477,3 +477,13 @@ def test_loss_fn_must_return_the_same_names_every_batch(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"returned \['extra', 'loss'\] at step 1 but \['loss'\]"):
         fit(model, optimizer, train, changing, run_dir=tmp_path, config=TrainConfig(**CONFIG))
+
+
+def test_checkpoint_functions_want_a_module(tmp_path: Path) -> None:
+    model, _, _ = make_problem()
+    path = save_checkpoint(tmp_path / "c.pt", model)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
+        save_checkpoint(tmp_path / "d.pt", model.state_dict())
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
+        load_checkpoint(path, model.state_dict())
+    assert not (tmp_path / "d.pt").exists()
