@@ -3,15 +3,16 @@
 Public API::
 
     from sciml.geo import load_roads, road_mask
-    roads = load_roads("city.osm.pbf")
+    roads = load_roads("city.osm.pbf")   # or an osmnx graph, or its edges
     mask = road_mask(roads, like="ortho.tif", width="osm")
 
 Modules: ``osm`` (road and OSM layers), ``widths`` (metric widths, UTM
 buffering), ``grid`` (a raster's grid), ``mask`` (in-memory and streamed
-masks), ``trees`` (inventories -> crown labels), ``rasters`` (GeoTIFF I/O),
-``tiles`` (training tiles, stitched inference), ``model`` (masked U-Net,
-losses, metrics), ``scene`` and ``experiment`` (synthetic Helsinki scene,
-masked vs unmasked), ``plots``, ``demo``, ``cli``. The torch-based modules
+masks), ``trees`` (inventories -> crown labels), ``rasters`` (GeoTIFF, mask,
+label and vector I/O), ``tiles`` (training tiles, stitched inference, no-data
+pixels), ``model`` (masked U-Net, losses, training runs), ``scores`` (pixel
+metrics, AUC, thresholds), ``scene`` and ``experiment`` (synthetic Helsinki
+scene, masked vs unmasked; the OSBS study), ``plots``, ``demo``, ``cli``. The torch-based modules
 are not imported here, so that ``import sciml.geo`` stays light.
 """
 
