@@ -87,12 +87,19 @@ def _cmd_labels(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from sciml.distributed import PreemptionFlag
+
+    _check_tiles(args.tile, args.overlap, args.depth)
+    with PreemptionFlag():  # a signal while the data load stops training after its first step
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     from sciml.geo.model import MaskedUNet, train_segmenter
     from sciml.geo.rasters import read_image, read_labels, read_mask
     from sciml.geo.tiles import SceneTiles
     from sciml.training import EXIT_REQUEUE
 
-    _check_tiles(args.tile, args.overlap, args.depth)
     image = read_image(args.image)
     mask = read_mask(args.mask, like=image)
     labels = read_labels(args.labels, like=image)

@@ -259,3 +259,21 @@ def test_a_second_process_is_refused_before_writing(rasters, tmp_path, capsys):
         assert _train(rasters, run, "--epochs", "2", "--base-channels", "8") == 1
     assert "in use by another training process" in capsys.readouterr().err
     assert _snapshot(run) == before
+
+
+def test_signal_while_loading_data_stops_after_one_checkpointed_step(
+    rasters, tmp_path, monkeypatch
+):
+    from sciml.geo import rasters as rasters_module
+
+    read = rasters_module.read_image
+
+    def read_then_signal(path):
+        os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm would, before training starts
+        return read(path)
+
+    monkeypatch.setattr(rasters_module, "read_image", read_then_signal)
+    run = tmp_path / "run"
+    assert _train(rasters, run, "--epochs", "3") == EXIT_REQUEUE
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["state"]
+    assert state["global_step"] == 1
