@@ -65,22 +65,26 @@ def get_rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore generator states saved by :func:`get_rng_state`."""
+    """Restore generator states saved by :func:`get_rng_state`.
+
+    The states may have been read onto a GPU (``map_location="cuda"``); they
+    are moved back to the CPU, where the generators take them.
+    """
     python = state["python"]
     random.setstate((python[0], tuple(python[1]), python[2]))
     numpy = state["numpy"]
     np.random.set_state(  # noqa: NPY002 - restores the global state
         (
             numpy["kind"],
-            numpy["keys"].numpy().astype(np.uint32),
+            numpy["keys"].cpu().numpy().astype(np.uint32),
             numpy["pos"],
             numpy["has_gauss"],
             numpy["cached_gaussian"],
         )
     )
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def save_checkpoint(

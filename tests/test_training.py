@@ -487,3 +487,38 @@ def test_checkpoint_functions_want_a_module(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
         load_checkpoint(path, model.state_dict())
     assert not (tmp_path / "d.pt").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_resume_on_a_gpu_equals_uninterrupted(tmp_path: Path) -> None:
+    # read with map_location="cuda", the generator states used to land on the GPU
+    def run(run_dir: Path, interrupt_at: int | None = None):
+        model, train, val = make_problem()
+        model.cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        calls = {"n": 0}
+
+        def loss_fn(model, batch):
+            calls["n"] += 1
+            if calls["n"] == interrupt_at:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            assert batch[0].is_cuda
+            return mse(model, batch)
+
+        result = fit(
+            model,
+            optimizer,
+            train,
+            loss_fn,
+            run_dir=run_dir,
+            config=TrainConfig(**CONFIG),
+            val_dataset=val,
+        )
+        return model, result
+
+    reference, done = run(tmp_path / "straight")
+    assert run(tmp_path / "resumed", interrupt_at=11)[1].status == "interrupted"
+    model, resumed = run(tmp_path / "resumed")
+    assert resumed.history == done.history
+    for a, b in zip(reference.state_dict().values(), model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
