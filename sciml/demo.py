@@ -9,7 +9,8 @@ the signal for the whole run, and :func:`sciml.training.fit` inside a section
 sees it too (signal flags nest), checkpoints and returns ``"interrupted"``. A
 section that trains passes the result to :func:`stop_if_interrupted`, which
 raises :class:`DemoInterrupted`; a section that received the signal outside
-training simply finishes. Either way :func:`run_demo` runs no further section,
+training simply finishes, and one that fails after the signal (its worker
+processes got it too) counts as interrupted. Either way :func:`run_demo` runs no further section,
 writes ``report.md`` marked as interrupted (the finished sections only) and
 raises :class:`DemoInterrupted`, on which ``sciml demo`` exits with
 :data:`sciml.training.EXIT_REQUEUE`. Sections train with ``resume=True`` into
@@ -107,6 +108,15 @@ def run_demo(
             except DemoInterrupted as stop:
                 _write_interrupted(report, parts, stop)
                 raise
+            except Exception as err:
+                if signals.received is None:
+                    raise
+                # e.g. worker processes ended by the same SIGTERM: requeue, do not fail
+                failed = DemoInterrupted(
+                    name, f"signal {signals.received}; the section failed: {err}"
+                )
+                _write_interrupted(report, parts, failed)
+                raise failed from err
             elapsed = time.perf_counter() - start
             parts += [markdown.rstrip(), "", f"_Section `{name}` took {elapsed:.1f} s._", ""]
             print(f"[demo] {name}: done in {elapsed:.1f} s")

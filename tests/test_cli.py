@@ -174,3 +174,20 @@ def test_numeric_types_accept_good_values() -> None:
     assert positive_int("3") == 3 and non_negative_int("0") == 0
     assert positive_float("1e-3") == 1e-3 and non_negative_float("0") == 0.0
     assert finite_float("-2.5") == -2.5
+
+
+def test_demo_section_failing_after_a_signal_counts_as_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from sciml import demo
+
+    def workers_killed(outdir: Path, *, quick: bool) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # the job's other processes died of it too
+        raise RuntimeError("rank 1 of 2 exited with code -15 without a result")
+
+    monkeypatch.setitem(sys.modules, "fake_spawning", types.SimpleNamespace(demo=workers_killed))
+    monkeypatch.setattr(demo, "SECTIONS", {"spawning": "fake_spawning"})
+    assert main(["demo", "--out", str(tmp_path)]) == EXIT_REQUEUE
+    assert "**Interrupted**" in (tmp_path / "report.md").read_text()
