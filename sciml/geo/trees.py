@@ -114,7 +114,13 @@ def _read_csv(path: Path, crs: Any, like: Any) -> gpd.GeoDataFrame:
             raise ValueError(
                 f"{path}: a CSV has no CRS; pass crs='EPSG:...' (or crs='pixel' with like=)"
             )
-        crs = "EPSG:4326"
+        crs = "EPSG:4326"  # columns named lon/lat: WGS 84 degrees, checked below
+        xs, ys = shapely.get_x(geoms), shapely.get_y(geoms)  # NaN for missing points
+        if (np.abs(xs) > 180).any() or (np.abs(ys) > 90).any():
+            raise ValueError(
+                f"{path}: lon/lat columns hold values outside [-180, 180] x [-90, 90]; "
+                "if they are projected coordinates pass crs='EPSG:...'"
+            )
     return gpd.GeoDataFrame(frame, geometry=geoms, crs=crs)
 
 

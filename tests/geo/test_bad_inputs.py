@@ -261,3 +261,11 @@ def test_trees_in_another_crs_or_none(osbs):
     np.testing.assert_array_equal(tree_labels(trees.to_crs("EPSG:4326"), osbs).values, expected)
     with pytest.raises(ValueError, match="no CRS"):
         tree_labels(trees.set_crs(None, allow_override=True), osbs)
+
+
+def test_lon_lat_columns_must_be_degrees(tmp_path):
+    path = tmp_path / "trees.csv"
+    pd.DataFrame({"lon": [385700.0], "lat": [6671900.0]}).to_csv(path, index=False)
+    with pytest.raises(ValueError, match="outside \\[-180, 180\\]"):
+        load_trees(path)
+    assert len(load_trees(path, crs=UTM35)) == 1
