@@ -507,6 +507,8 @@ def _setup(
         )
     _check_batches(n_train, config, replica[1])
     device = _check_model(model, optimizer)
+    if scheduler is not None and getattr(scheduler, "optimizer", optimizer) is not optimizer:
+        raise ValueError("the scheduler was built for another optimiser than the one given")
     monitor = _resolve_monitor(config.monitor, val_dataset is not None)
     kept = {
         f.name: getattr(config, f.name)

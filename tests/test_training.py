@@ -417,6 +417,9 @@ def test_bad_fit_inputs_give_clear_errors_before_writing(tmp_path: Path) -> None
     other = nn.Linear(6, 1)
     with pytest.raises(ValueError, match="optimiser holds 2 parameter\\(s\\) that are not"):
         call(optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+    stray = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(model.parameters()), step_size=1)
+    with pytest.raises(ValueError, match="scheduler was built for another optimiser"):
+        call(scheduler=stray)
     with pytest.raises(ValueError, match="has no parameters"):
         call(model=nn.ReLU())
     with pytest.raises(TypeError, match="config must be a TrainConfig"):
