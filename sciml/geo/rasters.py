@@ -134,8 +134,12 @@ def write_geotiff(
     """
     import rasterio
 
-    grid = RasterGrid.from_like(like if like is not None else data)
     own = grid_of(data)
+    if like is None and own is None:
+        raise ValueError(
+            f"the data for {path} has no grid (no CRS); pass like= the raster it belongs to"
+        )
+    grid = RasterGrid.from_like(like if like is not None else data)
     if like is not None and own is not None:
         _same_grid(own, like, f"the data for {path}")
     values = np.asarray(data)

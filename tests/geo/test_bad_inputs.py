@@ -269,3 +269,9 @@ def test_lon_lat_columns_must_be_degrees(tmp_path):
     with pytest.raises(ValueError, match="outside \\[-180, 180\\]"):
         load_trees(path)
     assert len(load_trees(path, crs=UTM35)) == 1
+
+
+def test_write_geotiff_needs_a_grid(tmp_path):
+    with pytest.raises(ValueError, match="has no grid \\(no CRS\\); pass like="):
+        write_geotiff(np.zeros((4, 4), np.float32), tmp_path / "x.tif")
+    assert not (tmp_path / "x.tif").exists()
