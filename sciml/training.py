@@ -322,11 +322,19 @@ def _resume(setup: _Setup) -> _LoopState:
     """The loop state of ``last.pt``, after checking it belongs to this run."""
     last = setup.last
     payload = read_checkpoint(last, map_location=setup.device)
+    known = {f.name for f in dataclasses.fields(_LoopState)}
+    if not isinstance(payload["state"], dict) or set(payload["state"]) - known:
+        raise RunDirError(
+            f"{last} was not written by sciml.training.fit (its loop state has other fields); "
+            "give this run another run_dir, or pass resume=False to overwrite it"
+        )
     state = _LoopState(**payload["state"])
     problems = [] if state.run is None else differences(state.run, setup.record)
     if problems:
+        more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
         raise RunDirError(
-            f"{last} was written by a run with another configuration ({'; '.join(problems[:6])}). "
+            f"{last} was written by a run with another configuration "
+            f"({'; '.join(problems[:6])}{more}). "
             "To start a new run, give it another run_dir, or pass resume=False to overwrite "
             "this one"
         )

@@ -377,6 +377,16 @@ def test_resuming_with_another_configuration_is_refused_untouched(tmp_path: Path
     assert more.epoch == 2 and len(more.history) == 2
 
 
+def test_resuming_a_checkpoint_not_written_by_fit_is_refused(tmp_path: Path) -> None:
+    model, _, _ = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.5)
+    save_checkpoint(
+        tmp_path / "checkpoints" / "last.pt", model, optimizer=optimizer, state={"step": 3}
+    )
+    with pytest.raises(RunDirError, match="not written by sciml.training.fit"):
+        _train(tmp_path)
+
+
 def test_resuming_a_longer_run_with_fewer_epochs_is_refused(tmp_path: Path) -> None:
     _train(tmp_path, epochs=2)
     with pytest.raises(RunDirError, match="already trained 2 epochs, more than .*epochs=1"):
