@@ -14,6 +14,7 @@ from torch import nn
 
 from sciml.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from sciml.distributed import spawn
+from sciml.run_dir import RunLock
 from sciml.training import EXIT_REQUEUE, RunDirError, TrainConfig, epoch_batches, fit
 from tests.scripts.train_job import make_problem, mse
 
@@ -243,16 +244,32 @@ def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None) -> str:
 
 def _straight_interrupted_resumed(tmp: str) -> list[str]:
     # 16 samples per replica in batches of 3: step 8 is the second step of epoch 1
-    return [
+    statuses = [
         _train_ddp_interrupted(f"{tmp}/straight", None),
         _train_ddp_interrupted(f"{tmp}/resumed", 8),
         _train_ddp_interrupted(f"{tmp}/resumed", None),
     ]
+    # then another process (rank 1 here) holds a run folder that rank 0 must lock
+    lock = RunLock(Path(tmp))
+    if torch.distributed.get_rank() == 1:
+        lock.acquire()
+    torch.distributed.barrier()
+    try:
+        _train_ddp_interrupted(f"{tmp}", None)
+    except RunDirError as err:
+        statuses.append(str(err))
+    torch.distributed.barrier()
+    lock.release()
+    return statuses
 
 
 def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: Path) -> None:
     statuses = spawn(_straight_interrupted_resumed, 2, str(tmp_path))
-    assert statuses == [["completed", "interrupted", "completed"]] * 2
+    assert [s[:3] for s in statuses] == [["completed", "interrupted", "completed"]] * 2
+    # every rank stops when rank 0 cannot lock the run folder (no hang in a collective)
+    assert "in use by another training run (pid " in statuses[0][3]
+    assert "rank 0 could not lock" in statuses[1][3]
+    assert not (tmp_path / "metrics.csv").exists()
     assert len(_epoch_rows(tmp_path / "straight")) == 10  # train_loss and lr, 5 epochs
     assert _epoch_rows(tmp_path / "resumed") == _epoch_rows(tmp_path / "straight")
     assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
