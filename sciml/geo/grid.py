@@ -172,7 +172,8 @@ class RasterGrid:
             raise ValueError(f"{name}: expected dimensions 'y' and 'x', got {tuple(obj.dims)}")
         height, width = obj.sizes["y"], obj.sizes["x"]
         if "transform" in obj.attrs:
-            return cls(crs, Affine(*tuple(obj.attrs["transform"])[:6]), height, width)
+            transform = Affine(*tuple(obj.attrs["transform"])[:6])
+            return cls(crs, _follow_coords(obj, transform, name), height, width)
         x, y = np.asarray(obj["x"], dtype=float), np.asarray(obj["y"], dtype=float)
         if len(x) < 2 or len(y) < 2:
             raise ValueError(f"{name}: need 2+ x and y coordinates or attrs['transform']")
@@ -182,6 +183,35 @@ class RasterGrid:
         resx, resy = (x[-1] - x[0]) / (len(x) - 1), (y[-1] - y[0]) / (len(y) - 1)
         transform = Affine(resx, 0.0, x[0] - resx / 2, 0.0, resy, y[0] - resy / 2)
         return cls(crs, transform, height, width)
+
+
+def _follow_coords(obj: xr.DataArray | xr.Dataset, transform: Affine, name: str) -> Affine:
+    """``attrs['transform']`` moved by whole pixels to the ``x``/``y`` labels.
+
+    A slice (``isel``) keeps the attributes of the whole raster; the
+    coordinates are the labels, so the origin follows them. They must sit on
+    the transform's pixel centres, spaced by its resolution.
+    """
+    if transform.b or transform.d or "x" not in obj.coords or "y" not in obj.coords:
+        return transform
+    x, y = np.asarray(obj["x"], dtype=float), np.asarray(obj["y"], dtype=float)
+    if len(x) == 0 or len(y) == 0:
+        return transform
+    shifts = []
+    for axis, values, step, origin in (
+        ("x", x, transform.a, transform.c),
+        ("y", y, transform.e, transform.f),
+    ):
+        pixels = (values - origin) / step - 0.5  # pixel index of every label
+        tolerance = 64 * np.finfo(float).eps * max(np.abs(values).max(), abs(origin)) / abs(step)
+        expected = round(pixels[0]) + np.arange(len(values))
+        if np.abs(pixels - expected).max() > tolerance:
+            raise ValueError(
+                f"{name}: the {axis} coordinates are not the pixel centres of "
+                f"attrs['transform'] (spacing {step}); drop the stale 'transform' attribute"
+            )
+        shifts.append(int(expected[0]))
+    return transform @ Affine.translation(*shifts) if any(shifts) else transform
 
 
 def grid_of(obj: Any) -> RasterGrid | None:

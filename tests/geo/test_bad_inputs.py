@@ -275,3 +275,13 @@ def test_write_geotiff_needs_a_grid(tmp_path):
     with pytest.raises(ValueError, match="has no grid \\(no CRS\\); pass like="):
         write_geotiff(np.zeros((4, 4), np.float32), tmp_path / "x.tif")
     assert not (tmp_path / "x.tif").exists()
+
+
+def test_a_sliced_raster_keeps_its_place(helsinki_roads, osbs):
+    full = road_mask(helsinki_roads, HELSINKI)
+    part = full.isel(y=slice(40, 120), x=slice(60, 170))  # attrs still hold the full transform
+    np.testing.assert_array_equal(road_mask(helsinki_roads, part).values, part.values)
+    crop = osbs.isel(y=slice(100, 300), x=slice(200, 400))
+    assert RasterGrid.from_like(crop).bounds[0] == pytest.approx(osbs.x.values[200] - 0.05)
+    with pytest.raises(ValueError, match="not the pixel centres"):
+        RasterGrid.from_like(osbs.isel(x=slice(0, 400, 2)))
