@@ -275,16 +275,26 @@ def init_distributed(
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     if dist.is_initialized():
         return DistributedContext(
-            launch.source, dist.get_rank(), dist.get_world_size(), launch.local_rank,
-            dist.get_backend(), device, timeout,
-        )  # fmt: skip
+            launch.source,
+            dist.get_rank(),
+            dist.get_world_size(),
+            launch.local_rank,
+            dist.get_backend(),
+            device,
+            timeout,
+        )
     delta = datetime.timedelta(seconds=timeout)
     if launch.world_size == 1:
         store = dist.HashStore()
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=delta)
     elif init_method is not None:
-        dist.init_process_group(backend, init_method=init_method, rank=launch.rank,
-                                world_size=launch.world_size, timeout=delta)  # fmt: skip
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=launch.rank,
+            world_size=launch.world_size,
+            timeout=delta,
+        )
     elif launch.source == "torchrun":
         # env:// reuses the store that torchrun's agent already hosts
         os.environ.setdefault("MASTER_ADDR", launch.master_addr)
@@ -298,8 +308,9 @@ def init_distributed(
             world_size=launch.world_size,
             timeout=delta,
         )
-    logger.debug("rank %d/%d initialised (%s, %s)", launch.rank, launch.world_size, backend,
-                 launch.source)  # fmt: skip
+    logger.debug(
+        "rank %d/%d initialised (%s, %s)", launch.rank, launch.world_size, backend, launch.source
+    )
     return DistributedContext(
         launch.source, launch.rank, launch.world_size, launch.local_rank, backend, device, timeout
     )
@@ -431,9 +442,11 @@ def _spawn_worker(
     args: tuple[Any, ...],
 ) -> None:
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size),
-    )  # fmt: skip
+    )
     torch.set_num_threads(threads)
     # Slurm's time-limit warning goes to every process of the job: the parent
     # decides what to do (a training loop in fn installs its own handler)

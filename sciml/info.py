@@ -10,9 +10,22 @@ import torch.distributed as dist
 
 #: Packages whose versions the report lists.
 PACKAGES = (
-    "sciml", "torch", "numpy", "xarray", "dask", "distributed", "netCDF4", "zarr",
-    "rasterio", "geopandas", "shapely", "pyproj", "osmnx", "pyrosm", "matplotlib",
-)  # fmt: skip
+    "sciml",
+    "torch",
+    "numpy",
+    "xarray",
+    "dask",
+    "distributed",
+    "netCDF4",
+    "zarr",
+    "rasterio",
+    "geopandas",
+    "shapely",
+    "pyproj",
+    "osmnx",
+    "pyrosm",
+    "matplotlib",
+)
 
 
 def _version(name: str) -> str:

@@ -41,14 +41,22 @@ def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
 
 
 def _sbatch(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(["sbatch", "--parsable", *args], env=env, cwd=ROOT, check=True,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        ["sbatch", "--parsable", *args],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return out.stdout.strip().split(";")[0]
 
 
 def _state(env: dict[str, str], job: str) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True,
-                         text=True, timeout=30)  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"], env=env, capture_output=True, text=True, timeout=30
+    )
     if out.returncode != 0 and "Invalid job id" not in out.stderr:
         return "UNKNOWN"  # slurmctld busy: not the same as gone
     return out.stdout.strip()
@@ -63,8 +71,16 @@ def _wait_gone(env: dict[str, str], job: str, seconds: float = 180) -> None:
 
 def test_srun_two_tasks_initialise_from_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "ranks"
-    job = _sbatch(slurm_env, "--wait", "--ntasks=2", f"--output={tmp_path}/job.out", str(SBATCH),
-                  sys.executable, "tests/scripts/dist_job.py", str(out))  # fmt: skip
+    job = _sbatch(
+        slurm_env,
+        "--wait",
+        "--ntasks=2",
+        f"--output={tmp_path}/job.out",
+        str(SBATCH),
+        sys.executable,
+        "tests/scripts/dist_job.py",
+        str(out),
+    )
     ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
     assert all(r["source"] == "slurm" and r["world_size"] == 2 for r in ranks), ranks
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -74,12 +90,24 @@ def test_srun_two_tasks_initialise_from_slurm(slurm_env: dict[str, str], tmp_pat
 
 def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_path: Path) -> None:
     straight = tmp_path / "straight"
-    subprocess.run([sys.executable, "tests/scripts/train_job.py", str(straight)], cwd=ROOT,
-                   check=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "tests/scripts/train_job.py", str(straight)],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
     run = tmp_path / "run"
     log = tmp_path / "job.out"
-    job = _sbatch(slurm_env, f"--output={log}", str(SBATCH), sys.executable,
-                  "tests/scripts/train_job.py", str(run), "--slow", "0.05")  # fmt: skip
+    job = _sbatch(
+        slurm_env,
+        f"--output={log}",
+        str(SBATCH),
+        sys.executable,
+        "tests/scripts/train_job.py",
+        str(run),
+        "--slow",
+        "0.05",
+    )
     metrics = run / "metrics.csv"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -98,8 +126,12 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
     # in the same second: slurmd rejects a credential issued when the old one was
     # revoked ("Job credential revoked"), and Slurm's own delay exists for that.
     time.sleep(3)
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm_env,
-                   check=True, timeout=30)  # fmt: skip
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job}", "StartTime=now"],
+        env=slurm_env,
+        check=True,
+        timeout=30,
+    )
     deadline = time.monotonic() + 180
     while not (run / "final.pt").exists():  # written by the resumed run when it completes
         assert time.monotonic() < deadline, f"the requeued job did not finish:\n{log.read_text()}"
