@@ -36,9 +36,11 @@ def _require_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
         raise ValueError(f"TrainConfig.{name} must be one of {choices}, got {value!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """Options of :func:`fit`, checked when the config is made.
+    """Options of :func:`fit`, checked when they are made, then frozen.
+
+    ``dataclasses.replace(config, epochs=20)`` makes a checked copy.
 
     Attributes:
         epochs: Number of passes over the training set (>= 1).

@@ -1,6 +1,7 @@
 """sciml.training and sciml.checkpoint: exact resume, signals, early stop, bad checkpoints."""
 
 import csv
+import dataclasses
 import os
 import signal
 import subprocess
@@ -298,6 +299,10 @@ def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: 
 def test_train_config_rejects_bad_values(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=f"TrainConfig.{message}"):
         TrainConfig(**{field: value})
+    with pytest.raises(ValueError, match=f"TrainConfig.{message}"):
+        dataclasses.replace(TrainConfig(), **{field: value})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(TrainConfig(), field, value)  # would skip the checks
 
 
 def test_monitor_that_is_never_logged_is_an_error_before_anything_is_written(
