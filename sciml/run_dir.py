@@ -106,11 +106,23 @@ def differences(saved: Any, current: Any, where: str = "") -> list[str]:
 
 
 class RunLock:
-    """An exclusive ``flock`` on ``run_dir/run.lock`` that names its holder's pid."""
+    """An exclusive ``flock`` on ``run_dir/<name>`` that names its holder's pid.
 
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_NAME
+    Also a context manager: ``with RunLock(run_dir, name="model.json.lock"): ...``
+    creates the folder, acquires and releases.
+    """
+
+    def __init__(self, run_dir: Path, *, name: str = LOCK_NAME) -> None:
+        self.path = run_dir / name
         self.fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     def acquire(self) -> None:
         """Lock without waiting; :class:`RunDirError` naming the holder if it is taken."""

@@ -247,10 +247,11 @@ def train_segmenter(
 
     Raises:
         ValueError: Bad options, or tiles the model cannot take.
-        RunConfigError: ``run_dir`` holds a run of another configuration, or
-            another process is training in it.
+        RunConfigError: ``run_dir`` holds a run of another configuration.
+        sciml.run_dir.RunDirError: Another process is training in ``run_dir``.
     """
     from sciml.io_utils import atomic_write_text
+    from sciml.run_dir import RunLock
     from sciml.training import TrainConfig, fit, seed_everything
 
     _check_training(model, train_dataset, epochs=epochs, batch_size=batch_size, lr=lr, loss=loss)
@@ -266,7 +267,8 @@ def train_segmenter(
         handle_signals=handle_signals,
         monitor="val_loss" if val_dataset is not None else "train_loss",
     )
-    with _config_lock(Path(run_dir)):
+    # One process at a time checks and writes model.json (fit's run.lock comes later).
+    with RunLock(Path(run_dir), name=f"{RUN_CONFIG}.lock"):
         check_run_dir(run_dir, config)
         atomic_write_text(Path(run_dir) / RUN_CONFIG, json.dumps(config, indent=2))
         seed_everything(seed)
@@ -281,27 +283,6 @@ def train_segmenter(
             val_dataset=val_dataset,
             collate_fn=_collate,
         )
-
-
-@contextlib.contextmanager
-def _config_lock(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir/model.json.lock`` while one process checks, writes ``model.json`` and trains.
-
-    A second process on the same folder is refused before it writes anything
-    (``fit``'s own ``run.lock`` is taken only after ``model.json`` is written).
-    """
-    import fcntl
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / f"{RUN_CONFIG}.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunConfigError(
-                f"{run_dir} is in use by another training process; wait for it to finish, "
-                "or give this run another run_dir"
-            ) from None
-        yield
 
 
 def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUNet:

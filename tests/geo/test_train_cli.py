@@ -257,7 +257,7 @@ def test_a_second_process_is_refused_before_writing(rasters, tmp_path, capsys):
     with open(run / "model.json.lock", "a") as held:  # as a process still training holds it
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert _train(rasters, run, "--epochs", "2", "--base-channels", "8") == 1
-    assert "in use by another training process" in capsys.readouterr().err
+    assert "in use by another training run" in capsys.readouterr().err
     assert _snapshot(run) == before
 
 
