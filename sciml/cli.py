@@ -25,6 +25,13 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeAlias
+
+#: What a workflow's ``register`` receives: the ``sciml`` parser's subcommands.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+#: The type of every workflow's ``register(subparsers)``.
+Register: TypeAlias = Callable[[Subparsers], None]
 
 #: Modules whose ``register(subparsers)`` adds a workflow's subcommands.
 WORKFLOW_CLIS: tuple[str, ...] = (
@@ -118,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     for module in WORKFLOW_CLIS:
-        importlib.import_module(module).register(sub)
+        register: Register = importlib.import_module(module).register
+        register(sub)
     _show_defaults(parser)
     return parser
 

@@ -1,6 +1,8 @@
 """The ``sciml`` command line: help on every subcommand, info, the demo."""
 
 import argparse
+import importlib
+import inspect
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ import torch
 
 from sciml.cli import (
     EXIT_FAILURE,
+    WORKFLOW_CLIS,
     build_parser,
     finite_float,
     main,
@@ -40,6 +43,13 @@ def test_every_subcommand_has_help(path: tuple[str, ...], capsys: pytest.Capture
     assert "usage: sciml" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("module", WORKFLOW_CLIS)
+def test_every_workflow_register_has_the_one_register_type(module: str) -> None:
+    signature = inspect.signature(importlib.import_module(module).register)
+    assert [p.annotation for p in signature.parameters.values()] == ["Subparsers"]
+    assert signature.return_annotation == "None"
+
+
 def test_info_lists_versions_and_backends(capsys: pytest.CaptureFixture) -> None:
     assert main(["info"]) == 0
     out = capsys.readouterr().out
@@ -47,8 +57,9 @@ def test_info_lists_versions_and_backends(capsys: pytest.CaptureFixture) -> None
 
 
 def test_console_script_runs() -> None:
-    out = subprocess.run([sys.executable, "-m", "sciml.cli", "--version"], check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "sciml.cli", "--version"], check=True, capture_output=True, text=True
+    ).stdout
     assert out.startswith("sciml ")
 
 
@@ -161,10 +172,16 @@ def test_every_option_has_help_and_shows_its_default(
 
 @pytest.mark.parametrize(
     "kind, text",
-    [(positive_int, "0"), (positive_int, "1.5"), (non_negative_int, "-1"),
-     (positive_float, "nan"), (positive_float, "0"), (non_negative_float, "-0.1"),
-     (finite_float, "inf")],
-)  # fmt: skip
+    [
+        (positive_int, "0"),
+        (positive_int, "1.5"),
+        (non_negative_int, "-1"),
+        (positive_float, "nan"),
+        (positive_float, "0"),
+        (non_negative_float, "-0.1"),
+        (finite_float, "inf"),
+    ],
+)
 def test_numeric_types_reject_bad_values(kind, text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected"):
         kind(text)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sciml.cli import (
+    Subparsers,
     finite_float,
     non_negative_float,
     non_negative_int,
@@ -168,7 +169,7 @@ def _cmd_scene(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_mask(sub: argparse._SubParsersAction) -> None:
+def _add_mask(sub: Subparsers) -> None:
     mask = sub.add_parser("mask", help="road mask GeoTIFF on a reference raster's grid")
     mask.add_argument("roads", help="roads: .osm, .osm.bz2, .osm.pbf, .gpkg or .geojson")
     mask.add_argument("like", help="reference raster (its grid and CRS)")
@@ -187,7 +188,7 @@ def _add_mask(sub: argparse._SubParsersAction) -> None:
     mask.set_defaults(func=_cmd_mask)
 
 
-def _add_labels(sub: argparse._SubParsersAction) -> None:
+def _add_labels(sub: Subparsers) -> None:
     labels = sub.add_parser("labels", help="tree-crown label GeoTIFF (255 off the mask)")
     labels.add_argument("trees", help="inventory: .csv, .geojson, .gpkg or OSM natural=tree")
     labels.add_argument("like", help="reference raster")
@@ -197,7 +198,7 @@ def _add_labels(sub: argparse._SubParsersAction) -> None:
     labels.set_defaults(func=_cmd_labels)
 
 
-def _add_train(sub: argparse._SubParsersAction) -> None:
+def _add_train(sub: Subparsers) -> None:
     train = sub.add_parser(
         "train",
         help="train the masked U-Net on image, mask and labels (exit 3 after a checkpoint "
@@ -230,7 +231,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     train.set_defaults(func=_cmd_train)
 
 
-def _add_predict(sub: argparse._SubParsersAction) -> None:
+def _add_predict(sub: Subparsers) -> None:
     predict = sub.add_parser(
         "predict", help="tree probability GeoTIFF of a whole image (NaN on no-data pixels)"
     )
@@ -251,7 +252,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     predict.set_defaults(func=_cmd_predict)
 
 
-def _add_scene(sub: argparse._SubParsersAction) -> None:
+def _add_scene(sub: Subparsers) -> None:
     scene = sub.add_parser("scene", help="synthesise an aerial-like scene from OSM")
     scene.add_argument("out", help="output folder")
     scene.add_argument("--osm", help="OSM extract; unset: the bundled Helsinki extract")
@@ -267,7 +268,7 @@ def _add_scene(sub: argparse._SubParsersAction) -> None:
     scene.set_defaults(func=_cmd_scene)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``sciml geo mask|labels|train|predict|scene``."""
     geo = subparsers.add_parser("geo", help="OSM road masks and tree segmentation")
     sub = geo.add_subparsers(dest="geo_command", metavar="COMMAND", required=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-from typing import Any
 
-from sciml.cli import non_negative_int, positive_int
+from sciml.cli import Subparsers, non_negative_int, positive_int
 from sciml.spatial_parallel.mesh import MESH_DIMS
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
@@ -121,7 +120,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add the ``spatial`` subcommand group."""
     spatial = subparsers.add_parser("spatial", help="spatially parallel 3D CNNs")
     sub = spatial.add_subparsers(dest="spatial_command", metavar="COMMAND", required=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sciml.cli import (
+    Subparsers,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -80,7 +81,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add the ``weather`` subcommand group to the ``sciml`` parser."""
     weather = subparsers.add_parser("weather", help="ensemble weather data, toy model, scores")
     sub = weather.add_subparsers(dest="weather_command", metavar="COMMAND", required=True)
