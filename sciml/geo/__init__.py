@@ -10,10 +10,11 @@ Modules: ``osm`` (road and OSM layers), ``widths`` (metric widths, UTM
 buffering), ``grid`` (a raster's grid), ``mask`` (in-memory and streamed
 masks), ``trees`` (inventories -> crown labels), ``rasters`` (GeoTIFF, mask,
 label and vector I/O), ``tiles`` (training tiles, stitched inference, no-data
-pixels), ``model`` (masked U-Net, losses, training runs), ``scores`` (pixel
-metrics, AUC, thresholds), ``scene`` and ``experiment`` (synthetic Helsinki
-scene, masked vs unmasked; the OSBS study), ``plots``, ``demo``, ``cli``. The torch-based modules
-are not imported here, so that ``import sciml.geo`` stays light.
+pixels), ``model`` (masked U-Net), ``losses`` (masked losses), ``training``
+(run folders, training and loading), ``scores`` (pixel metrics, AUC,
+thresholds), ``scene`` and ``experiment`` (synthetic Helsinki scene, masked
+vs unmasked; the OSBS study), ``plots``, ``demo``, ``cli``. The torch-based
+modules are not imported here, so that ``import sciml.geo`` stays light.
 """
 
 from sciml.geo.grid import RasterGrid

@@ -96,9 +96,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from sciml.geo.model import MaskedUNet, train_segmenter
+    from sciml.geo.model import MaskedUNet
     from sciml.geo.rasters import read_image, read_labels, read_mask
     from sciml.geo.tiles import SceneTiles
+    from sciml.geo.training import train_segmenter
     from sciml.training import EXIT_REQUEUE
 
     image = read_image(args.image)
@@ -135,9 +136,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from sciml.geo.model import load_segmenter
     from sciml.geo.rasters import read_image, read_mask, write_geotiff
     from sciml.geo.tiles import predict_scene
+    from sciml.geo.training import load_segmenter
 
     model = load_segmenter(args.run_dir, checkpoint=args.checkpoint)
     _check_tiles(args.tile, args.overlap, model.config["depth"])

@@ -22,16 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset
 
-from sciml.geo.model import (
-    LossKind,
-    MaskedUNet,
-    segmentation_metrics,
-    torch_threads,
-    train_segmenter,
-    tree_recall,
-)
+from sciml.geo.losses import LossKind
+from sciml.geo.model import MaskedUNet, torch_threads
 from sciml.geo.scene import Scene
+from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.geo.tiles import SceneTiles, predict_scene
+from sciml.geo.training import train_segmenter
 
 #: Accuracy inside the mask reached by the reference study (Hamburg, 0.2 m).
 REFERENCE_ACCURACY = 0.784
@@ -143,7 +139,7 @@ def run_experiment(
 
     Raises:
         ExperimentInterrupted: A signal stopped a training run (checkpointed).
-        sciml.geo.model.RunConfigError: ``run_dir`` holds runs of other options.
+        sciml.geo.training.RunConfigError: ``run_dir`` holds runs of other options.
     """
     run_dir = Path(run_dir)
     road = scene.mask.values

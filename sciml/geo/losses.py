@@ -12,7 +12,7 @@ from torch.nn import functional as F
 __all__ = ["LOSS_KINDS", "LossKind", "make_loss_fn", "masked_loss"]
 
 LossKind = Literal["bce", "dice", "tversky", "bce+dice"]
-#: Loss kinds accepted by :func:`masked_loss` and :func:`sciml.geo.model.train_segmenter`.
+#: Loss kinds accepted by :func:`masked_loss` and :func:`sciml.geo.training.train_segmenter`.
 LOSS_KINDS: tuple[str, ...] = ("bce", "dice", "tversky", "bce+dice")
 
 

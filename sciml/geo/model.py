@@ -1,44 +1,24 @@
-"""Masked tree segmentation: a 2D U-Net with a mask channel, and its training runs.
+"""Masked tree segmentation: a 2D U-Net with a mask channel.
 
-The mask (where the inventory is complete) is an input channel, it coats the
-image and the output, and losses (:mod:`sciml.geo.losses`) and metrics
-(:mod:`sciml.geo.scores`, re-exported here) count only inside it. At
-inference the mask can be all ones to map trees everywhere. A run folder
-holds ``model.json`` (the model's and the training's configuration) and the
-checkpoints; it resumes only the run it describes.
+The mask (where the inventory is complete) is an input channel and coats the
+image and the output; losses (:mod:`sciml.geo.losses`) and metrics
+(:mod:`sciml.geo.scores`) count only inside it, and training runs live in
+:mod:`sciml.geo.training`. At inference the mask can be all ones to map trees
+everywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from sciml.geo.losses import LOSS_KINDS, LossKind, make_loss_fn, masked_loss
-from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.models import UNet
 
-__all__ = [
-    "LOSS_KINDS",
-    "LossKind",
-    "MaskedUNet",
-    "RunConfigError",
-    "check_run_dir",
-    "load_segmenter",
-    "make_loss_fn",  # from sciml.geo.losses, where it lives
-    "masked_loss",
-    "run_config",
-    "segmentation_metrics",  # from sciml.geo.scores, where it lives
-    "torch_threads",
-    "train_segmenter",
-    "tree_recall",
-]
+__all__ = ["MaskedUNet", "torch_threads"]
 
 
 class MaskedUNet(nn.Module):
@@ -100,234 +80,3 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-#: File of a run folder holding the model's and the training's configuration.
-RUN_CONFIG = "model.json"
-
-
-class RunConfigError(ValueError):
-    """A run folder holds a run trained with another configuration."""
-
-
-def run_config(
-    model: nn.Module,
-    *,
-    loss: LossKind,
-    masked: bool,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Everything a run's checkpoints depend on, as written to ``run_dir/model.json``.
-
-    A :class:`MaskedUNet`'s constructor arguments, the training options
-    (``epochs`` excluded: a finished run can be trained further) and
-    ``options`` (e.g. the tile and overlap of the training tiles).
-    """
-    model_part = model.config if isinstance(model, MaskedUNet) else {"model": type(model).__name__}
-    config = {
-        **model_part,
-        "masked": bool(masked),
-        "loss": loss,
-        "lr": float(lr),
-        "batch_size": int(batch_size),
-        "seed": int(seed),
-        **dict(options or {}),
-    }
-    return json.loads(json.dumps(config))  # what reading model.json gives back
-
-
-def check_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
-    """Whether ``run_dir`` can take a run of ``config``; True when it resumes one.
-
-    A folder without checkpoints takes any configuration. A folder with
-    checkpoints resumes only the run its ``model.json`` describes.
-
-    Raises:
-        RunConfigError: The folder's run has another (or no recorded) configuration.
-    """
-    run_dir = Path(run_dir)
-    if not any((run_dir / "checkpoints").glob("*.pt")):
-        return False
-    path = run_dir / RUN_CONFIG
-    fresh = f"pass a new --run-dir (run_dir=) to start a new run, or delete {run_dir} to retrain"
-    if not path.exists():
-        raise RunConfigError(
-            f"{run_dir} holds checkpoints but no {RUN_CONFIG}: it is not a run of "
-            f"train_segmenter, so it cannot be resumed; {fresh}"
-        )
-    try:
-        saved = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunConfigError(f"{path} is not valid JSON ({err}); {fresh}") from None
-    keys = sorted(set(saved) | set(config))
-    differ = [
-        f"{k}: {saved.get(k, '<unset>')!r} -> {config.get(k, '<unset>')!r}"
-        for k in keys
-        if saved.get(k, "<unset>") != config.get(k, "<unset>")
-    ]
-    if differ:
-        raise RunConfigError(
-            f"{run_dir} holds a run trained with another configuration "
-            f"({'; '.join(differ)}); resuming it would mix two runs: {fresh}"
-        )
-    return True
-
-
-def _check_training(
-    model: nn.Module, dataset: Any, *, epochs: int, batch_size: int, lr: float, loss: str
-) -> None:
-    """Reject impossible options and tiles the model cannot take, before any file is written."""
-    if loss not in LOSS_KINDS:
-        raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSS_KINDS)}")
-    if int(epochs) != epochs or epochs < 1 or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"epochs and batch_size must be integers >= 1, got {epochs}, {batch_size}")
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    if len(dataset) == 0:
-        raise ValueError("the training dataset has no tile")
-    if not isinstance(model, MaskedUNet):
-        return
-    image = dataset[0]["image"]
-    if image.shape[0] != model.in_channels:
-        raise ValueError(
-            f"the model takes {model.in_channels} image band(s), the tiles have {image.shape[0]}"
-        )
-    factor = 2 ** model.config["depth"]
-    if any(size % factor for size in image.shape[1:]):
-        raise ValueError(
-            f"tiles of {tuple(image.shape[1:])} px do not suit a U-Net of depth "
-            f"{model.config['depth']}: the tile must be divisible by {factor}"
-        )
-
-
-def train_segmenter(
-    model: nn.Module,
-    train_dataset: Any,
-    *,
-    run_dir: str | Path,
-    epochs: int = 5,
-    batch_size: int = 8,
-    lr: float = 1e-3,
-    seed: int = 0,
-    loss: LossKind = "bce",
-    masked: bool = True,
-    val_dataset: Any = None,
-    options: Mapping[str, Any] | None = None,
-    progress: bool = False,
-    handle_signals: bool = True,
-) -> Any:
-    """Train with :func:`sciml.training.fit` (Adam, CSV metrics, atomic checkpoints).
-
-    Everything is checked before any file is written: the options, the tiles
-    against the model, and the run folder (:func:`check_run_dir`: a folder
-    with checkpoints resumes only a run of the same configuration). Then the
-    configuration (:func:`run_config`) is written atomically to
-    ``run_dir/model.json`` so that :func:`load_segmenter` can rebuild the
-    model. ``checkpoints/best.pt`` holds the epoch with the lowest
-    ``val_loss`` (``train_loss`` without a validation set).
-
-    Args:
-        model: The model (a :class:`MaskedUNet` is rebuilt by :func:`load_segmenter`).
-        train_dataset: :class:`sciml.geo.tiles.SceneTiles` or tiles like them.
-        run_dir: Run folder; rerunning the same call resumes an interrupted run.
-        epochs, batch_size, lr, seed: Training options.
-        loss: One of :data:`LOSS_KINDS`.
-        masked: Feed the mask and count valid pixels only (``False``: the baseline).
-        val_dataset: Tiles scored after every epoch.
-        options: Other settings the run depends on, recorded and compared on resume.
-        progress: Show a progress bar.
-        handle_signals: On SIGTERM/SIGUSR1 checkpoint and return with status
-            ``"interrupted"`` (the caller exits with :data:`sciml.training.EXIT_REQUEUE`).
-
-    Returns:
-        The :class:`sciml.training.TrainResult`.
-
-    Raises:
-        ValueError: Bad options, or tiles the model cannot take.
-        RunConfigError: ``run_dir`` holds a run of another configuration.
-        sciml.run_dir.RunDirError: Another process is training in ``run_dir``.
-    """
-    from sciml.io_utils import atomic_write_text
-    from sciml.run_dir import RunLock
-    from sciml.training import TrainConfig, fit, seed_everything
-
-    _check_training(model, train_dataset, epochs=epochs, batch_size=batch_size, lr=lr, loss=loss)
-    config = run_config(
-        model, loss=loss, masked=masked, lr=lr, batch_size=batch_size, seed=seed, options=options
-    )
-    train_config = TrainConfig(
-        epochs=epochs,
-        batch_size=batch_size,
-        seed=seed,
-        progress=progress,
-        tensorboard=False,
-        handle_signals=handle_signals,
-        monitor="val_loss" if val_dataset is not None else "train_loss",
-    )
-    # One process at a time checks and writes model.json (fit's run.lock comes later).
-    with RunLock(Path(run_dir), name=f"{RUN_CONFIG}.lock"):
-        check_run_dir(run_dir, config)
-        atomic_write_text(Path(run_dir) / RUN_CONFIG, json.dumps(config, indent=2))
-        seed_everything(seed)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        return fit(
-            model,
-            optimizer,
-            train_dataset,
-            make_loss_fn(loss, masked=masked),
-            run_dir=run_dir,
-            config=train_config,
-            val_dataset=val_dataset,
-            collate_fn=_collate,
-        )
-
-
-def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUNet:
-    """Rebuild a :class:`MaskedUNet` trained by :func:`train_segmenter` from its run folder.
-
-    Args:
-        run_dir: The training run folder (``model.json``, ``checkpoints/``).
-        checkpoint: ``"last"`` (the latest epoch) or ``"best"`` (the lowest monitored loss).
-
-    Raises:
-        FileNotFoundError: No such run folder, ``model.json`` or checkpoint.
-        ValueError: ``model.json`` does not describe a :class:`MaskedUNet`.
-    """
-    from sciml.checkpoint import load_checkpoint
-
-    run_dir = Path(run_dir)
-    if checkpoint not in ("last", "best"):
-        raise ValueError(f"checkpoint must be 'last' or 'best', got {checkpoint!r}")
-    config_path = run_dir / RUN_CONFIG
-    if not config_path.exists():
-        raise FileNotFoundError(f"{config_path} not found; is {run_dir} a training run folder?")
-    config = json.loads(config_path.read_text())
-    missing = [
-        k
-        for k in ("in_channels", "base_channels", "depth", "norm", "mask_image")
-        if k not in config
-    ]
-    if missing:
-        raise ValueError(f"{config_path} does not describe a MaskedUNet: no {missing}")
-    path = run_dir / "checkpoints" / f"{checkpoint}.pt"
-    if not path.exists():
-        found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
-        hint = f"it has {', '.join(found)}" if found else "it has no checkpoint: train it first"
-        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path}); {hint}")
-    model = MaskedUNet(
-        config["in_channels"],
-        base_channels=config["base_channels"],
-        depth=config["depth"],
-        norm=config["norm"],
-        mask_image=config["mask_image"],
-    )
-    load_checkpoint(path, model, restore_rng=False)
-    return model.eval()
-
-
-def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("image", "mask", "label", "valid")
-    return {key: torch.stack([item[key] for item in items]) for key in keys if key in items[0]}

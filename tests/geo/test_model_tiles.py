@@ -10,8 +10,10 @@ import torch
 from torch.nn import functional as F
 
 from sciml.geo import RasterGrid
-from sciml.geo.model import MaskedUNet, masked_loss, segmentation_metrics, tree_recall
+from sciml.geo.losses import masked_loss
+from sciml.geo.model import MaskedUNet
 from sciml.geo.rasters import read_image, write_geotiff
+from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.geo.tiles import SceneTiles, blend_weights, predict_scene, tile_origins
 from sciml.geo.trees import IGNORE_INDEX
 
