@@ -38,13 +38,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -55,6 +53,7 @@ from sciml.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoin
 from sciml.distributed import PreemptionFlag, all_reduce_cpu, check_replica, world
 from sciml.run_dir import RunDirError, differences, lock_run_dir, run_record
 from sciml.run_log import MetricsLog
+from sciml.sampling import epoch_batches, epoch_seed, seed_everything
 from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
 
 __all__ = [
@@ -121,55 +120,6 @@ class _LoopState:
     run: dict[str, Any] | None = None
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's and torch's generators (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)  # noqa: NPY002 - user code draws from the global state
-    torch.manual_seed(seed)
-
-
-def epoch_batches(
-    n: int,
-    batch_size: int,
-    *,
-    epoch: int,
-    seed: int,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    replica: tuple[int, int] = (0, 1),
-) -> list[list[int]]:
-    """Sample indices of one epoch, split into batches, for one data-parallel replica.
-
-    The order depends only on ``(seed, epoch)``. As with ``DistributedSampler``,
-    the permutation is padded by repeating its start so that every replica
-    gets the same number of samples, and replica ``r`` of ``R`` takes every
-    ``R``-th index starting at ``r``.
-
-    Raises:
-        ValueError: If ``n`` is 0, ``batch_size`` < 1, or ``replica`` is not a
-            valid ``(index, count)``.
-    """
-    if n == 0:
-        raise ValueError("the training dataset is empty")
-    if n < 0:
-        raise ValueError(f"n must be the number of samples (>= 1), got {n}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    index, replicas = check_replica(replica)
-    if shuffle:
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        order = torch.randperm(n, generator=generator).tolist()
-    else:
-        order = list(range(n))
-    per_replica = math.ceil(n / replicas)
-    order = (order * math.ceil(per_replica * replicas / n))[: per_replica * replicas]
-    mine = order[index::replicas]
-    batches = [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
-    if drop_last and batches and len(batches[-1]) < batch_size:
-        batches.pop()
-    return batches
-
-
 def _length(name: str, dataset: object) -> int:
     """The length of a map-style dataset, which must not be empty."""
     if not isinstance(dataset, Sized):
@@ -232,7 +182,7 @@ def _loader(
 ) -> DataLoader[Any]:
     # The loader's own generator seeds its workers, so resuming does not draw
     # from (and shift) the global generator.
-    generator = torch.Generator().manual_seed(config.seed * 7919 + epoch)
+    generator = torch.Generator().manual_seed(epoch_seed(config.seed, epoch, stream="workers"))
     return DataLoader(
         dataset,
         batch_sampler=batches,

@@ -35,6 +35,7 @@ import xarray as xr
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from sciml.distributed import check_replica
+from sciml.sampling import epoch_seed
 
 __all__ = [
     "NormStats",
@@ -365,7 +366,8 @@ class XarrayIterableDataset(IterableDataset[torch.Tensor]):
 
     Each Dask chunk of ``sample_dims[0]`` is read once; chunks are dealt out to
     ``DataLoader`` workers and to data-parallel ``replica`` ranks in turn, and
-    shuffled (chunk order and samples within a chunk) from ``seed + epoch``.
+    shuffled (chunk order and samples within a chunk) from
+    :func:`~sciml.sampling.epoch_seed` of ``seed`` and the epoch.
     Takes the same arguments as :class:`XarrayDataset`, plus:
 
     Args:
@@ -404,7 +406,7 @@ class XarrayIterableDataset(IterableDataset[torch.Tensor]):
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         index, count = self.replica
-        rng = np.random.default_rng(self.seed * 1_000_003 + self.epoch)
+        rng = np.random.default_rng(epoch_seed(self.seed, self.epoch))
         order = rng.permutation(len(self.blocks)) if self.shuffle else range(len(self.blocks))
         inner = math.prod(self.layout.shape[1:])
         for position, block in enumerate(order):

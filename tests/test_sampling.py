@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+from sciml.sampling import epoch_batches, epoch_seed
+
+
+def test_epoch_seed_keeps_the_orders_of_earlier_runs():
+    # runs checkpointed before epoch_seed existed resume onto the same order
+    assert epoch_seed(7, 3) == 7 * 1_000_003 + 3
+    assert epoch_seed(7, 3, stream="workers") == 7 * 7919 + 3
+    order = torch.randperm(23, generator=torch.Generator().manual_seed(7 * 1_000_003 + 3))
+    flat = [i for batch in epoch_batches(23, 4, epoch=3, seed=7) for i in batch]
+    assert flat == order.tolist()
+
+
+def test_epoch_seeds_differ_between_epochs_and_streams():
+    seeds = {epoch_seed(seed, epoch) for seed in range(3) for epoch in range(3)}
+    assert len(seeds) == 9
+    assert epoch_seed(1, 0) != epoch_seed(1, 0, stream="workers")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((-1, 0), {}, "seed must be an integer >= 0, got -1"),
+        ((0, -2), {}, "epoch must be an integer >= 0, got -2"),
+        ((0, 1.5), {}, "epoch must be an integer >= 0, got 1.5"),
+        ((True, 0), {}, "seed must be an integer >= 0, got True"),
+        ((0, 0), {"stream": "shuffle"}, "stream must be one of"),
+    ],
+)
+def test_epoch_seed_rejects_bad_inputs(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        epoch_seed(*args, **kwargs)
