@@ -158,7 +158,7 @@ def _select(ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: s
     if dim not in ds.dims:
         raise ValueError(f"cannot select {what}: the data have no {dim!r} dimension")
     wanted = _names(wanted)
-    repeated = sorted({value for value in wanted if wanted.count(value) > 1})
+    repeated = sorted({value for value in wanted if wanted.count(value) > 1}, key=str)
     if repeated:
         raise ValueError(f"{what} {repeated} asked for more than once")
     available = ds[dim].values.tolist()

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import dask
 import numpy as np
@@ -49,6 +49,8 @@ import xarray as xr
 from sciml.weather import kernels
 
 XArray = TypeVar("XArray", xr.DataArray, xr.Dataset)
+Labelled = TypeVar("Labelled", bound=xr.DataArray | xr.Dataset)
+Param = TypeVar("Param")
 Dim = Hashable | Sequence[Hashable] | None
 
 __all__ = [
@@ -101,8 +103,12 @@ def _describe_index(index: object) -> str:
 
 
 def _align_to(
-    reference: XArray, other: XArray, names: tuple[str, str], *, skip: Hashable = None
-) -> XArray:
+    reference: xr.DataArray | xr.Dataset,
+    other: Labelled,
+    names: tuple[str, str],
+    *,
+    skip: Hashable = None,
+) -> Labelled:
     """``other`` on the coordinates of ``reference``: the same labels in any order, or an error.
 
     Shared dimensions must have the same size and, where both are labelled, the same set
@@ -123,7 +129,7 @@ def _align_to(
                 and len(want) == len(have)
                 and want.isin(have).all()
             ):
-                other = other.reindex({dim: want})
+                other = cast(Labelled, other.reindex({dim: want}))
                 continue
             raise ValueError(
                 f"{dim!r} coordinates differ: {ref_name} have {_describe_index(want)}, "
@@ -325,7 +331,7 @@ def crps_ensemble(
     return _label(score, forecasts, observations, name=name, what=what, units=None)
 
 
-def _check_gaussian_parameter(name: str, value: object, observations: XArray) -> object:
+def _check_gaussian_parameter(name: str, value: Param, observations: XArray) -> Param:
     if isinstance(value, xr.DataArray | xr.Dataset):
         extra = [d for d in value.dims if d not in observations.dims]
         if extra:
@@ -333,7 +339,7 @@ def _check_gaussian_parameter(name: str, value: object, observations: XArray) ->
                 f"{name} has dimensions {extra} that the observations {tuple(observations.dims)} "
                 "lack; nothing is broadcast"
             )
-        return _align_to(observations, value, ("observations", name))
+        return cast(Param, _align_to(observations, value, ("observations", name)))
     if not np.isscalar(value) or isinstance(value, str | bytes):
         raise TypeError(
             f"{name} must be a number or an xarray DataArray/Dataset, got {type(value).__name__}"

@@ -24,8 +24,7 @@ __all__ = [
 ]
 
 
-def _format_timedelta(value: np.timedelta64) -> str:
-    seconds = int(value / np.timedelta64(1, "s"))
+def _format_seconds(seconds: int) -> str:
     sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -43,11 +42,11 @@ def format_value(value: object) -> str:
     """
     array = np.asarray(value)
     if array.ndim == 0 and np.issubdtype(array.dtype, np.timedelta64):
-        return "NaT" if np.isnat(array) else _format_timedelta(array[()])
+        return "NaT" if np.isnat(array) else _format_seconds(int(array / np.timedelta64(1, "s")))
     if array.ndim == 0 and np.issubdtype(array.dtype, np.datetime64):
         if np.isnat(array):
             return "NaT"
-        minutes = np.datetime_as_string(array.astype("datetime64[m]"))
+        minutes = str(np.datetime_as_string(array.astype("datetime64[m]")))
         return minutes[:10] if minutes.endswith("T00:00") else minutes.replace("T", " ")
     return str(array.item() if array.ndim == 0 else value)
 

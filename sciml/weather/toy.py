@@ -418,7 +418,7 @@ def write_toy_ensemble(
     unknown = set(settings) - set(asdict(defaults))
     if unknown:
         raise TypeError(f"unknown settings {sorted(unknown)}")
-    chosen = _Settings(**{**asdict(defaults), **settings})  # type: ignore[arg-type]
+    chosen = _Settings(**{**asdict(defaults), **settings})
     chosen = _Settings(**{**asdict(chosen), "lead_times": tuple(map(float, chosen.lead_times))})
     _check(chosen, params, threads)
     folder = _partial_dir(path)

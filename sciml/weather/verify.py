@@ -203,13 +203,12 @@ def score_ensemble(
     dims = [d for d in ensemble.dims if d not in (*keep, member_dim)]
     weights = metrics.latitude_weights(ensemble) if lat_weights else None
     truth, against = _verifying_values(forecasts, variable, observations)
-    args = {"member_dim": member_dim, "dim": dims, "weights": weights}
     if truth is None:
-        scores = leave_one_out_scores(ensemble, **args)
+        scores = leave_one_out_scores(ensemble, member_dim=member_dim, dim=dims, weights=weights)
     else:
         if "lead_time" in ensemble.dims and "lead_time" not in truth.dims:
             truth = at_valid_time(truth, ensemble)
-        scores = score_summary(truth, ensemble, **args)
+        scores = score_summary(truth, ensemble, member_dim=member_dim, dim=dims, weights=weights)
     scores = scores.compute()
     scores.attrs = {"verified_against": against, "averaged_over": [str(d) for d in dims]}
     return scores
