@@ -1,43 +1,47 @@
 """Start ``torch.distributed`` the same way under torchrun, Slurm or one process.
 
-:func:`init_distributed` reads the launcher's variables, picks NCCL on GPUs
-and gloo on CPU, binds each process to its local GPU and sets a timeout so
-that a rank that dies makes the others fail with a clear message instead of
-hanging::
+:func:`init_distributed` reads the launcher's variables (:mod:`sciml.launch`),
+picks NCCL on GPUs and gloo on CPU, binds each process to its local GPU and
+sets a timeout so that a rank that dies makes the others fail with a clear
+message instead of hanging::
 
     with init_distributed(timeout=300) as ctx:
         print0(f"{ctx.world_size} ranks on {ctx.backend}")
         train(...)
 
-:func:`spawn` runs a function on a few local processes (tests, notebooks).
+The small collectives of the spine live here too: :func:`world`,
+:func:`check_replica`, :func:`all_reduce_cpu` (a small CPU tensor on any
+backend, through :func:`collective_device`) and :func:`all_reduce_sums`.
 :class:`PreemptionFlag` records SIGTERM/SIGUSR1 (Slurm's preemption and
 time-limit signals) so that long work can checkpoint and stop on every rank
-together; :func:`all_reduce_cpu` reduces a small CPU tensor on any backend.
+together. :func:`spawn` (:mod:`sciml.spawn`) runs a function on a few local
+processes (tests, notebooks); :func:`detect_launch`, :class:`LaunchInfo` and
+:func:`expand_nodelist` are re-exported from :mod:`sciml.launch`.
+:func:`torch_threads` bounds a block's intra-op threads.
+
+One job, the process group and what runs over it (start, collectives,
+signals, threads), which is why this module is a little over 350 lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
-import multiprocessing as mp
 import os
-import pickle
-import queue
-import re
-import shutil
 import signal
-import tempfile
 import threading
-import time
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from sciml.launch import LaunchInfo, Source, detect_launch, expand_nodelist
+from sciml.spawn import spawn
 
 __all__ = [
     "DistributedContext",
@@ -45,7 +49,9 @@ __all__ = [
     "LaunchInfo",
     "PreemptionFlag",
     "all_reduce_cpu",
+    "all_reduce_sums",
     "check_replica",
+    "collective_device",
     "default_backend",
     "detect_launch",
     "expand_nodelist",
@@ -55,34 +61,19 @@ __all__ = [
     "rank_zero_only",
     "shutdown",
     "spawn",
+    "to_device",
+    "torch_threads",
     "world",
 ]
 
 logger = logging.getLogger(__name__)
 
-Source = Literal["torchrun", "slurm", "single"]
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: Port used when neither the caller, MASTER_PORT nor a Slurm job id gives one.
-DEFAULT_PORT = 29500
 
 
 class DistributedError(RuntimeError):
     """A collective failed: a peer rank died, timed out or could not be reached."""
-
-
-@dataclass(frozen=True)
-class LaunchInfo:
-    """Where this process sits in the job, as the launcher described it."""
-
-    source: Source
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    master_addr: str
-    master_port: int
 
 
 @dataclass(frozen=True)
@@ -131,99 +122,6 @@ def _is_distributed_failure(exc: BaseException) -> bool:
     text = str(exc)
     markers = ("Gloo", "NCCL", "Connection closed", "Connection reset", "timed out", "Timeout")
     return isinstance(exc, RuntimeError) and any(marker in text for marker in markers)
-
-
-def expand_nodelist(nodelist: str) -> list[str]:
-    """Expand a Slurm node list such as ``"gpu[01-03,7],login1"`` into host names.
-
-    Raises:
-        ValueError: If the list is empty or malformed.
-    """
-    hosts: list[str] = []
-    for match in re.finditer(r"([^,\[\]]+)(?:\[([^\]]+)\])?(?:,|$)", nodelist.strip()):
-        prefix, ranges = match.group(1), match.group(2)
-        if ranges is None:
-            hosts.append(prefix)
-            continue
-        for part in ranges.split(","):
-            low, _, high = part.partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise ValueError(f"malformed range {part!r} in Slurm node list {nodelist!r}")
-            for number in range(int(low), int(high or low) + 1):
-                hosts.append(f"{prefix}{number:0{len(low)}d}")
-    if not hosts:
-        raise ValueError(f"empty or malformed Slurm node list {nodelist!r}")
-    return hosts
-
-
-def _int_env(env: Mapping[str, str], name: str) -> int:
-    try:
-        return int(env[name])
-    except ValueError as err:
-        raise ValueError(f"environment variable {name}={env[name]!r} is not an integer") from err
-
-
-def _tasks_on_first_node(tasks_per_node: str) -> int:
-    """First count of ``SLURM_TASKS_PER_NODE`` (e.g. ``"4(x2),3"`` -> 4)."""
-    return int(re.match(r"\d+", tasks_per_node).group())  # type: ignore[union-attr]
-
-
-def detect_launch(
-    env: Mapping[str, str] | None = None,
-    *,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-) -> LaunchInfo:
-    """Read rank, world size and rendezvous address from the launcher's variables.
-
-    torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) wins over Slurm
-    (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``); with neither, or a
-    Slurm job of one task, this is a single process. The master address is
-    ``master_addr``, else ``MASTER_ADDR``, else the first host of
-    ``SLURM_JOB_NODELIST``; the port is ``master_port``, else ``MASTER_PORT``,
-    else derived from ``SLURM_JOB_ID`` so that jobs sharing a node differ.
-
-    Args:
-        env: Variables to read (default: ``os.environ``).
-        master_addr: Explicit rendezvous host.
-        master_port: Explicit rendezvous port.
-    """
-    env = os.environ if env is None else env
-    if "RANK" in env and "WORLD_SIZE" in env:
-        source: Source = "torchrun"
-        rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
-        local_rank = _int_env(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
-        local_world = _int_env(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
-    elif "SLURM_PROCID" in env and _int_env(env, "SLURM_NTASKS") > 1:
-        source = "slurm"
-        rank, world = _int_env(env, "SLURM_PROCID"), _int_env(env, "SLURM_NTASKS")
-        local_rank = _int_env(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
-        per_node = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
-        local_world = _tasks_on_first_node(per_node) if per_node else world
-    else:
-        source, rank, world, local_rank, local_world = "single", 0, 1, 0, 1
-    if not 0 <= rank < world:
-        raise ValueError(f"rank {rank} is outside world size {world} ({source} variables)")
-    if not 0 <= local_rank < local_world:
-        raise ValueError(
-            f"local rank {local_rank} is outside the {local_world} local processes "
-            f"({source} variables)"
-        )
-
-    addr = master_addr or env.get("MASTER_ADDR")
-    if addr is None:
-        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
-        addr = expand_nodelist(nodelist)[0] if source == "slurm" and nodelist else "127.0.0.1"
-    if master_port is None:
-        if "MASTER_PORT" in env:
-            master_port = _int_env(env, "MASTER_PORT")
-        elif "SLURM_JOB_ID" in env:
-            master_port = 20000 + _int_env(env, "SLURM_JOB_ID") % 20000
-        else:
-            master_port = DEFAULT_PORT
-    if not 0 < master_port < 65536:
-        raise ValueError(f"rendezvous port {master_port} is not a TCP port (1-65535)")
-    return LaunchInfo(source, rank, world, local_rank, local_world, addr, master_port)
 
 
 def default_backend() -> str:
@@ -357,9 +255,42 @@ def all_reduce_cpu(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
     """
     if world()[1] == 1:
         return tensor
-    moved = tensor.cuda() if dist.get_backend() == "nccl" else tensor.clone()
+    moved = tensor.to(collective_device(), copy=True)
     dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op)
     return moved.cpu()
+
+
+def collective_device() -> torch.device:
+    """The device whose tensors the process group's collectives take.
+
+    This rank's GPU under NCCL, else the CPU (also without a process group).
+    """
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, float], int]:
+    """Sum named per-rank sums and a sample count over every rank (in float64).
+
+    Returns:
+        The summed values by name and the summed count; unchanged on one rank.
+    """
+    names = sorted(sums)
+    packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
+    values = all_reduce_cpu(packed).tolist()
+    return dict(zip(names, values[:-1], strict=True)), int(values[-1])
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a batch (nested in dicts, lists and tuples) to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch
 
 
 class PreemptionFlag:
@@ -414,6 +345,26 @@ class PreemptionFlag:
         return bool(all_reduce_cpu(flag, dist.ReduceOp.MAX).item())
 
 
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run the block with ``count`` torch threads (``None``: unchanged), then restore.
+
+    Small tiles and models run faster on one thread, above all on a busy machine.
+
+    Raises:
+        ValueError: If ``count`` is not ``None`` or an integer >= 1.
+    """
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None, got {count!r}")
+    previous = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:
     """Decorate ``fn`` so that it runs on rank 0 only (returns ``None`` elsewhere)."""
 
@@ -428,107 +379,3 @@ def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:
 def print0(*args: Any, **kwargs: Any) -> None:
     """``print`` on rank 0 only, flushed."""
     print(*args, **kwargs, flush=True)
-
-
-def _spawn_worker(
-    rank: int,
-    world_size: int,
-    rendezvous: str,
-    backend: str,
-    timeout: float,
-    threads: int,
-    results: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-    )
-    torch.set_num_threads(threads)
-    # Slurm's time-limit warning goes to every process of the job: the parent
-    # decides what to do (a training loop in fn installs its own handler)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    try:
-        with init_distributed(backend=backend, timeout=timeout, init_method=rendezvous):
-            value = fn(*args)
-        # plain pickle: tensors travel by value, not as shared-memory handles that
-        # die with this process
-        results.put((rank, True, pickle.dumps(value)))
-    except BaseException:  # noqa: BLE001 - reported to the parent with its traceback
-        results.put((rank, False, traceback.format_exc()))
-
-
-def spawn(
-    fn: Callable[..., R],
-    nprocs: int,
-    *args: Any,
-    backend: str = "gloo",
-    timeout: float = 300.0,
-    threads: int = 1,
-    start_method: str = "spawn",
-) -> list[R]:
-    """Run ``fn(*args)`` on ``nprocs`` local ranks and return their results by rank.
-
-    Each process has ``torch.distributed`` initialised (``backend``, through a
-    rendezvous file of this call's own) and ``threads`` intra-op threads. ``fn`` must be importable
-    (defined at module level) and its return value picklable.
-
-    Raises:
-        ValueError: If ``nprocs`` < 1, ``timeout`` <= 0 or ``threads`` < 1.
-        RuntimeError: If a rank raised (its traceback is included), exited
-            without a result, or the whole run took longer than ``timeout``.
-    """
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ValueError(f"nprocs must be an integer >= 1, got {nprocs!r}")
-    if not timeout > 0 or threads < 1:
-        raise ValueError(f"timeout must be > 0 and threads >= 1, got {timeout}, {threads}")
-    ctx: Any = mp.get_context(start_method)
-    results = ctx.Queue()
-    # a rendezvous file of its own: no port to pick, so concurrent spawns cannot collide
-    folder = tempfile.mkdtemp(prefix="sciml-spawn-")
-    rendezvous = f"file://{folder}/rendezvous"
-    procs = [
-        ctx.Process(
-            target=_spawn_worker,
-            args=(rank, nprocs, rendezvous, backend, timeout, threads, results, fn, args),
-            daemon=False,
-        )
-        for rank in range(nprocs)
-    ]
-    for proc in procs:
-        proc.start()
-    values: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < nprocs:
-            try:
-                rank, ok, value = results.get(timeout=0.2)
-            except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-                dead = [r for r in dead if r not in values]
-                if dead:
-                    raise RuntimeError(
-                        f"rank {dead[0]} of {nprocs} exited with code "
-                        f"{procs[dead[0]].exitcode} without a result"
-                    ) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"spawn({getattr(fn, '__name__', fn)}, {nprocs}) did not finish within "
-                        f"{timeout:g} s; ranks without a result: "
-                        f"{sorted(set(range(nprocs)) - set(values))}"
-                    ) from None
-                continue
-            if not ok:
-                raise RuntimeError(f"rank {rank} of {nprocs} failed:\n{value}")
-            values[rank] = pickle.loads(value)
-    finally:
-        for proc in procs:
-            proc.join(timeout=5 if len(values) == nprocs else 0.5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join()
-        shutil.rmtree(folder, ignore_errors=True)
-    return [values[rank] for rank in range(nprocs)]

@@ -50,7 +50,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from sciml.checkpoint import read_checkpoint, restore_checkpoint, save_checkpoint
-from sciml.distributed import PreemptionFlag, all_reduce_cpu, check_replica, world
+from sciml.distributed import PreemptionFlag, all_reduce_sums, check_replica, to_device, world
 from sciml.run_dir import RunDirError, differences, lock_run_dir, run_record
 from sciml.run_log import MetricsLog
 from sciml.sampling import epoch_batches, epoch_seed, seed_everything
@@ -129,16 +129,6 @@ def _length(name: str, dataset: object) -> int:
     return len(dataset)
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {key: _to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(_to_device(value, device) for value in batch)
-    return batch
-
-
 def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss to differentiate and every scalar value to log."""
     values = {"loss": output} if isinstance(output, torch.Tensor) else output
@@ -155,14 +145,6 @@ def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
     if odd:
         raise ValueError(f"loss_fn must return one-element tensors; got shapes {odd}")
     return values["loss"], {k: float(v.detach()) for k, v in values.items()}
-
-
-def _all_reduce_sums(sums: dict[str, float], count: int) -> tuple[dict[str, float], int]:
-    """Sum per-rank metric sums and sample counts over every rank."""
-    names = sorted(sums)
-    packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
-    values = all_reduce_cpu(packed).tolist()
-    return dict(zip(names, values[:-1], strict=True)), int(values[-1])
 
 
 def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
@@ -357,7 +339,7 @@ class _Trainer:
         """One optimiser step; adds the batch's values to the epoch's sums."""
         s, state = self.s, self.state
         s.optimizer.zero_grad(set_to_none=True)
-        loss, values = _split_loss(s.loss_fn(s.model, _to_device(batch, s.device)))
+        loss, values = _split_loss(s.loss_fn(s.model, to_device(batch, s.device)))
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"loss is {float(loss.detach())} at epoch {state.epoch}, step "
@@ -384,7 +366,7 @@ class _Trainer:
     def end_of_epoch(self) -> bool:
         """Validate, log, checkpoint; true if early stopping ends the run."""
         s, state = self.s, self.state
-        sums, count = _all_reduce_sums(state.sums, state.count)
+        sums, count = all_reduce_sums(state.sums, state.count)
         metrics = {f"train_{k}": v / count for k, v in sums.items()}
         if s.val_dataset is not None:
             metrics |= _evaluate(
@@ -415,7 +397,7 @@ class _Trainer:
     def checkpoint(self, path: Path) -> None:
         """Save the run on rank 0 (collective: every rank calls it)."""
         s, state = self.s, self.state
-        sums, count = _all_reduce_sums(state.sums, state.count)
+        sums, count = all_reduce_sums(state.sums, state.count)
         saved = dataclasses.replace(state, sums=sums, count=count, rows_written=self.log.rows)
         if s.rank == 0:
             save_checkpoint(
@@ -598,7 +580,7 @@ def _evaluate(
     count = 0
     loader = _loader(dataset, batches, config, collate_fn, 0)
     for indices, batch in zip(batches, loader, strict=True):
-        _, values = _split_loss(loss_fn(model, _to_device(batch, device)))
+        _, values = _split_loss(loss_fn(model, to_device(batch, device)))
         if count and set(values) != set(sums):
             raise ValueError(
                 f"loss_fn returned {sorted(values)} on a validation batch but {sorted(sums)} "
@@ -608,5 +590,5 @@ def _evaluate(
             sums[name] = sums.get(name, 0.0) + value * len(indices)
         count += len(indices)
     model.train()
-    sums, count = _all_reduce_sums(sums, count)
+    sums, count = all_reduce_sums(sums, count)
     return {f"val_{name}": value / count for name, value in sums.items()}

@@ -9,16 +9,21 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from sciml.distributed import (
     DistributedError,
     PreemptionFlag,
+    all_reduce_sums,
     check_replica,
+    collective_device,
     detect_launch,
     expand_nodelist,
     init_distributed,
     spawn,
+    to_device,
+    torch_threads,
 )
 
 JOB = Path(__file__).parent / "scripts" / "dist_job.py"
@@ -261,3 +266,39 @@ def _signal_self_then_sum(offset: float) -> float:
 
 def test_spawned_ranks_survive_sigusr1() -> None:
     assert spawn(_signal_self_then_sum, 2, 0.5) == [2.0, 2.0]
+
+
+def _sums_of_rank() -> tuple[dict[str, float], int]:
+    rank = dist.get_rank()
+    return all_reduce_sums({"loss": 0.25 + rank, "acc": 2.0 * rank}, 3 + rank)
+
+
+def test_all_reduce_sums_adds_named_sums_and_counts_over_ranks() -> None:
+    expected = ({"acc": 2.0, "loss": 1.5}, 7)
+    assert spawn(_sums_of_rank, 2) == [expected, expected]
+    assert all_reduce_sums({"loss": 0.5}, 2) == ({"loss": 0.5}, 2)  # no process group
+
+
+def test_collective_device_and_to_device_on_cpu() -> None:
+    cpu = torch.device("cpu")
+    assert collective_device() == cpu
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), [torch.ones(1)]), "name": "a"}
+    moved = to_device(batch, cpu)
+    assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
+    assert moved["name"] == "a" and torch.equal(moved["x"], batch["x"])
+
+
+def test_torch_threads_restores_the_count_and_rejects_bad_counts() -> None:
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == before
+    for bad in (0, -1, 1.5, True, "2"):
+        with (
+            pytest.raises(ValueError, match="threads must be an integer >= 1 or None"),
+            torch_threads(bad),  # type: ignore[arg-type]
+        ):
+            pass
+    assert torch.get_num_threads() == before
