@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sciml.geo.demo import DEMO_BOUNDS
-    from sciml.geo.experiment import REFERENCE_ACCURACY, results_table, run_experiment
+    from sciml.demos.geo import DEMO_BOUNDS, results_table
+    from sciml.geo.experiment import REFERENCE_ACCURACY, run_experiment
     from sciml.geo.scene import synthesize_scene
     from sciml.io_utils import atomic_write_text
 

@@ -77,7 +77,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from sciml.demo import DemoInterrupted, run_demo
+    from sciml.demos import DemoInterrupted, run_demo
     from sciml.training import EXIT_REQUEUE
 
     try:

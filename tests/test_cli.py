@@ -110,7 +110,7 @@ def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
 ) -> None:
     import types
 
-    from sciml import demo
+    from sciml import demos
 
     def first(outdir: Path, *, quick: bool) -> str:
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while no training loop runs
@@ -121,9 +121,9 @@ def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
 
     for name, fn in (("first", first), ("second", second)):
         monkeypatch.setitem(sys.modules, f"fake_{name}", types.SimpleNamespace(demo=fn))
-    monkeypatch.setattr(demo, "SECTIONS", {"first": "fake_first", "second": "fake_second"})
-    with pytest.raises(demo.DemoInterrupted, match="'first' interrupted by a signal") as stop:
-        demo.run_demo(tmp_path)
+    monkeypatch.setattr(demos, "SECTIONS", {"first": "fake_first", "second": "fake_second"})
+    with pytest.raises(demos.DemoInterrupted, match="'first' interrupted by a signal") as stop:
+        demos.run_demo(tmp_path)
     text = stop.value.report.read_text()
     assert "## First" in text and "**Interrupted**" in text
 
@@ -198,13 +198,13 @@ def test_demo_section_failing_after_a_signal_counts_as_interrupted(
 ) -> None:
     import types
 
-    from sciml import demo
+    from sciml import demos
 
     def workers_killed(outdir: Path, *, quick: bool) -> str:
         os.kill(os.getpid(), signal.SIGTERM)  # the job's other processes died of it too
         raise RuntimeError("rank 1 of 2 exited with code -15 without a result")
 
     monkeypatch.setitem(sys.modules, "fake_spawning", types.SimpleNamespace(demo=workers_killed))
-    monkeypatch.setattr(demo, "SECTIONS", {"spawning": "fake_spawning"})
+    monkeypatch.setattr(demos, "SECTIONS", {"spawning": "fake_spawning"})
     assert main(["demo", "--out", str(tmp_path)]) == EXIT_REQUEUE
     assert "**Interrupted**" in (tmp_path / "report.md").read_text()

@@ -13,8 +13,9 @@ label and vector I/O), ``tiles`` (training tiles, stitched inference, no-data
 pixels), ``model`` (masked U-Net), ``losses`` (masked losses), ``training``
 (run folders, training and loading), ``scores`` (pixel metrics, AUC,
 thresholds), ``scene`` and ``experiment`` (synthetic Helsinki scene, masked
-vs unmasked; the OSBS study), ``plots``, ``demo``, ``cli``. The torch-based
-modules are not imported here, so that ``import sciml.geo`` stays light.
+vs unmasked; the OSBS study), ``plots``, ``cli``; the demo section is
+:mod:`sciml.demos.geo`. The torch-based modules are not imported here, so
+that ``import sciml.geo`` stays light.
 """
 
 from sciml.geo.grid import RasterGrid

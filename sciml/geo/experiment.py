@@ -191,23 +191,6 @@ def run_experiment(
     return results
 
 
-def results_table(results: dict[str, ExperimentResult]) -> str:
-    """A Markdown table of the experiment's scores."""
-    lines = [
-        "| model | recall of all trees | pixel recall (all) | precision (all) | F1 (all) "
-        "| accuracy in mask | F1 in mask |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for result in results.values():
-        lines.append(
-            f"| {result.name} | {result.tree_recall:.3f} | {result.truth['recall']:.3f} "
-            f"| {result.truth['precision']:.3f} | {result.truth['f1']:.3f} "
-            f"| {result.in_mask['accuracy']:.3f} | {result.in_mask['f1']:.3f} |"
-        )
-    lines.append(f"| reference study (Hamburg, 0.2 m) | | | | | {REFERENCE_ACCURACY:.3f} | |")
-    return "\n".join(lines)
-
-
 #: OSBS_029.tif columns: crown labels are "known" left of ``OSBS_KNOWN``; the
 #: model trains left of ``OSBS_TRAIN`` and the strip between chooses the threshold.
 OSBS_KNOWN, OSBS_TRAIN = 200, 150

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import shapely
 
-from sciml.geo.experiment import checkerboard, results_table, run_experiment
+from sciml.demos.geo import results_table
+from sciml.geo.experiment import checkerboard, run_experiment
 from sciml.geo.scene import synthesize_scene
 from sciml.geo.trees import tree_labels
 

@@ -103,7 +103,7 @@ def test_cli_library_errors_are_one_line(
 
 
 def test_demo_section(tmp_path: Path) -> None:
-    from sciml.spatial_parallel.demo import demo
+    from sciml.demos.spatial import demo
 
     markdown = demo(tmp_path, quick=True)
     assert "**match**" in markdown

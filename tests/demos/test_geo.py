@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sciml.geo.demo import demo
+from sciml.demos.geo import demo
 
 
 def test_demo_quick(tmp_path):

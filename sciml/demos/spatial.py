@@ -5,11 +5,10 @@ from __future__ import annotations
 import pathlib
 import time
 
-import matplotlib.pyplot as plt
 import torch
 
+from sciml.demos.report import markdown_table, save_figure
 from sciml.distributed import spawn
-from sciml.io_utils import save_figure
 from sciml.models import UNet
 from sciml.spatial_parallel.plots import plot_decomposition
 from sciml.spatial_parallel.testing import check_parallel
@@ -23,19 +22,29 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     outdir = pathlib.Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     shape = (1, 2, 16, 16, 8) if quick else (2, 2, 32, 24, 16)  # U-Net depth 2: sizes divide by 4
-    fig = plot_decomposition((shape[2], shape[3]), (2, 1))
-    save_figure(fig, outdir / "spatial_decomposition.png", dpi=90)
-    plt.close(fig)
+    figure = save_figure(
+        plot_decomposition((shape[2], shape[3]), (2, 1)), outdir, "spatial_decomposition.png"
+    )
     start = time.perf_counter()
     torch.manual_seed(0)
     model = UNet(shape[1], 2, base_channels=4, depth=2)
     results = spawn(check_parallel, 2, {"depth": 2}, model, shape)
     wall = time.perf_counter() - start
-    rows = [
-        f"| {r.rank} | {r.block} | {r.worst('out'):.1e} | {r.worst('xgrad'):.1e} | "
-        f"{r.worst('grad:'):.1e} | {max(r.bounds.values()):.0e} | {r.seconds * 1e3:.0f} |"
-        for r in results
-    ]
+    table = markdown_table(
+        ["rank", "block (D, H, W)", "output", "input grad", "param grads", "bound", "fwd+bwd (ms)"],
+        [
+            [
+                r.rank,
+                r.block,
+                f"{r.worst('out'):.1e}",
+                f"{r.worst('xgrad'):.1e}",
+                f"{r.worst('grad:'):.1e}",
+                f"{max(r.bounds.values()):.0e}",
+                f"{r.seconds * 1e3:.0f}",
+            ]
+            for r in results
+        ],
+    )
     ok = all(r.ok for r in results)
     return "\n".join(
         [
@@ -47,11 +56,9 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
             f"within its bound derived from float64 eps and the problem size: "
             f"sciml.spatial_parallel.testing).",
             "",
-            "![decomposition](spatial_decomposition.png)",
+            f"![decomposition]({figure})",
             "",
-            "| rank | block (D, H, W) | output | input grad | param grads | bound | fwd+bwd (ms) |",
-            "|---|---|---|---|---|---|---|",
-            *rows,
+            table,
             "",
             f"Launching 2 processes and running the check took {wall:.1f} s.",
         ]

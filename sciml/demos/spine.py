@@ -5,27 +5,24 @@ geopotential levels of the real ERA5 ensemble sample with a small 2D U-Net,
 through :class:`~sciml.xrdata.XarrayDataset` and :func:`~sciml.training.fit`.
 Training resumes from ``outdir/spine`` (``spine-quick`` in quick mode) when a
 previous run was interrupted; on a signal the section raises
-:class:`~sciml.demo.DemoInterrupted` after the checkpoint.
+:class:`~sciml.demos.DemoInterrupted` after the checkpoint.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import torch
+import xarray as xr
+from torch import nn
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-import xarray as xr  # noqa: E402
-from torch import nn  # noqa: E402
-
-from sciml.datasets import sample_path  # noqa: E402
-from sciml.demo import stop_if_interrupted  # noqa: E402
-from sciml.io_utils import save_figure  # noqa: E402
-from sciml.models import UNet  # noqa: E402
-from sciml.training import TrainConfig, fit  # noqa: E402
-from sciml.xrdata import XarrayDataset, compute_stats, open_dataset  # noqa: E402
+from sciml.datasets import sample_path
+from sciml.demos import stop_if_interrupted
+from sciml.demos.report import save_figure
+from sciml.models import UNet
+from sciml.training import TrainConfig, fit
+from sciml.xrdata import XarrayDataset, compute_stats, open_dataset
 
 
 def _loss(model: nn.Module, batch: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -76,9 +73,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     ax_map.set(title="T500 error of a held-out member (K)", xticks=[], yticks=[])
     fig.colorbar(image, ax=ax_map, shrink=0.8)
     fig.tight_layout()
-    figure = outdir / "spine_training.png"
-    save_figure(fig, figure, dpi=110)
-    plt.close(fig)
+    figure = save_figure(fig, outdir, "spine_training.png", dpi=110)
     last = result.history[-1]
     return "\n".join(
         [
@@ -95,6 +90,6 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
             f"- metrics: `{(run_dir / 'metrics.csv').relative_to(outdir)}`, "
             f"checkpoint: `{result.checkpoint.relative_to(outdir)}`",
             "",
-            f"![training]({figure.name})",
+            f"![training]({figure})",
         ]
     )

@@ -2,7 +2,7 @@
 
 import re
 
-from sciml.weather.demo import demo
+from sciml.demos.weather import demo
 
 
 def test_demo_quick_writes_linked_figures(tmp_path):

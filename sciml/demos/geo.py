@@ -2,7 +2,7 @@
 
 Training runs go to ``geo/runs-quick`` or ``geo/runs`` (one folder per size),
 so a requeued demo resumes them: on SIGTERM/SIGUSR1 the running fit
-checkpoints and the section raises :class:`sciml.demo.DemoInterrupted`.
+checkpoints and the section raises :class:`sciml.demos.DemoInterrupted`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+
 from sciml.datasets import sample_path
-from sciml.io_utils import save_figure
+from sciml.demos import DemoInterrupted
+from sciml.demos.report import markdown_table, save_figure
+from sciml.geo.experiment import (
+    OSBS_KNOWN,
+    OSBS_TRAIN,
+    REFERENCE_ACCURACY,
+    ExperimentInterrupted,
+    ExperimentResult,
+    osbs_experiment,
+    run_experiment,
+)
+from sciml.geo.plots import experiment_figure, labels_map, overlay
+from sciml.geo.rasters import read_image, write_geotiff
+from sciml.geo.scene import synthesize_scene
 
 #: UTM 35N crop of the Helsinki extract (500 m x 500 m): a park and its streets.
 DEMO_BOUNDS = (385600.0, 6672150.0, 386100.0, 6672650.0)
@@ -19,12 +34,6 @@ DEMO_BOUNDS = (385600.0, 6672150.0, 386100.0, 6672650.0)
 
 def _osbs(outdir: Path, runs: Path, *, epochs: int) -> tuple[str, str]:
     """The OSBS study (:func:`sciml.geo.experiment.osbs_experiment`): figure and Markdown."""
-    import matplotlib.pyplot as plt
-
-    from sciml.geo.experiment import OSBS_KNOWN, OSBS_TRAIN, osbs_experiment
-    from sciml.geo.plots import labels_map, overlay
-    from sciml.geo.rasters import read_image, write_geotiff
-
     result = osbs_experiment(runs / "osbs", epochs=epochs)
     image = read_image(sample_path("osbs_image"))
     write_geotiff(result.probability, outdir / "osbs_probability.tif", nodata=float("nan"))
@@ -38,8 +47,7 @@ def _osbs(outdir: Path, runs: Path, *, epochs: int) -> tuple[str, str]:
         color="magenta",
         title=f"prediction > {result.threshold:.2f}",
     )
-    save_figure(fig, outdir / "osbs.png", dpi=90)
-    plt.close(fig)
+    figure = save_figure(fig, outdir, "osbs.png")
     test, base = result.test, result.all_trees
     text = (
         f"Real orthophoto `OSBS_029.tif` (NEON, 0.1 m) with its 61 crown boxes: trained on "
@@ -51,7 +59,34 @@ def _osbs(outdir: Path, runs: Path, *, epochs: int) -> tuple[str, str]:
         "boxes: a check of the raster path, not a benchmark. Probabilities written to "
         "`geo/osbs_probability.tif` with the image's CRS and transform."
     )
-    return "osbs.png", text
+    return figure, text
+
+
+def results_table(results: dict[str, ExperimentResult]) -> str:
+    """A Markdown table of the experiment's scores, with the reference study's accuracy."""
+    header = [
+        "model",
+        "recall of all trees",
+        "pixel recall (all)",
+        "precision (all)",
+        "F1 (all)",
+        "accuracy in mask",
+        "F1 in mask",
+    ]
+    rows: list[list[object]] = [
+        [
+            r.name,
+            r.tree_recall,
+            r.truth["recall"],
+            r.truth["precision"],
+            r.truth["f1"],
+            r.in_mask["accuracy"],
+            r.in_mask["f1"],
+        ]
+        for r in results.values()
+    ]
+    rows.append(["reference study (Hamburg, 0.2 m)", "", "", "", "", REFERENCE_ACCURACY, ""])
+    return markdown_table(header, rows)
 
 
 def demo(outdir: Path, *, quick: bool = False) -> str:
@@ -60,18 +95,6 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     Returns:
         The Markdown section of the demo report.
     """
-    import matplotlib.pyplot as plt
-
-    from sciml.demo import DemoInterrupted
-    from sciml.geo.experiment import (
-        REFERENCE_ACCURACY,
-        ExperimentInterrupted,
-        results_table,
-        run_experiment,
-    )
-    from sciml.geo.plots import experiment_figure
-    from sciml.geo.scene import synthesize_scene
-
     outdir = Path(outdir)
     folder = outdir / "geo"
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,9 +107,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
         )
     except ExperimentInterrupted as stop:
         raise DemoInterrupted("geo", str(stop)) from stop
-    fig = experiment_figure(scene, results)
-    save_figure(fig, folder / "experiment.png", dpi=80)
-    plt.close(fig)
+    figure = save_figure(experiment_figure(scene, results), folder, "experiment.png", dpi=80)
     try:
         osbs_figure, osbs = _osbs(folder, runs, epochs=1 if quick else 4)
     except ExperimentInterrupted as stop:
@@ -109,7 +130,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
         f"(reference study: {REFERENCE_ACCURACY:.3f} on Hamburg at 0.2 m; pixel accuracy is "
         "dominated by background here, see F1).",
         "",
-        "![experiment](geo/experiment.png)",
+        f"![experiment](geo/{figure})",
         "",
         osbs,
         "",

@@ -7,27 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
 from sciml.datasets import sample_path
-from sciml.io_utils import save_figure
+from sciml.demos.report import markdown_table, save_figure
 
 
-def _save(fig, outdir: Path, name: str) -> str:
-    import matplotlib.pyplot as plt
-
-    save_figure(fig, outdir / name, dpi=80)
-    plt.close(fig)
-    return name
+def _save(fig: Figure, outdir: Path, name: str) -> str:
+    return save_figure(fig, outdir, name, dpi=80)
 
 
-def _table(frame) -> str:
-    header = "| " + " | ".join([frame.index.name or "", *frame.columns]) + " |"
-    rule = "|" + "---|" * (len(frame.columns) + 1)
-    rows = [
-        "| " + " | ".join([str(index), *(f"{value:.4g}" for value in row)]) + " |"
-        for index, row in zip(frame.index, frame.to_numpy(), strict=True)
-    ]
-    return "\n".join([header, rule, *rows])
+def _table(frame: pd.DataFrame) -> str:
+    rows = [[str(index), *row] for index, row in zip(frame.index, frame.to_numpy(), strict=True)]
+    return markdown_table([frame.index.name or "", *frame.columns], rows, floats=".4g")
 
 
 def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:

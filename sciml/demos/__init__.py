@@ -1,8 +1,11 @@
 """``sciml demo``: every workflow end to end on the bundled data, one report.
 
-Each section is a module with ``demo(outdir: Path, *, quick: bool) -> str``
-that writes its figures under ``outdir`` and returns the Markdown of its part
-of ``report.md`` (figures linked by paths relative to ``outdir``).
+Each section is a module of this package (``spine``, ``spatial``, ``weather``,
+``geo``) with ``demo(outdir: Path, *, quick: bool) -> str`` that writes its
+figures under ``outdir`` and returns the Markdown of its part of ``report.md``
+(figures linked by paths relative to ``outdir``; tables and figures through
+:mod:`sciml.demos.report`). The sections sit on top of the library: no
+library module imports them.
 
 Preemption (SIGUSR1/SIGTERM, as Slurm sends them): :func:`run_demo` records
 the signal for the whole run, and :func:`sciml.training.fit` inside a section
@@ -35,10 +38,10 @@ __all__ = ["SECTIONS", "DemoInterrupted", "run_demo", "stop_if_interrupted"]
 
 #: Section name -> module providing ``demo(outdir, *, quick)``.
 SECTIONS: dict[str, str] = {
-    "spine": "sciml.spine_demo",
-    "spatial": "sciml.spatial_parallel.demo",
-    "weather": "sciml.weather.demo",
-    "geo": "sciml.geo.demo",
+    "spine": "sciml.demos.spine",
+    "spatial": "sciml.demos.spatial",
+    "weather": "sciml.demos.weather",
+    "geo": "sciml.demos.geo",
 }
 
 
