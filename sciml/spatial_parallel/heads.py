@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel.comm import gather_replicated, replicated_sum
-from sciml.spatial_parallel.layers import REPLICATED_TAG, SpatialLayer
+from sciml.spatial_parallel.layers.base import REPLICATED_TAG, SpatialLayer
 
 
 def mark_replicated(x: torch.Tensor) -> torch.Tensor:

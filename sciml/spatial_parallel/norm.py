@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.comm import all_reduce_sum
-from sciml.spatial_parallel.layers import SpatialLayer
+from sciml.spatial_parallel.layers.base import SpatialLayer
 
 
 def _moments(

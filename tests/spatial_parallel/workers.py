@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+from sciml.spatial_parallel.halo import halo_extend
 from sciml.spatial_parallel.testing import Comparison, compare_parallel
 from sciml.spatial_parallel.testing import relative_error as rel
 
@@ -144,9 +145,10 @@ def corrupted_halo(
     mesh_kwargs: dict[str, int], cases: list[dict[str, Any]], scale: float
 ) -> list[Comparison]:
     """:func:`run_cases` with the first plane of every assembled halo off by ``scale``."""
-    from sciml.spatial_parallel import layers
+    from sciml.spatial_parallel.layers import conv_transpose, upsample, window
 
-    original = layers.halo_extend
+    modules = (window, conv_transpose, upsample)
+    original = halo_extend
 
     def wrong(x: torch.Tensor, plan: Any) -> torch.Tensor:
         ext = original(x, plan)
@@ -154,11 +156,13 @@ def corrupted_halo(
         rest = ext.narrow(axis, 1, ext.shape[axis] - 1)
         return torch.cat([ext.narrow(axis, 0, 1) * (1 + scale), rest], axis)
 
-    layers.halo_extend = wrong
+    for module in modules:
+        module.halo_extend = wrong
     try:
         return run_cases(mesh_kwargs, cases)
     finally:
-        layers.halo_extend = original
+        for module in modules:
+            module.halo_extend = original
 
 
 def norm_edge_inputs(mesh_kwargs: dict[str, int]) -> dict[str, Any]:
