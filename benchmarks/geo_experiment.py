@@ -13,11 +13,12 @@ with 3 (``sciml.training.EXIT_REQUEUE``); the same command resumes it.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
 from pathlib import Path
+
+from _report import write_report
 
 from sciml.cli import non_negative_int, positive_float, positive_int
 from sciml.distributed import PreemptionFlag
@@ -51,7 +52,6 @@ def _run(args: argparse.Namespace) -> int:
     from sciml.demos.geo import DEMO_BOUNDS, results_table
     from sciml.geo.experiment import REFERENCE_ACCURACY, run_experiment
     from sciml.geo.scene import synthesize_scene
-    from sciml.io_utils import atomic_write_text
 
     start = time.perf_counter()
     bounds = DEMO_BOUNDS if args.quick else None
@@ -70,26 +70,29 @@ def _run(args: argparse.Namespace) -> int:
     table = results_table(results)
     print(table)
     counts = scene.trees.groupby(["source", "in_inventory"]).size()
-    report = {
-        "benchmark": "geo_experiment",
-        "scene": {
-            "height": scene.image.sizes["y"],
-            "width": scene.image.sizes["x"],
-            "resolution_m": args.resolution,
-            "trees": len(scene.trees),
-            "inventory_trees": len(scene.inventory),
-            "trees_by_source_and_inventory": {f"{k[0]}/{k[1]}": int(v) for k, v in counts.items()},
-        },
-        "options": options,
-        "reference_accuracy_in_mask": REFERENCE_ACCURACY,
-        "results": {
-            name: {"tree_recall": r.tree_recall, "truth": r.truth, "in_mask": r.in_mask}
-            for name, r in results.items()
-        },
-        "seconds": time.perf_counter() - start,
+    seconds = time.perf_counter() - start
+    rows = [
+        {"model": name, "tree_recall": r.tree_recall, "truth": r.truth, "in_mask": r.in_mask}
+        for name, r in results.items()
+    ]
+    scene_info = {
+        "height": scene.image.sizes["y"],
+        "width": scene.image.sizes["x"],
+        "resolution_m": args.resolution,
+        "trees": len(scene.trees),
+        "inventory_trees": len(scene.inventory),
+        "trees_by_source_and_inventory": {f"{k[0]}/{k[1]}": int(v) for k, v in counts.items()},
     }
-    atomic_write_text(Path(args.out), json.dumps(report, indent=2))
-    print(f"wrote {args.out} in {report['seconds']:.0f} s")
+    write_report(
+        args.out,
+        "geo_experiment",
+        rows,
+        scene=scene_info,
+        options=options,
+        reference_accuracy_in_mask=REFERENCE_ACCURACY,
+        seconds=seconds,
+    )
+    print(f"took {seconds:.0f} s")
     return 0
 
 

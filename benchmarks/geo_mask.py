@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from _report import write_report
+
 
 def _roads(copies: int):
     import geopandas as gpd
@@ -143,20 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(+{row['peak_rss_increase_mb']:.0f} MB over roads loaded)",
             flush=True,
         )
-    import platform
-
-    result = {
-        "benchmark": "geo_mask",
-        "resolution_m": resolution,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.platform(),
-        "rows": rows,
-    }
-    out = Path(args.out)
-    from sciml.io_utils import atomic_write_text
-
-    atomic_write_text(out, json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_report(args.out, "geo_mask", rows, resolution_m=resolution)
     return 0
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import functools
 
+from _report import write_report
 from spatial_workloads import time_conv_stack
 
-from sciml.benchmarking import write_report
 from sciml.distributed import spawn
 
 

@@ -17,9 +17,9 @@ import argparse
 import functools
 import os
 
+from _report import write_report
 from spatial_workloads import peak_memory
 
-from sciml.benchmarking import write_report
 from sciml.distributed import spawn
 
 MESHES = {1: None, 2: {"depth": 2}, 4: {"depth": 2, "height": 2}}

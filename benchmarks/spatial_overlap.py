@@ -15,9 +15,9 @@ import argparse
 import functools
 import math
 
+from _report import write_report
 from spatial_workloads import time_conv_stack
 
-from sciml.benchmarking import write_report
 from sciml.distributed import spawn
 
 

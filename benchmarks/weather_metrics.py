@@ -21,8 +21,8 @@ import numpy as np
 import properscoring
 import xarray as xr
 import xskillscore
+from _report import write_report
 
-from sciml.benchmarking import write_report
 from sciml.cli import positive_int
 from sciml.weather.kernels import crps_ensemble_array, default_threads
 from sciml.weather.metrics import crps_ensemble
@@ -123,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         rows,
         summary=summary,
         threads=default_threads(),
-        numpy=np.__version__,
-        date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     return 0
 

@@ -1,0 +1,39 @@
+"""The benchmarks' one JSON writer (``benchmarks/_report.py``) and its use by every script."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if "def main(" in p.read_text())
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("_report", BENCHMARKS / "_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_write_report_records_the_machine_and_the_rows(tmp_path: Path) -> None:
+    path = _report_module().write_report(tmp_path / "b.json", "b", [{"x": 1}], note="n")
+    report = json.loads(path.read_text())
+    assert report["benchmark"] == "b" and report["rows"] == [{"x": 1}] and report["note"] == "n"
+    assert {"platform", "python", "cpus", "numpy", "torch", "date_utc"} <= set(report["machine"])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_writes_its_json_through_write_report(script: Path) -> None:
+    tree = ast.parse(script.read_text())
+    calls = {
+        node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+    }
+    assert "write_report" in calls
+    assert "atomic_write_text" not in calls and "machine_info" not in calls
