@@ -153,10 +153,12 @@ def additive_overlap(
     full = tuple((0, o1 - o0) for o0, o1 in blocks)
     inner = []
     for w, plan, coord, (_, size) in zip(windows, plans, coords, full, strict=True):
-        pieces = plan.pieces[coord]
-        lo = min(size, w.pad_lo) if pieces[0].source not in (None, coord) else 0
+        start, stop = plan.blocks[coord]
+        # a halo can hold a neighbour's data between padding and this block (tiny blocks)
+        neighbours = [p.index[0] for p in plan.pieces[coord] if p.source not in (None, coord)]
+        lo = min(size, w.pad_lo) if any(i < start for i in neighbours) else 0
         hi = max(lo, size - (w.reach - 1 - w.pad_lo))
-        inner.append((lo, hi if pieces[-1].source not in (None, coord) else size))
+        inner.append((lo, hi if any(i >= stop for i in neighbours) else size))
     shells = shell_boxes(full, tuple(inner))
     return Overlap(
         full, full, full, tuple(shells), _extended_inputs(windows, plans, coords, shells)

@@ -66,3 +66,16 @@ def test_eval_mode_uses_running_statistics() -> None:
     """Eval mode after training steps: BatchNorm reads the (global) running statistics."""
     entries = cases(MODELS[:1] + MODELS[2:3], steps=2, evaluate=True, dtype=torch.float64)
     check(dict(data=2, depth=2), entries)
+
+
+def test_overlap_halo_between_a_tiny_neighbour_and_the_global_edge() -> None:
+    """Height 2 or 3 over 2 ranks, kernel 5: a halo reaches through the neighbour's whole
+    block into the padding beyond the global edge. The overlapped convolution (zero
+    padding, then additive halo corrections) used to leave that neighbour out."""
+    spec = ("Conv3d", dict(in_channels=2, out_channels=3, kernel_size=5, padding=2))
+    entries = [
+        dict(spec=spec, shape=(1, 2, 3, height, 4), overlap=overlap, **F64)
+        for height in (2, 3)
+        for overlap in (True, False)
+    ]
+    check(dict(height=2), entries)

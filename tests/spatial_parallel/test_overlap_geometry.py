@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from sciml.spatial_parallel.overlap import (
     Box,
     Overlap,
+    additive_overlap,
     intersect,
     shell_boxes,
     shift,
@@ -121,6 +124,38 @@ def test_window_overlap_shells_read_their_box_of_the_extended_input(
             read = [i - need_lo for o in range(o0 + a, o0 + b) for i in reads(window, o)]
             assert (lo, hi) == (min(read), max(read) + 1)
             assert 0 <= lo < hi <= need_hi - need_lo
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(axis_plans(same=True), min_size=1, max_size=3))
+def test_additive_overlap_shells_hold_every_output_that_reads_a_neighbour(
+    axes: list[tuple[Window, DimPlan, int]],
+) -> None:
+    windows, plans, coords = unpack(axes)
+    geometry = additive_overlap(windows, plans, coords)
+    assert geometry.interior == geometry.interior_input == geometry.full
+    shape = tuple(hi for _, hi in geometry.full)
+    count = coverage(shape, list(geometry.shells))
+    assert count.max(initial=0) <= 1
+    for where in itertools.product(*(range(n) for n in shape)):
+        neighbour = edge = False
+        for (window, plan, coord), o in zip(axes, where, strict=True):
+            lo, hi = plan.blocks[coord]
+            read = reads(window, plan.out_blocks[coord][0] + o)
+            neighbour |= any(0 <= i < plan.size and not lo <= i < hi for i in read)
+            edge |= any(not lo <= i < hi for i in read)
+        # a neighbour's data must be added in a shell; the shells stay at the block's edges
+        assert count[where] >= neighbour and edge >= count[where], where
+
+
+def test_additive_overlap_halo_between_neighbour_and_global_edge() -> None:
+    """Rank 0 of a size-2 axis over 2 ranks, kernel 5: its upper halo is rank 1's only
+    element, then the padding beyond the global edge; the output reads rank 1: a shell."""
+    window = Window(5, 1, 1, 2, 2)
+    plan = window_plan(window, 2, 2, layer="conv", dim="height")
+    geometry = additive_overlap([window], [plan], [0])
+    assert geometry.shells == (((0, 1),),)
+    assert geometry.shell_inputs == (((0, 5),),)
 
 
 def test_intersect_is_relative_to_both_boxes() -> None:
