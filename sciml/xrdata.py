@@ -302,26 +302,8 @@ class _Layout:
             )
 
 
-class XarrayDataset(Dataset[torch.Tensor]):
-    """Map-style dataset: sample ``i`` is a ``(C, *spatial)`` float tensor.
-
-    Args:
-        ds: The (Dask-backed) dataset; nothing is loaded until a sample is read.
-        variables: Data variables that become channels, in this order.
-        sample_dims: Dimension(s) whose combinations are the samples (row-major).
-        channel_dims: Dimensions folded into channels (e.g. ``("level",)``).
-        stats: Normalisation statistics (:func:`compute_stats`), ``"compute"`` to
-            compute them now, or ``None`` for raw values.
-        allow_nan: If false, reading a sample with a NaN or an infinity raises
-            ``ValueError``.
-        dtype: Floating-point tensor dtype of the samples.
-
-    Raises:
-        KeyError: If a variable is not in ``ds``.
-        ValueError: If a named dim is absent (or a channel dim belongs to no
-            variable), the variables' spatial dims differ, the dataset is empty,
-            or ``stats`` are for other channels (or the same ones in another order).
-    """
+class _XarraySamples:
+    """The options (see :class:`XarrayDataset`), layout, channels and stats both datasets share."""
 
     def __init__(
         self,
@@ -350,6 +332,28 @@ class XarrayDataset(Dataset[torch.Tensor]):
         """Channel names, e.g. ``("z[level=500]", "z[level=850]", "t")``."""
         return tuple(name for name, _ in self.layout.channels)
 
+
+class XarrayDataset(_XarraySamples, Dataset[torch.Tensor]):
+    """Map-style dataset: sample ``i`` is a ``(C, *spatial)`` float tensor.
+
+    Args:
+        ds: The (Dask-backed) dataset; nothing is loaded until a sample is read.
+        variables: Data variables that become channels, in this order.
+        sample_dims: Dimension(s) whose combinations are the samples (row-major).
+        channel_dims: Dimensions folded into channels (e.g. ``("level",)``).
+        stats: Normalisation statistics (:func:`compute_stats`), ``"compute"`` to
+            compute them now, or ``None`` for raw values.
+        allow_nan: If false, reading a sample with a NaN or an infinity raises
+            ``ValueError``.
+        dtype: Floating-point tensor dtype of the samples.
+
+    Raises:
+        KeyError: If a variable is not in ``ds``.
+        ValueError: If a named dim is absent (or a channel dim belongs to no
+            variable), the variables' spatial dims differ, the dataset is empty,
+            or ``stats`` are for other channels (or the same ones in another order).
+    """
+
     def __len__(self) -> int:
         return len(self.layout)
 
@@ -361,14 +365,14 @@ class XarrayDataset(Dataset[torch.Tensor]):
         return self.layout.read(indices)
 
 
-class XarrayIterableDataset(IterableDataset[torch.Tensor]):
+class XarrayIterableDataset(_XarraySamples, IterableDataset[torch.Tensor]):
     """Stream samples chunk by chunk along the first sample dimension.
 
     Each Dask chunk of ``sample_dims[0]`` is read once; chunks are dealt out to
     ``DataLoader`` workers and to data-parallel ``replica`` ranks in turn, and
     shuffled (chunk order and samples within a chunk) from
     :func:`~sciml.sampling.epoch_seed` of ``seed`` and the epoch.
-    Takes the same arguments as :class:`XarrayDataset`, plus:
+    Takes the options of :class:`XarrayDataset` (also ``stats="compute"``), plus:
 
     Args:
         shuffle: Shuffle chunk order and samples within each chunk.
@@ -383,14 +387,22 @@ class XarrayIterableDataset(IterableDataset[torch.Tensor]):
         *,
         sample_dims: str | Sequence[str] = "time",
         channel_dims: Sequence[str] = (),
-        stats: NormStats | None = None,
+        stats: NormStats | str | None = None,
         allow_nan: bool = False,
         dtype: torch.dtype = torch.float32,
         shuffle: bool = False,
         seed: int = 0,
         replica: tuple[int, int] = (0, 1),
     ) -> None:
-        self.layout = _Layout(ds, variables, sample_dims, channel_dims, stats, allow_nan, dtype)
+        super().__init__(
+            ds,
+            variables,
+            sample_dims=sample_dims,
+            channel_dims=channel_dims,
+            stats=stats,
+            allow_nan=allow_nan,
+            dtype=dtype,
+        )
         first = self.layout.sample_dims[0]
         chunks = self.layout.ds.chunksizes.get(first) or (self.layout.ds.sizes[first],)
         bounds = np.cumsum((0, *chunks))

@@ -265,3 +265,18 @@ def test_iterable_dataset_rejects_a_replica_out_of_range(era5: xr.Dataset) -> No
     for bad in ((2, 2), (0, 0), (-1, 2)):
         with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
             XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, replica=bad)
+
+
+def test_both_datasets_take_the_same_options_and_show_channels_and_stats(
+    era5: xr.Dataset,
+) -> None:
+    options = {"sample_dims": SAMPLE, "channel_dims": LEVEL, "stats": "compute"}
+    mapped = XarrayDataset(era5, ["t"], **options)
+    stream = XarrayIterableDataset(era5, ["t"], **options)
+    assert (
+        stream.channels == mapped.channels == ("t[isobaricInhPa=850.0]", "t[isobaricInhPa=500.0]")
+    )
+    assert stream.stats == mapped.stats is not None
+    assert torch.equal(next(iter(stream)), mapped[0])
+    with pytest.raises(ValueError, match="stats must be NormStats, 'compute' or None"):
+        XarrayIterableDataset(era5, ["t"], sample_dims=SAMPLE, stats="mean")
