@@ -8,6 +8,12 @@ tree segmentation (:mod:`sciml.geo`).
 
 from importlib.metadata import PackageNotFoundError, version
 
+# The eccodes wheels (imported by xarray's cfgrib backend the first time any file
+# is opened) bundle libraries that clash with pyproj's: with eccodes loaded first,
+# a process that later imports pyproj (geopandas, rasterio, sciml.geo) aborts at
+# exit with "double free or corruption". Loading pyproj first avoids it.
+import pyproj  # noqa: F401
+
 try:
     __version__ = version("sciml")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree

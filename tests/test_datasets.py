@@ -26,6 +26,19 @@ def test_unknown_sample_names_the_available_ones() -> None:
         sample_path("era5")
 
 
+def test_weather_then_geo_in_one_process_exits_cleanly() -> None:
+    """Opening a netCDF file loads eccodes (xarray's cfgrib backend); pyproj after it must not
+    crash the interpreter at exit."""
+    code = (
+        "import sciml, xarray as xr\n"
+        "from sciml.datasets import sample_path\n"
+        "xr.open_dataset(sample_path('era5_ensemble')).close()\n"
+        "import eccodes, pyproj, geopandas\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
+
+
 @pytest.mark.slow
 def test_wheel_carries_the_samples(tmp_path: Path) -> None:
     """A non-editable install finds the data: the wheel holds every packaged sample."""
