@@ -19,7 +19,7 @@ from sciml.sampling import epoch_seed
 from sciml.train_config import TrainConfig
 from sciml.train_setup import LossOutput
 
-__all__ = ["epoch_loader", "progress", "split_loss", "tagged"]
+__all__ = ["accumulate", "epoch_loader", "progress", "split_loss", "tagged"]
 
 
 def split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
@@ -38,6 +38,25 @@ def split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
     if odd:
         raise ValueError(f"loss_fn must return one-element tensors; got shapes {odd}")
     return values["loss"], {k: float(v.detach()) for k, v in values.items()}
+
+
+def accumulate(
+    sums: dict[str, float], count: int, values: dict[str, float], size: int, *, where: str
+) -> int:
+    """Add a batch's values, weighted by its ``size``, to ``sums``; return the new count.
+
+    Raises:
+        ValueError: If the values have other names than those summed before
+            (``where`` names the batch in the message).
+    """
+    if count and set(values) != set(sums):
+        raise ValueError(
+            f"loss_fn returned {sorted(values)} {where} but {sorted(sums)} before; "
+            "it must return the same names for every batch"
+        )
+    for name, value in values.items():
+        sums[name] = sums.get(name, 0.0) + value * size
+    return count + size
 
 
 def tagged(split: str, values: dict[str, float]) -> dict[str, float]:

@@ -36,6 +36,8 @@ state in :mod:`sciml.train_setup`, an epoch's loader and the loss values in
 :mod:`sciml.train_batches`, the order of samples in :mod:`sciml.sampling`,
 the run folder's lock and record in :mod:`sciml.run_dir`, the metrics
 loggers in :mod:`sciml.run_log`, the collectives in :mod:`sciml.distributed`.
+What stays here (the steps and ``fit``'s documented signature) is a little
+over 350 lines.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from sciml.distributed import PreemptionFlag, all_reduce_sums, to_device, world
 from sciml.run_dir import RunDirError, lock_run_dir
 from sciml.run_log import open_metrics_log
 from sciml.sampling import epoch_batches, seed_everything
-from sciml.train_batches import epoch_loader, progress, split_loss, tagged
+from sciml.train_batches import accumulate, epoch_loader, progress, split_loss, tagged
 from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
 from sciml.train_setup import (
     LoopState,
@@ -110,6 +112,7 @@ class TrainResult:
 
 
 def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
+    """True if ``value`` of the monitored metric beats ``best`` by more than ``min_delta``."""
     if best is None:
         return True
     if config.mode == "min":
@@ -118,8 +121,7 @@ def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
 
 
 class _Trainer:
-    """The loop of :func:`fit` as named steps: train epoch, train step, end of epoch,
-    evaluate, checkpoint.
+    """The loop of :func:`fit` as named steps (epoch, step, end of epoch, evaluate, checkpoint).
 
     Building one seeds every generator, takes the state of ``last.pt`` (when
     resuming) or a new one, and opens the metrics log.
@@ -208,11 +210,8 @@ class _Trainer:
                 f"loss is {float(loss.detach())} at epoch {state.epoch}, step "
                 f"{state.global_step}; lower the learning rate or check the inputs"
             )
-        if state.count and set(values) != set(state.sums):
-            raise ValueError(
-                f"loss_fn returned {sorted(values)} at step {state.global_step} but "
-                f"{sorted(state.sums)} before; it must return the same names at every step"
-            )
+        where = f"at step {state.global_step}"
+        state.count = accumulate(state.sums, state.count, values, size, where=where)
         loss.backward()
         if s.config.grad_clip is not None:
             nn.utils.clip_grad_norm_(s.model.parameters(), s.config.grad_clip)
@@ -221,9 +220,6 @@ class _Trainer:
             s.scheduler.step()
         state.step_in_epoch += 1
         state.global_step += 1
-        for name, value in values.items():
-            state.sums[name] = state.sums.get(name, 0.0) + value * size
-        state.count += size
         self.log.log(tagged("train_step", values), state.global_step)
 
     def end_of_epoch(self) -> bool:
@@ -285,14 +281,7 @@ class _Trainer:
         loader = epoch_loader(dataset, batches, s.config, s.collate_fn, 0)
         for indices, batch in zip(batches, loader, strict=True):
             _, values = split_loss(s.loss_fn(s.model, to_device(batch, s.device)))
-            if count and set(values) != set(sums):
-                raise ValueError(
-                    f"loss_fn returned {sorted(values)} on a validation batch but "
-                    f"{sorted(sums)} before; it must return the same names for every batch"
-                )
-            for name, value in values.items():
-                sums[name] = sums.get(name, 0.0) + value * len(indices)
-            count += len(indices)
+            count = accumulate(sums, count, values, len(indices), where="on a validation batch")
         s.model.train()
         sums, count = all_reduce_sums(sums, count)
         return {f"val_{name}": value / count for name, value in sums.items()}

@@ -514,6 +514,30 @@ def test_loss_fn_must_return_the_same_names_every_batch(tmp_path: Path) -> None:
         fit(model, optimizer, train, changing, run_dir=tmp_path, config=TrainConfig(**CONFIG))
 
 
+def test_loss_fn_must_return_the_same_names_on_every_validation_batch(tmp_path: Path) -> None:
+    model, train, val = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    calls = {"n": 0}
+
+    def changing(model, batch):
+        calls["n"] += 0 if model.training else 1
+        extra = {"extra": torch.tensor(1.0)} if calls["n"] > 1 else {}
+        return {"loss": mse(model, batch)} | extra
+
+    with pytest.raises(
+        ValueError, match=r"returned \['extra', 'loss'\] on a validation batch but \['loss'\]"
+    ):
+        fit(
+            model,
+            optimizer,
+            train,
+            changing,
+            run_dir=tmp_path,
+            config=TrainConfig(**CONFIG),
+            val_dataset=val,
+        )
+
+
 def test_checkpoint_functions_want_a_module(tmp_path: Path) -> None:
     model, _, _ = make_problem()
     path = save_checkpoint(tmp_path / "c.pt", model)
