@@ -29,10 +29,13 @@ import importlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sciml.distributed import PreemptionFlag
 from sciml.io_utils import atomic_write_text
+
+if TYPE_CHECKING:
+    from sciml.training import TrainResult
 
 __all__ = ["SECTIONS", "DemoInterrupted", "run_demo", "stop_if_interrupted"]
 
@@ -60,12 +63,11 @@ class DemoInterrupted(RuntimeError):
         self.report: Path | None = None
 
 
-def stop_if_interrupted(result: Any, section: str) -> None:
+def stop_if_interrupted(result: TrainResult, section: str) -> None:
     """Raise :class:`DemoInterrupted` if a training result says it was interrupted.
 
     Args:
-        result: A :class:`sciml.training.TrainResult` (or anything with
-            ``status`` and ``checkpoint``).
+        result: The result of :func:`sciml.training.fit`.
         section: The section's name in :data:`SECTIONS`.
     """
     if result.status == "interrupted":

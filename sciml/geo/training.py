@@ -13,13 +13,16 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from sciml.geo.losses import LOSS_KINDS, LossKind, make_loss_fn
 from sciml.geo.model import MaskedUNet
+
+if TYPE_CHECKING:
+    from sciml.training import TrainResult
 
 __all__ = [
     "RUN_CONFIG",
@@ -147,7 +150,7 @@ def train_segmenter(
     options: Mapping[str, Any] | None = None,
     progress: bool = False,
     handle_signals: bool = True,
-) -> Any:
+) -> TrainResult:
     """Train with :func:`sciml.training.fit` (Adam, CSV metrics, atomic checkpoints).
 
     Everything is checked before any file is written: the options, the tiles
