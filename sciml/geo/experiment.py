@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset
 
+from sciml.distributed import torch_threads
 from sciml.geo.losses import LossKind
-from sciml.geo.model import MaskedUNet, torch_threads
+from sciml.geo.model import MaskedUNet
 from sciml.geo.scene import Scene
 from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.geo.tiles import SceneTiles, predict_scene

@@ -9,8 +9,6 @@ everywhere.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -18,7 +16,7 @@ from torch import nn
 
 from sciml.models import UNet
 
-__all__ = ["MaskedUNet", "torch_threads"]
+__all__ = ["MaskedUNet"]
 
 
 class MaskedUNet(nn.Module):
@@ -65,18 +63,3 @@ class MaskedUNet(nn.Module):
     def probability(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Tree probability coated by the mask: ``sigmoid(logits) * mask``."""
         return torch.sigmoid(logits) * mask
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """Run the block with ``count`` torch threads (``None``: unchanged), then restore.
-
-    Small tiles and models run faster on one thread, above all on a busy machine.
-    """
-    previous = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
