@@ -162,6 +162,7 @@ def _run(
                 y = model(xin)
                 (y * _block_of(weights[step], mesh)).sum().backward()
                 seconds = time.perf_counter() - start
+                assert xin.grad is not None
                 whole, block, xgrad = unshard(y.detach(), mesh), y.detach(), xin.grad
             else:
                 xin = x.clone().requires_grad_()
@@ -172,7 +173,8 @@ def _run(
                     weights.append(w.to(x.dtype))
                 (y * weights[step]).sum().backward()
                 whole, block = y.detach(), _block_of(y.detach(), mesh)
-                xgrad = shard(xin.grad, mesh)  # type: ignore[arg-type]
+                assert xin.grad is not None
+                xgrad = shard(xin.grad, mesh)
             out |= {f"out{step}": block, f"unshard{step}": whole, f"xgrad{step}": xgrad}
     for name, p in model.named_parameters():
         if p.grad is not None:
@@ -299,7 +301,8 @@ def check_parallel(
 ) -> Comparison:
     """:func:`compare_parallel` on a new ``SpatialMesh(**mesh_shape)`` (a function for
     :func:`sciml.distributed.spawn`)."""
-    return compare_parallel(model, SpatialMesh(**mesh_shape), shape, **options)
+    axes: dict[str, Any] = dict(mesh_shape)  # data/depth/height/width sizes
+    return compare_parallel(model, SpatialMesh(**axes), shape, **options)
 
 
 def assert_parallel_close(results: list[Comparison]) -> None:
