@@ -1,7 +1,7 @@
 # The README's commands. Each one sets up .venv from nothing when needed.
 #   make demo    end-to-end run on the bundled data -> runs/demo/report.md
 #   make test    the whole test suite, notebooks included
-#   make bench   benchmarks/ (tables on stdout, JSON under runs/bench/)
+#   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
 # On a GPU machine drop the CPU pin: `make CONSTRAINTS= test`.
 
@@ -29,7 +29,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 bench: $(STAMP)
-	@for script in benchmarks/*.py; do \
+	@for script in benchmarks/[!_]*.py; do \
 		echo "== $$script"; $(BIN)/python $$script || exit 1; \
 	done
 

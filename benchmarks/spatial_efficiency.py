@@ -18,7 +18,7 @@ import argparse
 import functools
 
 from _report import write_report
-from spatial_workloads import time_conv_stack
+from _spatial_workloads import time_conv_stack
 
 from sciml.distributed import spawn
 

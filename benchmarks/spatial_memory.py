@@ -18,7 +18,7 @@ import functools
 import os
 
 from _report import write_report
-from spatial_workloads import peak_memory
+from _spatial_workloads import peak_memory
 
 from sciml.distributed import spawn
 

@@ -16,7 +16,7 @@ import functools
 import math
 
 from _report import write_report
-from spatial_workloads import time_conv_stack
+from _spatial_workloads import time_conv_stack
 
 from sciml.distributed import spawn
 
