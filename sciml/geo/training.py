@@ -197,7 +197,6 @@ def train_segmenter(
         progress=progress,
         tensorboard=False,
         handle_signals=handle_signals,
-        monitor="val_loss" if val_dataset is not None else "train_loss",
     )
     # One process at a time checks and writes model.json (fit's run.lock comes later).
     with RunLock(Path(run_dir), name=f"{RUN_CONFIG}.lock"):
