@@ -43,6 +43,10 @@ def _train(rasters: dict[str, Path], run: Path, *extra: str) -> int:
     return main(["geo", "train", *args, "--run-dir", str(run), *SMALL, *extra])
 
 
+def _predict(rasters: dict[str, Path], run: Path, out: Path, *extra: str) -> int:
+    return main(["geo", "predict", str(rasters["image"]), str(out), "--run-dir", str(run), *extra])
+
+
 def _snapshot(run: Path) -> dict[str, bytes]:
     files = [run / "model.json", *sorted((run / "checkpoints").glob("*.pt"))]
     return {path.name: path.read_bytes() for path in files}
@@ -69,23 +73,7 @@ def test_other_configuration_is_refused_and_run_stays_usable(rasters, tmp_path, 
     assert "another configuration" in captured.err and "new --run-dir" in captured.err
     assert _snapshot(run) == before
     out = tmp_path / "prob.tif"
-    assert (
-        main(
-            [
-                "geo",
-                "predict",
-                str(rasters["image"]),
-                str(out),
-                "--run-dir",
-                str(run),
-                "--tile",
-                "64",
-                "--overlap",
-                "16",
-            ]
-        )
-        == 0
-    )
+    assert _predict(rasters, run, out, "--tile", "64", "--overlap", "16") == 0
 
 
 def test_same_configuration_resumes_and_best_checkpoint_predicts(rasters, tmp_path, capsys):
@@ -96,23 +84,7 @@ def test_same_configuration_resumes_and_best_checkpoint_predicts(rasters, tmp_pa
     assert (run / "checkpoints" / "best.pt").exists()
     out = tmp_path / "best.tif"
     assert (
-        main(
-            [
-                "geo",
-                "predict",
-                str(rasters["image"]),
-                str(out),
-                "--run-dir",
-                str(run),
-                "--checkpoint",
-                "best",
-                "--tile",
-                "64",
-                "--overlap",
-                "16",
-            ]
-        )
-        == 0
+        _predict(rasters, run, out, "--checkpoint", "best", "--tile", "64", "--overlap", "16") == 0
     )
     assert out.exists()
 
@@ -121,21 +93,7 @@ def test_predict_names_a_missing_checkpoint(rasters, tmp_path, capsys):
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
     (run / "checkpoints" / "best.pt").unlink()
-    assert (
-        main(
-            [
-                "geo",
-                "predict",
-                str(rasters["image"]),
-                str(tmp_path / "p.tif"),
-                "--run-dir",
-                str(run),
-                "--checkpoint",
-                "best",
-            ]
-        )
-        == 1
-    )
+    assert _predict(rasters, run, tmp_path / "p.tif", "--checkpoint", "best") == 1
     err = capsys.readouterr().err
     assert "no 'best' checkpoint" in err and "last.pt" in err
     assert not (tmp_path / "p.tif").exists()
