@@ -22,7 +22,7 @@ import pandas as pd
 import xarray as xr
 
 from sciml.weather import metrics
-from sciml.weather.metrics import Dim
+from sciml.weather.alignment import Dim
 
 __all__ = [
     "at_valid_time",
