@@ -38,6 +38,7 @@ class HaloTimer:
     """
 
     def __init__(self) -> None:
+        """Start with no waiting counted."""
         self.seconds: dict[str, float] = {}
 
     @property
@@ -50,6 +51,7 @@ class HaloTimer:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
     def __enter__(self) -> HaloTimer:
+        """Start counting the waits of this process."""
         _ACTIVE_TIMERS.append(self)
         return self
 
@@ -59,6 +61,7 @@ class HaloTimer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        """Stop counting."""
         _ACTIVE_TIMERS.remove(self)
 
 
@@ -119,6 +122,7 @@ class Exchange:
     """One halo exchange of a tensor ``x`` along a :class:`HaloPlan`, and its adjoint."""
 
     def __init__(self, plan: HaloPlan, x: torch.Tensor, group: dist.ProcessGroup) -> None:
+        """Prepare the exchange of ``x`` along ``plan`` within ``group`` (nothing is sent yet)."""
         self.plan, self.x, self.group = plan, x, group
         self.like, self.shape = x.new_empty(0), tuple(x.shape)  # survive release()
         self.recv: dict[int, torch.Tensor] = {}

@@ -50,6 +50,7 @@ class GradientSync:
         *,
         bucket_mb: float = 25,
     ) -> None:
+        """Group the gradient-carrying parameters into buckets (arguments: see the class)."""
         self.mesh = mesh
         self.enabled = True
         pairs = [(p, rep) for p, rep in params if p.requires_grad]

@@ -53,8 +53,11 @@ def assemble(
 
 
 class _AddInto(torch.autograd.Function):
-    """``out[index] += part`` in place, without the full-size gradient copy of autograd's
-    view bookkeeping; the backward hands ``out``'s gradient through and a view to ``part``."""
+    """``out[index] += part`` in place, without autograd's full-size gradient copy.
+
+    Autograd's view bookkeeping would copy the whole gradient; the backward hands
+    ``out``'s gradient through and a view of it to ``part``.
+    """
 
     @staticmethod
     def forward(ctx: Any, out: torch.Tensor, index: tuple[slice, ...], *parts: Any) -> Any:
@@ -140,8 +143,12 @@ class _HaloFinish(torch.autograd.Function):
 
 
 def halo_start(x: torch.Tensor, plan: HaloPlan) -> tuple[torch.Tensor, torch.Tensor, Exchange]:
-    """Post the exchange of ``x``; returns ``x`` (to compute the interior from), a token
-    for :func:`halo_finish`, and the exchange."""
+    """Post the exchange of ``x`` without waiting for it.
+
+    Returns:
+        ``x`` (to compute the interior from), a token for :func:`halo_finish`, and the
+        exchange.
+    """
     exchange = Exchange(plan, x, plan.group)
     alias, token = _HaloStart.apply(x, exchange)
     return alias, token, exchange

@@ -31,8 +31,10 @@ def is_replicated(x: torch.Tensor) -> bool:
 
 
 class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
-    """Global average pooling (``output_size=1``) of a split volume; the result is
-    replicated on every spatial rank."""
+    """Global average pooling (``output_size=1``) of a split volume.
+
+    The result is replicated on every spatial rank.
+    """
 
     def _check(self) -> None:
         size = self.output_size
@@ -44,6 +46,7 @@ class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Average each channel over the global volume."""
         self._check_input(x)
         count = math.prod(self.mesh.global_spatial_shape(x.shape))
         local = x.sum((2, 3, 4), keepdim=True) / count
@@ -51,8 +54,10 @@ class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
 
 
 class SpatialFlatten(SpatialLayer, nn.Flatten):
-    """:class:`torch.nn.Flatten` of a replicated tensor, or of a split volume after
-    gathering it (``head="flatten"`` networks: the volume must then be small)."""
+    """:class:`torch.nn.Flatten` of a replicated tensor, or of a split volume after gathering it.
+
+    Used by ``head="flatten"`` networks: the gathered volume must then be small.
+    """
 
     def _check(self) -> None:
         if self.start_dim == 0:
@@ -62,6 +67,7 @@ class SpatialFlatten(SpatialLayer, nn.Flatten):
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Flatten ``x``, gathering a split volume first."""
         if x.dim() == 5 and not is_replicated(x):
             x = gather_replicated(x, self.mesh, spatial=True, batch=False)
         return mark_replicated(super().forward(x))
@@ -77,6 +83,7 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero elements with the single-device mask (identity in eval mode)."""
         if not self.training or self.p == 0:
             return x
         if self.p == 1:
@@ -94,10 +101,13 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
 
 
 class SpatialDropout3d(SpatialLayer, nn.Dropout3d):
-    """:class:`torch.nn.Dropout3d` (whole channels) with the single-device mask of the
-    global batch; every spatial rank of a sample drops the same channels."""
+    """:class:`torch.nn.Dropout3d` (whole channels) with the single-device mask of the global batch.
+
+    Every spatial rank of a sample drops the same channels.
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero whole channels with the single-device mask (identity in eval mode)."""
         self._check_input(x)
         if not self.training or self.p == 0:
             return x

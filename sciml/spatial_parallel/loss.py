@@ -46,8 +46,11 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, mesh: SpatialMesh) -> to
 
 
 def global_loss(local: torch.Tensor, mesh: SpatialMesh, *, replicated: bool = False) -> float:
-    """The global loss value for logging: the sum of the spatial terms (or the replicated
-    value), averaged over the data-parallel replicas."""
+    """The global loss value for logging.
+
+    It is the sum of the spatial terms (or the replicated value), averaged over the
+    data-parallel replicas.
+    """
     if local.numel() != 1:
         raise ValueError(f"global_loss expects a scalar loss term, got shape {tuple(local.shape)}")
     value = local.detach().reshape(1).to(torch.float64)

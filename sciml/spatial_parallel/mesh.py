@@ -44,6 +44,7 @@ class SpatialMesh:
         width: int = 1,
         device_type: str | None = None,
     ) -> None:
+        """Check the sizes and build the device mesh (arguments: see the class)."""
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
                 "SpatialMesh needs an initialised torch.distributed process group "
@@ -165,6 +166,7 @@ class SpatialMesh:
         return (slice(*batch), slice(None), *(slice(*b) for b in spatial))
 
     def __repr__(self) -> str:
+        """The mesh shape and this rank's place in it."""
         data, depth, height, width = self.shape
         return (
             f"SpatialMesh(data={data}, depth={depth}, height={height}, width={width}; "

@@ -53,8 +53,10 @@ class _NormLayer(SpatialLayer):
 
 
 class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
-    """:class:`torch.nn.BatchNorm3d` whose statistics (and running statistics) are those
-    of the whole global batch: every spatial block of every data-parallel replica.
+    """:class:`torch.nn.BatchNorm3d` with the statistics of the whole global batch.
+
+    The statistics (and running statistics) cover every spatial block of every
+    data-parallel replica.
 
     As on one device, a global batch with one value per channel is an error in
     training, and an empty global batch leaves the running statistics as they
@@ -62,6 +64,7 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` with the global batch (training) or running statistics."""
         self._check_channels(x, self.num_features)
         use_batch = self.training or not self.track_running_stats
         if not use_batch:
@@ -98,10 +101,14 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
 
 
 class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
-    """:class:`torch.nn.GroupNorm` of a split 3D volume: per-sample statistics over the
-    whole volume (a collective over the spatial group)."""
+    """:class:`torch.nn.GroupNorm` of a split 3D volume.
+
+    The per-sample statistics cover the whole volume (a collective over the spatial
+    group).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each sample's groups over the global volume."""
         self._check_channels(x, self.num_channels)
         n, c = x.shape[:2]
         grouped = x.reshape(n, self.num_groups, c // self.num_groups, *x.shape[2:])

@@ -65,6 +65,7 @@ class Window:
     ceil_mode: bool = False
 
     def __post_init__(self) -> None:
+        """Reject non-integer or out-of-range sizes."""
         for name in ("kernel", "stride", "dilation"):
             _check_int(f"Window {name}", getattr(self, name), 1)
         for name in ("pad_lo", "pad_hi"):
@@ -107,6 +108,7 @@ class TransposeWindow:
     output_padding: int = 0
 
     def __post_init__(self) -> None:
+        """Reject non-integer or out-of-range sizes."""
         for name in ("kernel", "stride", "dilation"):
             _check_int(f"TransposeWindow {name}", getattr(self, name), 1)
         for name in ("padding", "output_padding"):

@@ -12,8 +12,9 @@ from sciml.spatial_parallel.partition import Window, block_bounds, window_plan
 def plot_decomposition(
     shape: tuple[int, int], grid: tuple[int, int], *, window: Window | None = None
 ) -> Figure:
-    """Blocks of a ``(depth, height)`` slice split over ``grid`` ranks, and each
-    block's halo (the extra input its output block reads) for ``window``.
+    """Plot the blocks of a ``(depth, height)`` slice split over ``grid`` ranks, with halos.
+
+    Each block's halo is the extra input its output block reads for ``window``.
 
     Args:
         shape: Global ``(D, H)`` sizes of the slice.

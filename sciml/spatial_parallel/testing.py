@@ -299,8 +299,10 @@ def compare_parallel(
 def check_parallel(
     mesh_shape: Mapping[str, int], model: nn.Module, shape: tuple[int, ...], **options: Any
 ) -> Comparison:
-    """:func:`compare_parallel` on a new ``SpatialMesh(**mesh_shape)`` (a function for
-    :func:`sciml.distributed.spawn`)."""
+    """:func:`compare_parallel` on a new ``SpatialMesh(**mesh_shape)``.
+
+    A function for :func:`sciml.distributed.spawn`.
+    """
     axes: dict[str, Any] = dict(mesh_shape)  # data/depth/height/width sizes
     return compare_parallel(model, SpatialMesh(**axes), shape, **options)
 

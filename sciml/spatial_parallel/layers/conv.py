@@ -27,8 +27,10 @@ _BOUNDARIES: dict[str, Boundary] = {
 
 
 class SpatialConv3d(WindowLayer, nn.Conv3d):
-    """:class:`torch.nn.Conv3d` on a spatially split volume (any kernel, stride, dilation,
-    padding and padding mode, groups, bias)."""
+    """:class:`torch.nn.Conv3d` on a spatially split volume.
+
+    Any kernel, stride, dilation, padding and padding mode, groups and bias.
+    """
 
     def _windows(self) -> tuple[Window, Window, Window]:
         windows = []
@@ -50,8 +52,12 @@ class SpatialConv3d(WindowLayer, nn.Conv3d):
         return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
     def _additive(self, halo: HaloPlan) -> bool:
-        """Stride 1 and symmetric 'same' zero padding on every split axis (depth unsplit):
-        the local convolution with zero padding is the output block up to the halo terms."""
+        """Whether the convolution is additive in the halos.
+
+        It is with stride 1 and symmetric 'same' zero padding on every split axis (depth
+        unsplit): the local convolution with zero padding is then the output block up to
+        the halo terms.
+        """
         windows = self._windows()
         if 2 in halo.axes:
             # oneDNN's CPU convolution is much slower (about 1.7x here, forward+backward) with
@@ -67,8 +73,11 @@ class SpatialConv3d(WindowLayer, nn.Conv3d):
     def _overlapped(
         self, x: torch.Tensor, halo: HaloPlan, native: tuple[int, int, int]
     ) -> torch.Tensor:
-        """Convolve the whole block with zeros for the halos while they travel, then add
-        the convolution of the received halos to the boundary shell (linearity)."""
+        """Convolve the block with zero halos while they travel, then add the halos' share.
+
+        By linearity, the convolution of the received halos is added to the boundary
+        shell.
+        """
         if not self._additive(halo):
             return super()._overlapped(x, halo, native)
         windows = self._windows()

@@ -13,8 +13,10 @@ from sciml.spatial_parallel.partition import DIM_NAMES, TransposeWindow, block_b
 
 
 class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
-    """:class:`torch.nn.ConvTranspose3d` on a spatially split volume (any kernel, stride,
-    padding, ``output_padding``, dilation, groups, bias)."""
+    """:class:`torch.nn.ConvTranspose3d` on a spatially split volume.
+
+    Any kernel, stride, padding, ``output_padding``, dilation, groups and bias.
+    """
 
     def _check(self) -> None:
         if self.padding_mode != "zeros":
@@ -54,6 +56,7 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
         )
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        """Transposed convolution of this rank's block (``output_size`` is not supported)."""
         if output_size is not None:
             raise ValueError(f"{self._label()}: output_size= is not supported on a split volume")
         self._check_input(x)

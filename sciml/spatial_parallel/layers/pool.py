@@ -15,8 +15,10 @@ from sciml.spatial_parallel.partition import DimPlan, Window
 
 
 class SpatialMaxPool3d(WindowLayer, nn.MaxPool3d):
-    """:class:`torch.nn.MaxPool3d` on a spatially split volume (any kernel, stride,
-    padding, dilation, ``ceil_mode``)."""
+    """:class:`torch.nn.MaxPool3d` on a spatially split volume.
+
+    Any kernel, stride, padding, dilation and ``ceil_mode``.
+    """
 
     fill_value = -math.inf
 
@@ -56,8 +58,11 @@ class SpatialMaxPool3d(WindowLayer, nn.MaxPool3d):
 
 
 class SpatialAvgPool3d(WindowLayer, nn.AvgPool3d):
-    """:class:`torch.nn.AvgPool3d` on a spatially split volume (any kernel, stride,
-    padding, ``ceil_mode``, ``count_include_pad``, ``divisor_override``)."""
+    """:class:`torch.nn.AvgPool3d` on a spatially split volume.
+
+    Any kernel, stride, padding, ``ceil_mode``, ``count_include_pad`` and
+    ``divisor_override``.
+    """
 
     def _check(self) -> None:
         for w in self._windows():

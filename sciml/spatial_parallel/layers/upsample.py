@@ -52,8 +52,11 @@ def _source_index(
 
 
 class SpatialUpsample(SpatialLayer, nn.Upsample):
-    """:class:`torch.nn.Upsample` on a split volume: ``nearest``, ``nearest-exact`` and
-    ``trilinear`` (``align_corners`` either way; ``False`` reads a one-voxel halo)."""
+    """:class:`torch.nn.Upsample` on a split volume.
+
+    Modes ``nearest``, ``nearest-exact`` and ``trilinear`` (``align_corners`` either
+    way; ``False`` reads a one-voxel halo).
+    """
 
     MODES = ("nearest", "nearest-exact", "trilinear")
 
@@ -111,6 +114,7 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
         return self._plans[shape]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Upsample this rank's block to its block of the global output."""
         self._check_input(x)
         halo, steps = self._plan(self._global_shape(x))
         y = halo_extend(x, halo) if halo.axes else x

@@ -89,6 +89,7 @@ class WindowLayer(SpatialLayer):
         return ranges
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the layer to this rank's block, exchanging the halos it reads."""
         self._check_input(x)
         halo, native = self._plan(self._global_shape(x))
         plans = dict(zip(halo.axes, halo.plans, strict=True))
@@ -109,8 +110,11 @@ class WindowLayer(SpatialLayer):
     def _overlapped(
         self, x: torch.Tensor, halo: HaloPlan, native: tuple[int, int, int]
     ) -> torch.Tensor:
-        """Compute the outputs that read only this rank's block while the halos travel,
-        then the boundary shells from the assembled halos, and write all into one block."""
+        """Compute the interior while the halos travel, then the boundary shells.
+
+        The interior outputs read only this rank's block; the boundary shells read the
+        assembled halos; all are written into one output block.
+        """
         windows = self._windows()
         plans = dict(zip(halo.axes, halo.plans, strict=True))
         geometry = window_overlap([windows[a - 2] for a in halo.axes], halo.plans, halo.coords)
