@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    import geopandas as gpd
+    import networkx as nx
 
 #: A 0.008 x 0.005 degree box in central Helsinki (lon/lat).
 CLIP_BBOX = (24.940, 60.166, 24.948, 60.171)
@@ -68,7 +73,7 @@ def helsinki_pbf() -> str:
 
 
 @pytest.fixture(scope="session")
-def helsinki_graph(helsinki_pbf, tmp_path_factory):
+def helsinki_graph(helsinki_pbf: str, tmp_path_factory: pytest.TempPathFactory) -> nx.MultiDiGraph:
     """An osmnx graph of the Helsinki extract, one edge per pair of consecutive way nodes."""
     import osmnx as ox
 
@@ -77,14 +82,14 @@ def helsinki_graph(helsinki_pbf, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def helsinki_roads(helsinki_pbf):
+def helsinki_roads(helsinki_pbf: str) -> gpd.GeoDataFrame:
     from sciml.geo import load_roads
 
     return load_roads(helsinki_pbf)
 
 
 @pytest.fixture(scope="session")
-def clips(helsinki_pbf, tmp_path_factory) -> dict[str, Path]:
+def clips(helsinki_pbf: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The same clip of the Helsinki extract as .osm, .osm.bz2 and .osm.pbf."""
     folder = tmp_path_factory.mktemp("osm-clips")
     return {

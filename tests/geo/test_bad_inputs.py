@@ -5,6 +5,9 @@ Real files: the bundled OSBS orthophoto (UTM 17N, nodata 255) and Helsinki extra
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
@@ -38,7 +41,7 @@ class MeanModel(torch.nn.Module):
         return torch.nn.functional.avg_pool2d(image[:, :1], 3, stride=1, padding=1)
 
 
-def test_nan_block_stays_inside_its_pixels(osbs):
+def test_nan_block_stays_inside_its_pixels(osbs: xr.DataArray) -> None:
     values = osbs.values.astype(np.float32) / 255.0
     values[:, osbs.values.min(axis=0) == 255] = 0.5  # no other no-data pixel than the block
     image = osbs.copy(data=values)
@@ -59,7 +62,7 @@ def test_nan_block_stays_inside_its_pixels(osbs):
     np.testing.assert_array_equal(item["valid"][0].numpy() > 0, ~bad[window])
 
 
-def test_file_nodata_pixels_are_left_out(osbs):
+def test_file_nodata_pixels_are_left_out(osbs: xr.DataArray) -> None:
     white = np.all(osbs.values == 255, axis=0)  # the file's nodata value is 255
     assert osbs.attrs["nodata"] == 255 and 0 < white.sum() < 1000
     tiles = SceneTiles(osbs, None, None, tile=128, overlap=32)
@@ -68,7 +71,7 @@ def test_file_nodata_pixels_are_left_out(osbs):
     assert np.isnan(probability[white]).all() and np.isfinite(probability[~white]).all()
 
 
-def test_mask_and_labels_on_another_grid_or_values(osbs):
+def test_mask_and_labels_on_another_grid_or_values(osbs: xr.DataArray) -> None:
     grid = RasterGrid.from_like(osbs)
     shifted = RasterGrid(grid.crs, grid.transform @ Affine.translation(2, 0), *grid.shape)
     mask = shifted.dataarray(np.ones(grid.shape, bool), name="mask")
@@ -87,14 +90,16 @@ def test_mask_and_labels_on_another_grid_or_values(osbs):
         predict_scene(MeanModel(), osbs, None, tile=64, overlap=16, like=shifted)
 
 
-def test_tile_larger_than_the_image_is_padded(osbs):
+def test_tile_larger_than_the_image_is_padded(osbs: xr.DataArray) -> None:
     small = osbs.isel(y=slice(0, 50), x=slice(0, 70))
     tiles = SceneTiles(small, None, None, tile=128, overlap=32)
     assert len(tiles) == 1 and tiles[0]["image"].shape == (3, 128, 128)
     assert predict_scene(MeanModel(), small, None, tile=128, overlap=32).shape == (50, 70)
 
 
-def test_read_mask_and_labels_check_grid_bands_and_values(osbs, tmp_path):
+def test_read_mask_and_labels_check_grid_bands_and_values(
+    osbs: xr.DataArray, tmp_path: Path
+) -> None:
     path = tmp_path / "mask.tif"
     write_geotiff(np.full(osbs.shape[1:], 2, np.uint8), path, like=osbs)
     with pytest.raises(ValueError, match="mask holds 0 and 1 only, found \\[2\\]"):
@@ -109,7 +114,7 @@ def test_read_mask_and_labels_check_grid_bands_and_values(osbs, tmp_path):
         read_mask(path, like=osbs)
 
 
-def test_write_geotiff_refuses_data_on_another_grid(osbs, tmp_path):
+def test_write_geotiff_refuses_data_on_another_grid(osbs: xr.DataArray, tmp_path: Path) -> None:
     grid = RasterGrid.from_like(osbs)
     data = grid.dataarray(np.zeros(grid.shape, np.float32), name="p")
     other = RasterGrid(grid.crs, grid.transform @ Affine.translation(1, 0), *grid.shape)
@@ -118,7 +123,7 @@ def test_write_geotiff_refuses_data_on_another_grid(osbs, tmp_path):
     assert not (tmp_path / "p.tif").exists()
 
 
-def test_raster_without_crs(osbs, tmp_path):
+def test_raster_without_crs(osbs: xr.DataArray, tmp_path: Path) -> None:
     path = tmp_path / "no_crs.tif"
     with rasterio.open(
         path,
@@ -144,19 +149,21 @@ def test_raster_without_crs(osbs, tmp_path):
         ((0.0, 0.0, np.nan, 10.0), 1.0, "must be finite"),
     ],
 )
-def test_grid_bounds(bounds, resolution, message):
+def test_grid_bounds(
+    bounds: tuple[float, float, float, float], resolution: float, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         RasterGrid.from_bounds(bounds, resolution, UTM35)
 
 
-def test_grid_shape_and_transform():
+def test_grid_shape_and_transform() -> None:
     with pytest.raises(ValueError, match="at least one pixel"):
         RasterGrid(HELSINKI.crs, HELSINKI.transform, 0, 10)
     with pytest.raises(ValueError, match="degenerate grid transform"):
         RasterGrid(HELSINKI.crs, Affine(0, 0, 0, 0, 0, 0), 10, 10)
 
 
-def test_roads_in_another_crs_than_the_raster(helsinki_roads):
+def test_roads_in_another_crs_than_the_raster(helsinki_roads: gpd.GeoDataFrame) -> None:
     expected = road_mask(helsinki_roads, HELSINKI).values
     for crs in ("EPSG:3067", "EPSG:3857"):  # reprojected by label, same pixels
         np.testing.assert_array_equal(
@@ -166,7 +173,9 @@ def test_roads_in_another_crs_than_the_raster(helsinki_roads):
         road_mask(helsinki_roads.set_crs(None, allow_override=True), HELSINKI)
 
 
-def test_rasters_that_miss_the_roads_or_trees(helsinki_roads, osbs):
+def test_rasters_that_miss_the_roads_or_trees(
+    helsinki_roads: gpd.GeoDataFrame, osbs: xr.DataArray
+) -> None:
     with pytest.raises(ValueError, match="no road overlaps the raster"):
         road_mask(helsinki_roads, osbs)  # Florida: an empty mask is an error, not zeros
     trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs)
@@ -175,18 +184,18 @@ def test_rasters_that_miss_the_roads_or_trees(helsinki_roads, osbs):
 
 
 @pytest.mark.parametrize("margin", [-1.0, np.nan, np.inf])
-def test_bad_margin(helsinki_roads, margin):
+def test_bad_margin(helsinki_roads: gpd.GeoDataFrame, margin: float) -> None:
     with pytest.raises(ValueError, match="margin must be a finite number >= 0"):
         road_mask(helsinki_roads, HELSINKI, margin=margin)
 
 
 @pytest.mark.parametrize("width", [-3.0, 0.0, np.nan, np.inf])
-def test_bad_constant_width(helsinki_roads, width):
+def test_bad_constant_width(helsinki_roads: gpd.GeoDataFrame, width: float) -> None:
     with pytest.raises(ValueError, match="width must be a positive number of metres"):
         buffer_roads(helsinki_roads, width=width)
 
 
-def test_bad_width_tags_fall_back_with_a_warning(helsinki_roads):
+def test_bad_width_tags_fall_back_with_a_warning(helsinki_roads: gpd.GeoDataFrame) -> None:
     roads = helsinki_roads.iloc[:4].assign(width=[-3.0, 0.0, np.nan, 6.0], lanes=np.nan)
     with pytest.warns(UserWarning, match="2 road\\(s\\) with a 'width' that is not a positive"):
         widths = road_widths(roads)
@@ -201,12 +210,12 @@ def test_bad_width_tags_fall_back_with_a_warning(helsinki_roads):
 
 
 @pytest.mark.parametrize("entry", [(-1.0, 6.0), (3.0, np.nan), (3.0,)])
-def test_bad_width_table(helsinki_roads, entry):
+def test_bad_width_table(helsinki_roads: gpd.GeoDataFrame, entry: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="lane_width_m, default_width_m"):
         road_widths(helsinki_roads, table={"residential": entry})
 
 
-def test_boxes_with_xmin_above_xmax(tmp_path):
+def test_boxes_with_xmin_above_xmax(tmp_path: Path) -> None:
     path = tmp_path / "boxes.csv"
     frame = pd.read_csv(sample_path("osbs_crowns"))
     frame.loc[3, ["xmin", "xmax"]] = frame.loc[3, ["xmax", "xmin"]].to_numpy()
@@ -215,7 +224,7 @@ def test_boxes_with_xmin_above_xmax(tmp_path):
         load_trees(path, crs="pixel", like=sample_path("osbs_image"))
 
 
-def test_missing_coordinates_are_skipped_with_a_warning(tmp_path):
+def test_missing_coordinates_are_skipped_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "boxes.csv"
     frame = pd.read_csv(sample_path("osbs_crowns"))
     frame.loc[[0, 7], "ymax"] = np.nan
@@ -229,7 +238,7 @@ def test_missing_coordinates_are_skipped_with_a_warning(tmp_path):
         assert len(load_trees(points)) == 1
 
 
-def test_bad_crown_diameters_fall_back_with_a_warning(tmp_path):
+def test_bad_crown_diameters_fall_back_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "trees.csv"
     frame = pd.DataFrame(
         {"lon": [24.94, 24.941], "lat": [60.17, 60.17], "crown_diameter": [-4.0, 5.0]}
@@ -240,7 +249,7 @@ def test_bad_crown_diameters_fall_back_with_a_warning(tmp_path):
     assert trees["crown_diameter"].tolist() == [6.0, 5.0]
 
 
-def test_ignore_index_and_diameters_and_classes(osbs, helsinki_pbf):
+def test_ignore_index_and_diameters_and_classes(osbs: xr.DataArray, helsinki_pbf: str) -> None:
     trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs)
     with pytest.raises(ValueError, match="ignore_index must be an integer in 2..255"):
         tree_labels(trees, osbs, ignore_index=1)
@@ -254,7 +263,7 @@ def test_ignore_index_and_diameters_and_classes(osbs, helsinki_pbf):
     assert set(one["highway"]) == {"residential"}
 
 
-def test_trees_in_another_crs_or_none(osbs):
+def test_trees_in_another_crs_or_none(osbs: xr.DataArray) -> None:
     trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=osbs)
     expected = tree_labels(trees, osbs).values
     assert expected.any()
@@ -263,7 +272,7 @@ def test_trees_in_another_crs_or_none(osbs):
         tree_labels(trees.set_crs(None, allow_override=True), osbs)
 
 
-def test_lon_lat_columns_must_be_degrees(tmp_path):
+def test_lon_lat_columns_must_be_degrees(tmp_path: Path) -> None:
     path = tmp_path / "trees.csv"
     pd.DataFrame({"lon": [385700.0], "lat": [6671900.0]}).to_csv(path, index=False)
     with pytest.raises(ValueError, match="outside \\[-180, 180\\]"):
@@ -271,13 +280,15 @@ def test_lon_lat_columns_must_be_degrees(tmp_path):
     assert len(load_trees(path, crs=UTM35)) == 1
 
 
-def test_write_geotiff_needs_a_grid(tmp_path):
+def test_write_geotiff_needs_a_grid(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="has no grid \\(no CRS\\); pass like="):
         write_geotiff(np.zeros((4, 4), np.float32), tmp_path / "x.tif")
     assert not (tmp_path / "x.tif").exists()
 
 
-def test_a_sliced_raster_keeps_its_place(helsinki_roads, osbs):
+def test_a_sliced_raster_keeps_its_place(
+    helsinki_roads: gpd.GeoDataFrame, osbs: xr.DataArray
+) -> None:
     full = road_mask(helsinki_roads, HELSINKI)
     part = full.isel(y=slice(40, 120), x=slice(60, 170))  # attrs still hold the full transform
     np.testing.assert_array_equal(road_mask(helsinki_roads, part).values, part.values)

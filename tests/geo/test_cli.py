@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,14 +16,16 @@ BOUNDS = ["385840", "6672300", "386000", "6672460"]  # 160 m x 160 m, UTM 35N
 
 
 @pytest.mark.parametrize("command", ["mask", "labels", "train", "predict", "scene"])
-def test_help(command, capsys):
+def test_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["geo", command, "--help"])
     assert exit_info.value.code == 0
     assert "usage: sciml geo" in capsys.readouterr().out
 
 
-def test_scene_mask_labels_train_predict(tmp_path, helsinki_pbf, capsys):
+def test_scene_mask_labels_train_predict(
+    tmp_path: Path, helsinki_pbf: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     scene = tmp_path / "scene"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -114,13 +117,15 @@ def test_scene_mask_labels_train_predict(tmp_path, helsinki_pbf, capsys):
     assert "tree probability" in capsys.readouterr().out
 
 
-def test_bad_width_is_a_usage_error(capsys):
+def test_bad_width_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["geo", "mask", "a.osm", "b.tif", "c.tif", "--width", "wide"])
     assert "width must be 'osm' or metres" in capsys.readouterr().err
 
 
-def test_mask_classes(tmp_path, helsinki_pbf, capsys):
+def test_mask_classes(
+    tmp_path: Path, helsinki_pbf: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     like = tmp_path / "like.tif"
     grid = RasterGrid.from_bounds((385600.0, 6672150.0, 386100.0, 6672650.0), 2.0, "EPSG:32635")
     from sciml.geo.rasters import write_geotiff

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import geopandas as gpd
 import numpy as np
 import pyproj
 import pytest
@@ -18,7 +21,7 @@ WGS84 = pyproj.CRS.from_epsg(4326)
 BOX_UTM = (385700.0, 6671900.0, 386100.0, 6672200.0)
 
 
-def _reference(roads, grid: RasterGrid, half_widths: np.ndarray) -> np.ndarray:
+def _reference(roads: gpd.GeoDataFrame, grid: RasterGrid, half_widths: np.ndarray) -> np.ndarray:
     """Independent mask: pyproj + shapely buffer (round caps) in UTM 35N, union, rasterise."""
     to_utm = pyproj.Transformer.from_crs(roads.crs, UTM35, always_xy=True).transform
     to_grid = pyproj.Transformer.from_crs(UTM35, grid.crs, always_xy=True).transform
@@ -29,7 +32,9 @@ def _reference(roads, grid: RasterGrid, half_widths: np.ndarray) -> np.ndarray:
     return rasterize([union], out_shape=grid.shape, transform=grid.transform).astype(bool)
 
 
-def _grid_4326(box_utm, resolution_deg: tuple[float, float]) -> RasterGrid:
+def _grid_4326(
+    box_utm: tuple[float, float, float, float], resolution_deg: tuple[float, float]
+) -> RasterGrid:
     to_wgs = pyproj.Transformer.from_crs(UTM35, WGS84, always_xy=True)
     left, bottom, right, top = to_wgs.transform_bounds(*box_utm)
     dx, dy = resolution_deg
@@ -40,7 +45,7 @@ def _grid_4326(box_utm, resolution_deg: tuple[float, float]) -> RasterGrid:
 
 
 @pytest.mark.parametrize("crs", ["utm", "4326"])
-def test_constant_width_matches_independent(helsinki_roads, crs):
+def test_constant_width_matches_independent(helsinki_roads: gpd.GeoDataFrame, crs: str) -> None:
     if crs == "utm":
         grid = RasterGrid.from_bounds(BOX_UTM, 0.25, UTM35)
     else:
@@ -52,17 +57,15 @@ def test_constant_width_matches_independent(helsinki_roads, crs):
     np.testing.assert_array_equal(mask.values, reference)
 
 
-def test_osm_widths_match_independent(helsinki_roads):
+def test_osm_widths_match_independent(helsinki_roads: gpd.GeoDataFrame) -> None:
     grid = RasterGrid.from_bounds(BOX_UTM, 0.2, UTM35)
     mask = road_mask(helsinki_roads, grid, width="osm", margin=1.5, chunks=None)
     half = road_widths(helsinki_roads)["width_m"].to_numpy() / 2 + 1.5
     np.testing.assert_array_equal(mask.values, _reference(helsinki_roads, grid, half))
 
 
-def test_widths_are_metres_in_4326():
+def test_widths_are_metres_in_4326() -> None:
     """A 10 m wide north-south road at 60 N is 10 m wide on a lon/lat grid."""
-    import geopandas as gpd
-
     road = gpd.GeoDataFrame(
         {"highway": ["residential"], "lanes": [np.nan], "width": [np.nan]},
         geometry=[shapely.LineString([(24.94, 60.16), (24.94, 60.17)])],
@@ -79,7 +82,7 @@ def test_widths_are_metres_in_4326():
     np.testing.assert_allclose(widths, 10.0, atol=metres_per_px)
 
 
-def test_pixels_aligned_across_crs(helsinki_roads):
+def test_pixels_aligned_across_crs(helsinki_roads: gpd.GeoDataFrame) -> None:
     """Each pixel of a lon/lat mask is a road iff its centre lies in the UTM road polygons."""
     grid = _grid_4326(BOX_UTM, (1.0 / 55_000, 1.0 / 111_000))
     mask = road_mask(helsinki_roads, grid, width=6.0)
@@ -96,7 +99,7 @@ def test_pixels_aligned_across_crs(helsinki_roads):
     np.testing.assert_array_equal(shapely.contains_xy(union, xx, yy), utm_mask.values)
 
 
-def _write_raster(path, grid: RasterGrid | None, shape=(60, 80)) -> None:
+def _write_raster(path: Path, grid: RasterGrid | None, shape: tuple[int, int] = (60, 80)) -> None:
     profile = {"driver": "GTiff", "height": shape[0], "width": shape[1], "count": 3}
     if grid is not None:
         profile.update(crs=grid.crs.to_wkt(), transform=grid.transform)
@@ -104,7 +107,7 @@ def _write_raster(path, grid: RasterGrid | None, shape=(60, 80)) -> None:
         dst.write(np.zeros((3, *shape), dtype="uint8"))
 
 
-def test_like_path_dataset_xarray_agree(helsinki_roads, tmp_path):
+def test_like_path_dataset_xarray_agree(helsinki_roads: gpd.GeoDataFrame, tmp_path: Path) -> None:
     grid = RasterGrid.from_bounds((385700.0, 6671900.0, 385780.0, 6671960.0), 1.0, UTM35)
     path = tmp_path / "ortho.tif"
     _write_raster(path, grid)
@@ -123,7 +126,7 @@ def test_like_path_dataset_xarray_agree(helsinki_roads, tmp_path):
     np.testing.assert_allclose(from_path["x"].values, grid.coords()["x"])
 
 
-def test_streaming_equals_in_memory(helsinki_roads, tmp_path):
+def test_streaming_equals_in_memory(helsinki_roads: gpd.GeoDataFrame, tmp_path: Path) -> None:
     bounds = (385424.0, 6671459.0, 386464.0, 6673136.0)  # whole extract, 1 m
     grid = RasterGrid.from_bounds(bounds, 1.0, UTM35)  # 1677 x 1040: ragged edge blocks
     in_memory = road_mask(helsinki_roads, grid, width="osm", all_touched=True)
@@ -142,7 +145,7 @@ def test_streaming_equals_in_memory(helsinki_roads, tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # no temporary left behind
 
 
-def test_margin_and_all_touched_grow_the_mask(helsinki_roads):
+def test_margin_and_all_touched_grow_the_mask(helsinki_roads: gpd.GeoDataFrame) -> None:
     grid = RasterGrid.from_bounds(BOX_UTM, 0.5, UTM35)
     base = road_mask(helsinki_roads, grid).values
     wider = road_mask(helsinki_roads, grid, margin=2.0).values
@@ -151,7 +154,7 @@ def test_margin_and_all_touched_grow_the_mask(helsinki_roads):
     assert touched.sum() > base.sum() and not (base & ~touched).any()
 
 
-def test_bad_input(helsinki_roads, tmp_path):
+def test_bad_input(helsinki_roads: gpd.GeoDataFrame, tmp_path: Path) -> None:
     no_crs = tmp_path / "no_crs.tif"
     with pytest.warns(rasterio.errors.NotGeoreferencedWarning):
         _write_raster(no_crs, None)
@@ -181,7 +184,7 @@ def test_bad_input(helsinki_roads, tmp_path):
         road_mask(helsinki_roads, tmp_path / "missing.tif")
 
 
-def test_width_table_and_sources(helsinki_roads):
+def test_width_table_and_sources(helsinki_roads: gpd.GeoDataFrame) -> None:
     widths = road_widths(helsinki_roads)
     assert set(widths["source"]) == {"width", "lanes", "default"}
     tagged = widths["source"] == "width"
@@ -197,7 +200,7 @@ def test_width_table_and_sources(helsinki_roads):
     )
 
 
-def test_roads_given_as_a_file(helsinki_pbf, helsinki_roads):
+def test_roads_given_as_a_file(helsinki_pbf: str, helsinki_roads: gpd.GeoDataFrame) -> None:
     grid = RasterGrid.from_bounds(BOX_UTM, 1.0, UTM35)
     from_file = road_mask(helsinki_pbf, like=grid, width="osm")
     np.testing.assert_array_equal(from_file.values, road_mask(helsinki_roads, grid).values)

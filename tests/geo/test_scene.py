@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,20 +11,20 @@ import shapely
 
 from sciml.demos.geo import results_table
 from sciml.geo.experiment import checkerboard, run_experiment
-from sciml.geo.scene import synthesize_scene
+from sciml.geo.scene import Scene, synthesize_scene
 from sciml.geo.trees import tree_labels
 
 CROP = (385700.0, 6672300.0, 386000.0, 6672600.0)  # a park and its streets, UTM 35N
 
 
 @pytest.fixture(scope="module")
-def scene(helsinki_pbf):
+def scene(helsinki_pbf: str) -> Scene:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # GDAL, shapely: rings broken by the clip
         return synthesize_scene(helsinki_pbf, resolution=1.0, bounds=CROP, seed=3)
 
 
-def test_scene_truth_and_inventory(scene):
+def test_scene_truth_and_inventory(scene: Scene) -> None:
     assert scene.image.shape == (3, 300, 300) and scene.image.dtype == np.uint8
     assert scene.grid.crs.to_epsg() == 32635
     assert {"osm", "park"} <= set(scene.trees["source"])
@@ -41,14 +42,14 @@ def test_scene_truth_and_inventory(scene):
     assert image[1][crowns].mean() < image[1][~crowns].mean()  # crowns are darker
 
 
-def test_scene_is_deterministic(helsinki_pbf, scene):
+def test_scene_is_deterministic(helsinki_pbf: str, scene: Scene) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         again = synthesize_scene(helsinki_pbf, resolution=1.0, bounds=CROP, seed=3)
     np.testing.assert_array_equal(again.image.values, scene.image.values)
 
 
-def test_experiment_smoke(scene, tmp_path):
+def test_experiment_smoke(scene: Scene, tmp_path: Path) -> None:
     results = run_experiment(
         scene, tmp_path, block=100, tile=32, epochs=1, batch_size=8, base_channels=4
     )

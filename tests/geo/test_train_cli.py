@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 from affine import Affine
 
 from sciml.cli import main
@@ -62,7 +63,9 @@ def _snapshot(run: Path) -> dict[str, bytes]:
     ],
     ids=["base-channels", "unmasked-dice", "lr", "tile"],
 )
-def test_other_configuration_is_refused_and_run_stays_usable(rasters, tmp_path, capsys, change):
+def test_other_configuration_is_refused_and_run_stays_usable(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], change: list[str]
+) -> None:
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
     before = _snapshot(run)
@@ -76,7 +79,9 @@ def test_other_configuration_is_refused_and_run_stays_usable(rasters, tmp_path, 
     assert _predict(rasters, run, out, "--tile", "64", "--overlap", "16") == 0
 
 
-def test_same_configuration_resumes_and_best_checkpoint_predicts(rasters, tmp_path, capsys):
+def test_same_configuration_resumes_and_best_checkpoint_predicts(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
     assert _train(rasters, run, "--epochs", "2") == 0
@@ -89,7 +94,9 @@ def test_same_configuration_resumes_and_best_checkpoint_predicts(rasters, tmp_pa
     assert out.exists()
 
 
-def test_predict_names_a_missing_checkpoint(rasters, tmp_path, capsys):
+def test_predict_names_a_missing_checkpoint(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
     (run / "checkpoints" / "best.pt").unlink()
@@ -106,7 +113,13 @@ def test_predict_names_a_missing_checkpoint(rasters, tmp_path, capsys):
         (["--tile", "36", "--overlap", "8", "--depth", "3"], "divisible by 2**depth = 8"),
     ],
 )
-def test_train_checks_tiles_before_any_work(rasters, tmp_path, capsys, extra, message):
+def test_train_checks_tiles_before_any_work(
+    rasters: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
     run = tmp_path / "run"
     args = [str(rasters[k]) for k in ("image", "mask", "labels")]
     assert main(["geo", "train", *args, "--run-dir", str(run), *extra]) == 1
@@ -132,14 +145,14 @@ def test_train_checks_tiles_before_any_work(rasters, tmp_path, capsys, extra, me
         ["scene", "out", "--bounds", "0", "0", "inf", "1"],
     ],
 )
-def test_bad_numbers_are_usage_errors(argv, capsys):
+def test_bad_numbers_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["geo", *argv])
     assert exit_info.value.code == 2
     assert "error: argument" in capsys.readouterr().err
 
 
-def test_scene_rejects_inverted_bounds(tmp_path, capsys):
+def test_scene_rejects_inverted_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "scene"
     assert (
         main(["geo", "scene", str(out), "--bounds", "386000", "6672300", "385840", "6672460"]) == 1
@@ -148,7 +161,9 @@ def test_scene_rejects_inverted_bounds(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_train_rejects_labels_on_another_grid(rasters, tmp_path, capsys):
+def test_train_rejects_labels_on_another_grid(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     shifted = RasterGrid(GRID.crs, GRID.transform @ Affine.translation(1, 0), *GRID.shape)
     write_geotiff(np.zeros(GRID.shape, np.uint8), rasters["labels"], like=shifted)
     assert _train(rasters, tmp_path / "run") == 1
@@ -156,7 +171,9 @@ def test_train_rejects_labels_on_another_grid(rasters, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_train_rejects_label_values(rasters, tmp_path, capsys):
+def test_train_rejects_label_values(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_geotiff(np.full(GRID.shape, 7, np.uint8), rasters["labels"], like=GRID)
     assert _train(rasters, tmp_path / "run") == 1
     assert "found [7]" in capsys.readouterr().err
@@ -168,7 +185,9 @@ def _metric_rows(run: Path) -> int:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
-def test_signal_checkpoints_exits_3_and_rerun_resumes(rasters, tmp_path, signum):
+def test_signal_checkpoints_exits_3_and_rerun_resumes(
+    rasters: dict[str, Path], tmp_path: Path, signum: signal.Signals
+) -> None:
     run = tmp_path / "run"
     args = [str(rasters[k]) for k in ("image", "mask", "labels")]
     command = [
@@ -206,7 +225,9 @@ def test_signal_checkpoints_exits_3_and_rerun_resumes(rasters, tmp_path, signum)
     assert state["global_step"] == EPOCHS * 5
 
 
-def test_a_second_process_is_refused_before_writing(rasters, tmp_path, capsys):
+def test_a_second_process_is_refused_before_writing(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import fcntl
 
     run = tmp_path / "run"
@@ -220,13 +241,13 @@ def test_a_second_process_is_refused_before_writing(rasters, tmp_path, capsys):
 
 
 def test_signal_while_loading_data_stops_after_one_checkpointed_step(
-    rasters, tmp_path, monkeypatch
-):
+    rasters: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sciml.geo import rasters as rasters_module
 
     read = rasters_module.read_image
 
-    def read_then_signal(path):
+    def read_then_signal(path: str | Path) -> xr.DataArray:
         os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm would, before training starts
         return read(path)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import geopandas as gpd
 import numpy as np
 import pandas as pd
@@ -22,7 +24,7 @@ from sciml.geo.trees import (
 UTM35 = pyproj.CRS.from_epsg(32635)
 
 
-def test_osbs_boxes_in_pixel_coordinates():
+def test_osbs_boxes_in_pixel_coordinates() -> None:
     image = sample_path("osbs_image")
     boxes = pd.read_csv(sample_path("osbs_crowns"))
     trees = load_trees(sample_path("osbs_crowns"), crs="pixel", like=image)
@@ -35,7 +37,7 @@ def test_osbs_boxes_in_pixel_coordinates():
     np.testing.assert_array_equal(labels, expected)
 
 
-def test_point_crowns_are_metric_disks():
+def test_point_crowns_are_metric_disks() -> None:
     grid_utm = RasterGrid.from_bounds((385700.0, 6671900.0, 385740.0, 6671940.0), 0.1, UTM35)
     to_wgs = pyproj.Transformer.from_crs(UTM35, "EPSG:4326", always_xy=True)
     lon, lat = to_wgs.transform(385720.0, 6671920.0)
@@ -58,7 +60,7 @@ def test_point_crowns_are_metric_disks():
     assert ew == pytest.approx(10.0, abs=0.2) and ns == pytest.approx(10.0, abs=0.2)
 
 
-def test_mask_sets_ignore_index_and_instances():
+def test_mask_sets_ignore_index_and_instances() -> None:
     grid = RasterGrid.from_bounds((0.0, 0.0, 40.0, 20.0), 1.0, UTM35)
     trees = gpd.GeoDataFrame(
         {"crown_diameter": [6.0, 4.0]},
@@ -75,7 +77,7 @@ def test_mask_sets_ignore_index_and_instances():
     assert (ids == 1).sum() > (ids == 2).sum() > 0
 
 
-def test_csv_points_species_and_age(tmp_path):
+def test_csv_points_species_and_age(tmp_path: Path) -> None:
     path = tmp_path / "trees.csv"
     pd.DataFrame(
         {
@@ -93,7 +95,7 @@ def test_csv_points_species_and_age(tmp_path):
     np.testing.assert_allclose(custom, [10.0, 5.0, 3.0, 5.0])
 
 
-def test_osm_trees(helsinki_pbf, clips):
+def test_osm_trees(helsinki_pbf: str, clips: dict[str, Path]) -> None:
     trees = load_trees(helsinki_pbf)
     assert len(trees) == 649
     assert (trees.geometry.geom_type == "Point").all()
@@ -102,7 +104,7 @@ def test_osm_trees(helsinki_pbf, clips):
     assert sorted(from_pbf["osm_id"]) == sorted(from_xml["osm_id"])
 
 
-def test_bad_tree_files(tmp_path, helsinki_roads):
+def test_bad_tree_files(tmp_path: Path, helsinki_roads: gpd.GeoDataFrame) -> None:
     lines = tmp_path / "lines.geojson"
     helsinki_roads.iloc[:5].to_file(lines, driver="GeoJSON")
     with pytest.raises(ValueError, match="lines.geojson: no usable tree geometry"):
