@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sciml.demos.geo import demo
 
 
-def test_demo_quick(tmp_path):
+def test_demo_quick(tmp_path: Path) -> None:
     markdown = demo(tmp_path, quick=True)
     assert markdown.startswith("## OSM road masks for tree segmentation")
     assert "| masked |" in markdown and "| unmasked |" in markdown and "0.784" in markdown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
@@ -26,7 +28,7 @@ def test_markdown_table_rejects_a_row_of_another_width() -> None:
         markdown_table(["a", "b", "c"], [[1.0, 2.0]])
 
 
-def test_save_figure_writes_and_returns_the_link(tmp_path) -> None:
+def test_save_figure_writes_and_returns_the_link(tmp_path: Path) -> None:
     fig = Figure()
     fig.add_subplot().plot([0, 1])
     assert save_figure(fig, tmp_path, "line.png") == "line.png"

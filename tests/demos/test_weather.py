@@ -1,11 +1,12 @@
 """The weather section of ``sciml demo`` (quick mode)."""
 
 import re
+from pathlib import Path
 
 from sciml.demos.weather import demo
 
 
-def test_demo_quick_writes_linked_figures(tmp_path):
+def test_demo_quick_writes_linked_figures(tmp_path: Path) -> None:
     markdown = demo(tmp_path, quick=True)
     assert markdown.startswith("## Ensemble weather")
     links = re.findall(r"\]\(([^)]+)\)", markdown)
