@@ -25,17 +25,18 @@ sum; ``level`` 1 is the upper layer, 2 the lower. The doubly periodic domain is 
 a 30-60 N, 0-360 E box purely for plotting (the model is a beta-plane, so verify with
 unweighted means). Everything is non-dimensional (``units = "1"``) and deterministic for a
 seed.
+
+The settings and their validation are in :mod:`.toy_settings`; netCDF writing and the
+resumable batched runs of :func:`write_toy_ensemble` in :mod:`.toy_io` (its
+:func:`~sciml.weather.toy_io.write_ensemble` is importable from here too).
 """
 
 from __future__ import annotations
 
-import io
 import json
-import math
-import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,9 +44,9 @@ import torch
 import xarray as xr
 from tqdm import tqdm
 
-from sciml.distributed import PreemptionFlag
-from sciml.io_utils import atomic_path, atomic_write_bytes, atomic_write_text
 from sciml.weather.qg import QGParams, TwoLayerQG
+from sciml.weather.toy_io import Batches, OnBatch, write_ensemble, write_resumably
+from sciml.weather.toy_settings import ToySettings, check_settings
 
 __all__ = ["generate_ensemble", "write_ensemble", "write_toy_ensemble"]
 
@@ -54,73 +55,10 @@ TOY_PARAMS = QGParams(n=32, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 EPOCH = np.datetime64("2000-01-01T00:00", "ns")
 #: Trajectories integrated together (start dates x (members + truth)); bounds the memory.
 BATCH_ENTRIES = 256
-#: Longest lead time, spin-up and interval accepted, in days: errors saturate after about
-#: ten days, so longer spans only cost time (a typo such as ``1e9`` would run for ever).
-MAX_DAYS = 1000.0
 
 
 class _Interrupted(Exception):
     """Raised inside a worker when a stop was requested; its batch is discarded."""
-
-
-@dataclass(frozen=True)
-class _Settings:
-    members: int
-    start_dates: int
-    lead_times: tuple[float, ...]
-    interval: float
-    spin_up: float
-    perturbation: float
-    model_error: float
-    seed: int
-
-
-def _whole_steps(name: str, days: float, dt: float) -> int:
-    steps = days / dt
-    if not math.isclose(steps, round(steps), rel_tol=0, abs_tol=1e-6):
-        raise ValueError(f"{name}={days} days must be a multiple of the model step dt={dt}")
-    return round(steps)
-
-
-def _check(settings: _Settings, params: QGParams, threads: int) -> np.ndarray:
-    """Validate every setting before any work; return the lead times in model steps."""
-    for name in ("members", "start_dates", "seed"):
-        value = getattr(settings, name)
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int | np.integer) or threads < 1:
-        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    if settings.members < 1 or settings.start_dates < 1 or settings.seed < 0:
-        raise ValueError(
-            f"need members >= 1, start_dates >= 1 and seed >= 0, got {settings.members}, "
-            f"{settings.start_dates}, {settings.seed}"
-        )
-    leads = np.asarray(settings.lead_times, dtype=np.float64)
-    if leads.ndim != 1 or leads.size == 0 or not np.isfinite(leads).all():
-        raise ValueError(f"lead_times must be finite numbers, got {settings.lead_times}")
-    if leads[0] < 0 or np.any(np.diff(leads) <= 0):
-        raise ValueError(
-            f"lead_times must be ascending without repeats and non-negative, got "
-            f"{settings.lead_times}"
-        )
-    spans = {"lead_times": leads[-1], "interval": settings.interval, "spin_up": settings.spin_up}
-    for name, days in spans.items():
-        if not 0 <= days <= MAX_DAYS:
-            raise ValueError(f"{name} must lie in [0, {MAX_DAYS}] days, got {days}")
-    if settings.interval <= 0:
-        raise ValueError(f"interval must be > 0 days, got {settings.interval}")
-    for name in ("perturbation", "model_error"):
-        value = getattr(settings, name)
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    _whole_steps("interval", settings.interval, params.dt)
-    _whole_steps("spin_up", settings.spin_up, params.dt)
-    try:
-        return np.array([_whole_steps("lead_times", lead, params.dt) for lead in leads])
-    except ValueError:
-        raise ValueError(
-            f"lead_times {settings.lead_times} must be multiples of dt={params.dt}"
-        ) from None
 
 
 def _perturbations(model: TwoLayerQG, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -148,7 +86,7 @@ def generate_ensemble(
         members: Ensemble size.
         start_dates: Number of start dates, ``interval`` days apart.
         lead_times: Lead times in days (multiples of ``params.dt``, ascending without
-            repeats, from 0 up to :data:`MAX_DAYS`).
+            repeats, from 0 up to :data:`~sciml.weather.toy_settings.MAX_DAYS`).
         interval: Days between start dates (> 0, a multiple of ``params.dt``).
         spin_up: Days of spin-up before the first start date (a multiple of ``params.dt``).
         perturbation: Initial perturbation, relative to the PV standard deviation (>= 0).
@@ -166,7 +104,7 @@ def generate_ensemble(
     Raises:
         ValueError: For an impossible setting, before any work starts.
     """
-    settings = _Settings(
+    settings = ToySettings(
         members, start_dates, tuple(lead_times), interval, spin_up, perturbation, model_error, seed
     )
     ds = _generate(settings, params, progress=progress, threads=threads)
@@ -175,13 +113,13 @@ def generate_ensemble(
 
 
 def _generate(
-    settings: _Settings,
+    settings: ToySettings,
     params: QGParams,
     *,
     progress: bool,
     threads: int,
-    done: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
-    on_batch: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
+    done: Batches | None = None,
+    on_batch: OnBatch | None = None,
     stop: Callable[[], bool] = lambda: False,
 ) -> xr.Dataset | None:
     """Validate, then integrate every batch of start dates not in ``done``.
@@ -189,7 +127,7 @@ def _generate(
     ``on_batch(index, psi, q)`` receives each finished batch; once ``stop()`` is true the
     running batches are abandoned and None is returned.
     """
-    steps = _check(settings, params, threads)
+    steps = check_settings(settings, params, threads)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -199,13 +137,13 @@ def _generate(
 
 
 def _integrate(
-    settings: _Settings,
+    settings: ToySettings,
     params: QGParams,
     steps: np.ndarray,
     progress: bool,
     threads: int,
-    done: dict[int, tuple[np.ndarray, np.ndarray]],
-    on_batch: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    done: Batches,
+    on_batch: OnBatch | None,
     stop: Callable[[], bool],
 ) -> xr.Dataset | None:
     members, start_dates = settings.members, settings.start_dates
@@ -276,7 +214,7 @@ def _integrate(
 
 
 def _to_dataset(
-    psi: np.ndarray, q: np.ndarray, leads: np.ndarray, params: QGParams, settings: _Settings
+    psi: np.ndarray, q: np.ndarray, leads: np.ndarray, params: QGParams, settings: ToySettings
 ) -> xr.Dataset:
     # psi, q: (time, member + 1, lead_time, level, lat, lon); slot 0 is the truth
     n = params.n
@@ -346,44 +284,6 @@ def _to_dataset(
     return ds
 
 
-def write_ensemble(ds: xr.Dataset, path: Path | str, *, dtype: str = "float32") -> Path:
-    """Write an ensemble dataset to netCDF atomically and compressed; return the path.
-
-    Args:
-        ds: Dataset (e.g. from :func:`generate_ensemble`).
-        path: Output path.
-        dtype: On-disk type of the data variables (float32 like real archives halves the
-            size; ``"float64"`` keeps the model's precision).
-    """
-    path = Path(path)
-    encoding = {name: {"zlib": True, "complevel": 4, "dtype": dtype} for name in ds.data_vars}
-    with atomic_path(path, suffix=".nc") as tmp:
-        ds.to_netcdf(tmp, encoding=encoding)
-    return path
-
-
-def _partial_dir(path: Path) -> Path:
-    return path.with_name(path.name + ".partial")
-
-
-def _load_batches(folder: Path, config: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """The finished batches of an interrupted run with the same configuration."""
-    if not folder.exists():
-        return {}
-    recorded = (folder / "config.json").read_text() if (folder / "config.json").exists() else ""
-    if recorded != config:
-        raise ValueError(
-            f"{folder} holds the finished batches of a run with other settings "
-            f"({recorded.strip() or 'none recorded'}); rerun with those, or delete {folder} "
-            "to start over, or write to another --out"
-        )
-    done = {}
-    for batch_file in sorted(folder.glob("batch_*.npz")):
-        with np.load(batch_file) as arrays:
-            done[int(batch_file.stem.split("_")[1])] = (arrays["psi"], arrays["q"])
-    return done
-
-
 def write_toy_ensemble(
     path: Path | str,
     *,
@@ -414,36 +314,23 @@ def write_toy_ensemble(
     """
 
     path = Path(path)
-    defaults = _Settings(10, 20, (0, 1, 2, 3, 4, 5, 6), 2.0, 60.0, 0.02, 0.0, 0)
-    unknown = set(settings) - set(asdict(defaults))
+    unknown = set(settings) - {field.name for field in fields(ToySettings)}
     if unknown:
         raise TypeError(f"unknown settings {sorted(unknown)}")
-    chosen = _Settings(**{**asdict(defaults), **settings})
-    chosen = _Settings(**{**asdict(chosen), "lead_times": tuple(map(float, chosen.lead_times))})
-    _check(chosen, params, threads)
-    folder = _partial_dir(path)
+    chosen = ToySettings(**{**asdict(ToySettings()), **settings})
+    chosen = replace(chosen, lead_times=tuple(map(float, chosen.lead_times)))
+    check_settings(chosen, params, threads)
     config = json.dumps({**asdict(chosen), "params": repr(params)}, sort_keys=True) + "\n"
-    done = _load_batches(folder, config)
 
-    def keep(index: int, psi: np.ndarray, q: np.ndarray) -> None:
-        buffer = io.BytesIO()
-        np.savez(buffer, psi=psi, q=q)
-        atomic_write_bytes(folder / f"batch_{index:05d}.npz", buffer.getvalue())
-
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "config.json", config)
-    with PreemptionFlag(handle_signals) as signals:
-        ds = _generate(
+    def generate(done: Batches, on_batch: OnBatch, stop: Callable[[], bool]) -> xr.Dataset | None:
+        return _generate(
             chosen,
             params,
             progress=progress,
             threads=threads,
             done=done,
-            on_batch=keep,
-            stop=lambda: signals.received is not None,
+            on_batch=on_batch,
+            stop=stop,
         )
-        if ds is None:
-            return None
-        write_ensemble(ds, path)  # a signal now is recorded and ignored: the file completes
-    shutil.rmtree(folder)
-    return ds
+
+    return write_resumably(path, config, generate, handle_signals=handle_signals)
