@@ -45,6 +45,7 @@ class ExperimentInterrupted(RuntimeError):
     """
 
     def __init__(self, name: str, result: Any) -> None:
+        """Build the message from the model ``name`` and its interrupted ``result``."""
         super().__init__(
             f"training of the {name} model was interrupted by a signal (checkpoint "
             f"{result.checkpoint}); run the experiment again with the same run_dir to resume"
@@ -130,7 +131,11 @@ def run_experiment(
         block: Side of the checkerboard blocks (pixels).
         tile: Training tile side (pixels, divisible by 8); tiles are augmented
             with their 8 dihedral orientations.
-        epochs, batch_size, lr, loss, seed: Training options.
+        epochs: Passes over the training tiles.
+        batch_size: Tiles per optimiser step.
+        lr: Adam learning rate.
+        seed: Seed of the weights' initialisation and the tile order.
+        loss: One of :data:`sciml.geo.losses.LOSS_KINDS`.
         base_channels: Width of the U-Nets.
         mask_image: The masked model also zeroes the image off the mask.
         threads: Torch threads while training and predicting (``None``: unchanged).

@@ -30,6 +30,7 @@ class RasterGrid:
     width: int
 
     def __post_init__(self) -> None:
+        """Reject a fractional or empty size and a degenerate transform."""
         if int(self.height) != self.height or int(self.width) != self.width:
             raise ValueError(f"grid height and width must be integers, got {self.shape}")
         if self.height < 1 or self.width < 1:
@@ -38,6 +39,7 @@ class RasterGrid:
             raise ValueError(f"degenerate grid transform {tuple(self.transform)[:6]}")
 
     def __str__(self) -> str:
+        """Size, CRS name and affine coefficients, for messages."""
         transform = tuple(self.transform)[:6]
         return f"{self.height}x{self.width} px in {self.crs.name}, transform {transform}"
 

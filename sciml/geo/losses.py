@@ -32,8 +32,9 @@ def masked_loss(
         logits: ``(N, 1, H, W)`` logits.
         target: ``(N, 1, H, W)`` 0/1 labels.
         valid: ``(N, 1, H, W)`` 1 where the pixel counts (inside the mask, labelled).
-        kind: ``"bce"`` (mean over valid pixels), ``"dice"``, ``"tversky"``
-            (``alpha`` weighs false positives, ``beta`` false negatives) or ``"bce+dice"``.
+        kind: ``"bce"`` (mean over valid pixels), ``"dice"``, ``"tversky"`` or ``"bce+dice"``.
+        alpha: Tversky weight of false positives.
+        beta: Tversky weight of false negatives.
         smooth: Additive smoothing of the Dice/Tversky ratio.
     """
     valid = valid.to(logits.dtype)

@@ -271,8 +271,14 @@ def write_road_mask(
     values (1 = road) and is written to a temporary name, then renamed.
 
     Args:
-        roads, like, width, margin, all_touched, table: As in :func:`road_mask`.
+        roads: Road lines or what reads as them, as in :func:`road_mask`.
+        like: Reference raster, as in :func:`road_mask`.
         path: Output ``.tif``.
+        width: ``"osm"`` for per-road widths from the tags, or a constant in metres.
+        margin: Extra metres on each side of every road.
+        all_touched: Burn every pixel a polygon touches, not only those whose
+            centre is inside.
+        table: Overrides of :data:`sciml.geo.WIDTH_TABLE`.
         chunk: Block side in pixels (a multiple of :data:`TIFF_TILE`).
         num_workers: Threads rasterising and compressing (default: all cores).
         compress: GeoTIFF compression (``"deflate"``, ``"lzw"``, ``"zstd"``...).

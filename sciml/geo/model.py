@@ -37,6 +37,7 @@ class MaskedUNet(nn.Module):
         norm: Literal["batch", "group", "none"] = "batch",
         mask_image: bool = True,
     ) -> None:
+        """Build the U-Net and record the configuration (arguments: see the class)."""
         super().__init__()
         self.in_channels, self.mask_image = in_channels, mask_image
         #: Constructor arguments, saved next to checkpoints by :func:`train_segmenter`.

@@ -156,7 +156,7 @@ def _first(value: Any) -> Any:
 
 
 def _joined(value: Any) -> Any:
-    """osmnx's list of merged ways' values as an OSM multi-value (``"2;3"``)."""
+    """Join osmnx's list of merged ways' values as an OSM multi-value (``"2;3"``)."""
     if isinstance(value, list | tuple):
         return ";".join(str(v) for v in value)
     return value

@@ -110,6 +110,7 @@ class SceneTiles(Dataset):
         ignore_index: int = IGNORE_INDEX,
         augment: bool = False,
     ) -> None:
+        """Check the arrays and list the tiles that hold mask pixels (arguments: see the class)."""
         _check_grids(image, mask=mask, labels=labels)
         if nodata is None and isinstance(image, xr.DataArray):
             nodata = image.attrs.get("nodata")
@@ -136,9 +137,11 @@ class SceneTiles(Dataset):
             raise ValueError("no tile has both mask pixels and data; check the mask and nodata")
 
     def __len__(self) -> int:
+        """Number of tiles, times 8 with ``augment``."""
         return len(self.origins) * (8 if self.augment else 1)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        """The tile ``index`` (in its orientation with ``augment``) as a dict of tensors."""
         if not 0 <= index < len(self):
             raise IndexError(f"tile index {index} out of range for {len(self)} tiles")
         orientation, index = divmod(index, len(self.origins))
@@ -213,7 +216,8 @@ def predict_scene(
         model: A :class:`sciml.geo.model.MaskedUNet` or any module with that call.
         image: ``(band, y, x)`` image (a DataArray keeps its grid).
         mask: ``(y, x)`` mask (``None``: the whole image).
-        tile, overlap: Tiling; ``tile`` must suit the model (divisible by 2**depth).
+        tile: Tile side in pixels; it must suit the model (divisible by 2**depth).
+        overlap: Overlap of neighbouring tiles in pixels (blended).
         batch_size: Tiles per forward pass.
         like: Grid of the output when ``image`` is a plain array (a
             georeferenced image must be on the same grid).

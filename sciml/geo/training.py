@@ -165,7 +165,10 @@ def train_segmenter(
         model: The model (a :class:`MaskedUNet` is rebuilt by :func:`load_segmenter`).
         train_dataset: :class:`sciml.geo.tiles.SceneTiles` or tiles like them.
         run_dir: Run folder; rerunning the same call resumes an interrupted run.
-        epochs, batch_size, lr, seed: Training options.
+        epochs: Passes over the training tiles.
+        batch_size: Tiles per optimiser step.
+        lr: Adam learning rate.
+        seed: Seed of the weights' initialisation and the tile order.
         loss: One of :data:`LOSS_KINDS`.
         masked: Feed the mask and count valid pixels only (``False``: the baseline).
         val_dataset: Tiles scored after every epoch.

@@ -206,7 +206,10 @@ def load_trees(
             ``like`` (column, row, as in DeepForest annotations). Default for a
             CSV with ``lon,lat``: EPSG:4326.
         like: Reference raster for ``crs="pixel"``.
-        diameter_column, table, default_diameter: See :func:`crown_diameters`.
+        diameter_column: Column of measured crown diameters (default: the first
+            known name present), see :func:`crown_diameters`.
+        table: Overrides of :data:`CROWN_DIAMETERS` (genus -> metres).
+        default_diameter: Diameter in metres of a tree with no measure and no known genus.
 
     Returns:
         A GeoDataFrame with the file's columns, ``geometry`` and ``crown_diameter``
