@@ -98,6 +98,7 @@ class DistributedContext:
         return self.rank == 0
 
     def __enter__(self) -> DistributedContext:
+        """The context itself."""
         return self
 
     def __exit__(
@@ -106,6 +107,7 @@ class DistributedContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Shut the process group down if a collective failed; leave it up otherwise."""
         if exc is not None and _is_distributed_failure(exc):
             shutdown()
             raise DistributedError(
@@ -315,6 +317,7 @@ class PreemptionFlag:
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(self, enabled: bool = True) -> None:
+        """A lowered flag; with ``enabled=False`` it never rises."""
         self.received: int | None = None
         self.enabled = enabled
         self._previous: dict[int, Any] = {}
@@ -326,6 +329,7 @@ class PreemptionFlag:
             self._outer._handle(signum, frame)
 
     def __enter__(self) -> PreemptionFlag:
+        """Install the handlers (main thread only), joining an active outer flag."""
         if self.enabled and threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -335,6 +339,7 @@ class PreemptionFlag:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Restore the previous handlers."""
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous, self._outer = {}, None

@@ -113,15 +113,18 @@ class RunLock:
     """
 
     def __init__(self, run_dir: Path, *, name: str = LOCK_NAME) -> None:
+        """The lock file ``run_dir/name``, not yet acquired."""
         self.path = run_dir / name
         self.fd: int | None = None
 
     def __enter__(self) -> RunLock:
+        """Create the folder and acquire the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Release the lock."""
         self.release()
 
     def acquire(self) -> None:

@@ -60,6 +60,7 @@ class CsvLogger:
     """
 
     def __init__(self, path: Path, *, rows: int, epoch: Callable[[], int]) -> None:
+        """Rewrite ``path`` with its header and the first ``rows`` rows kept."""
         self.path, self.epoch = path, epoch
         kept: list[list[str]] = []
         if path.exists():
@@ -86,6 +87,7 @@ class TensorBoardLogger:
     """TensorBoard scalars in ``folder``, tagged with the metric names."""
 
     def __init__(self, folder: Path) -> None:
+        """Open an event writer in ``folder``."""
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer: Any = SummaryWriter(str(folder), purge_step=None)
@@ -109,6 +111,7 @@ class MetricsLog:
     """
 
     def __init__(self, loggers: Sequence[MetricLogger], *, rows: int) -> None:
+        """Gather ``loggers``, counting from ``rows``."""
         self.loggers, self.rows = list(loggers), rows
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:

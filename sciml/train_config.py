@@ -87,6 +87,7 @@ class TrainConfig:
     handle_signals: bool = True
 
     def __post_init__(self) -> None:
+        """Reject out-of-range or mistyped options, naming the field."""
         _require_int("epochs", self.epochs, 1)
         _require_int("batch_size", self.batch_size, 1)
         _require_int("seed", self.seed, 0)

@@ -126,6 +126,7 @@ class TrainSetup:
 
     @property
     def last(self) -> Path:
+        """The run's latest checkpoint, ``checkpoints/last.pt``."""
         return self.run_dir / "checkpoints" / "last.pt"
 
 

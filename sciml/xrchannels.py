@@ -30,6 +30,7 @@ class NormStats:
     std: tuple[float, ...]
 
     def __post_init__(self) -> None:
+        """Require one finite mean and one positive std per distinct channel."""
         sizes = (len(self.channels), len(self.mean), len(self.std))
         if len(set(sizes)) != 1 or sizes[0] == 0:
             raise ValueError(

@@ -239,9 +239,11 @@ class XarrayDataset(_XarraySamples, Dataset[torch.Tensor]):
     """
 
     def __len__(self) -> int:
+        """Number of samples."""
         return len(self.layout)
 
     def __getitem__(self, index: int) -> torch.Tensor:
+        """Sample ``index`` as a ``(C, *spatial)`` tensor."""
         return self.layout.read([index])[0]
 
     def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
@@ -278,6 +280,7 @@ class XarrayIterableDataset(_XarraySamples, IterableDataset[torch.Tensor]):
         seed: int = 0,
         replica: tuple[int, int] = (0, 1),
     ) -> None:
+        """Check the options and find the first sample dim's chunks (arguments: see the class)."""
         super().__init__(
             ds,
             variables,
@@ -299,6 +302,7 @@ class XarrayIterableDataset(_XarraySamples, IterableDataset[torch.Tensor]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[torch.Tensor]:
+        """This worker's and replica's samples for the current epoch."""
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         index, count = self.replica

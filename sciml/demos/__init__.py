@@ -58,6 +58,7 @@ class DemoInterrupted(RuntimeError):
     """
 
     def __init__(self, section: str, detail: str) -> None:
+        """Name the interrupted ``section`` and what stopped it (``detail``)."""
         super().__init__(f"demo section {section!r} interrupted by a signal ({detail})")
         self.section = section
         self.report: Path | None = None

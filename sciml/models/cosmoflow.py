@@ -44,6 +44,7 @@ class CosmoFlow(nn.Module):
         batch_norm: bool = False,
         dropout: float = 0.0,
     ) -> None:
+        """Check the options and build the layers (arguments: see the class)."""
         super().__init__()
         for name, value in (
             ("in_channels", in_channels),
@@ -90,6 +91,7 @@ class CosmoFlow(nn.Module):
         self.head = nn.Sequential(*mlp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Regressed parameters ``(N, out_features)`` of the volumes ``x`` ``(N, C, D, H, W)``."""
         if x.dim() != 5:
             raise ValueError(f"CosmoFlow expects an (N, C, D, H, W) tensor, got {tuple(x.shape)}")
         return self.head(self.pool(self.features(x)))

@@ -26,6 +26,7 @@ class ConvBlock(nn.Sequential):
     """Two ``conv(k=3, 'same') -> norm -> ReLU`` layers."""
 
     def __init__(self, dims: int, in_channels: int, out_channels: int, norm: Norm) -> None:
+        """Two layers of ``dims``-D convolutions from ``in_channels`` to ``out_channels``."""
         conv = _conv(dims)
         super().__init__(
             conv(in_channels, out_channels, 3, padding=1, bias=norm == "none"),
@@ -62,6 +63,7 @@ class UNet(nn.Module):
         norm: Norm = "batch",
         upsample: Literal["transpose", "interpolate"] = "transpose",
     ) -> None:
+        """Check the options and build the levels (arguments: see the class)."""
         super().__init__()
         if dims not in (2, 3):
             raise ValueError(f"UNet supports dims=2 or dims=3, got dims={dims}")
@@ -109,6 +111,7 @@ class UNet(nn.Module):
         self.head = _conv(dims)(widths[0], out_channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(N, out_channels, spatial...)`` of ``x`` ``(N, in_channels, spatial...)``."""
         if x.dim() != self.dims + 2:
             raise ValueError(
                 f"UNet(dims={self.dims}) expects a {self.dims + 2}-D tensor (N, C, spatial...), "
