@@ -27,6 +27,7 @@ from sciml.training import EXIT_REQUEUE
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run (or resume) the experiment, print the table and write the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="500 m crop, 1 epoch")
     parser.add_argument("--out", default="runs/bench/geo_experiment.json", help="JSON output")

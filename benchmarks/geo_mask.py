@@ -23,11 +23,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _report import write_report
 
+if TYPE_CHECKING:
+    import geopandas as gpd
 
-def _roads(copies: int):
+    from sciml.geo import RasterGrid
+
+
+def _roads(copies: int) -> gpd.GeoDataFrame:
     import geopandas as gpd
     import pandas as pd
 
@@ -46,7 +52,7 @@ def _roads(copies: int):
     return gpd.GeoDataFrame(pd.concat(parts, ignore_index=True), crs=roads.crs)
 
 
-def _grid(roads, resolution: float):
+def _grid(roads: gpd.GeoDataFrame, resolution: float) -> RasterGrid:
     from sciml.geo import RasterGrid
 
     return RasterGrid.from_bounds(tuple(roads.total_bounds), resolution, roads.crs)
@@ -103,7 +109,7 @@ def run_case(case: str, resolution: float, copies: int, tmp: Path) -> dict:
     return _row(case, grid, time.perf_counter() - start, base_mb, extra)
 
 
-def _row(case: str, grid, seconds: float, base_mb: float, extra: dict) -> dict:
+def _row(case: str, grid: RasterGrid, seconds: float, base_mb: float, extra: dict) -> dict:
     pixels = grid.height * grid.width
     return {
         "case": case,
@@ -119,6 +125,7 @@ def _row(case: str, grid, seconds: float, base_mb: float, extra: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run every case in its own process, print a table and write the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 m pixels, 2 x 2 copies")
     parser.add_argument("--out", default="runs/bench/geo_mask.json", help="JSON output")
