@@ -6,6 +6,7 @@ import ast
 import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -13,7 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if "def main(" in p.read_text())
 
 
-def _report_module():
+def _report_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("_report", BENCHMARKS / "_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ from sciml.cli import (
 from sciml.training import EXIT_REQUEUE
 
 
-def _subcommand_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+def _subcommand_paths(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[str, ...]]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
@@ -36,7 +39,9 @@ def _subcommand_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] =
 
 
 @pytest.mark.parametrize("path", [(), *_subcommand_paths(build_parser())], ids=" ".join)
-def test_every_subcommand_has_help(path: tuple[str, ...], capsys: pytest.CaptureFixture) -> None:
+def test_every_subcommand_has_help(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([*path, "--help"])
     assert exit_info.value.code == 0
@@ -50,7 +55,7 @@ def test_every_workflow_register_has_the_one_register_type(module: str) -> None:
     assert signature.return_annotation == "None"
 
 
-def test_info_lists_versions_and_backends(capsys: pytest.CaptureFixture) -> None:
+def test_info_lists_versions_and_backends(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "torch" in out and "gloo=yes" in out
@@ -63,7 +68,9 @@ def test_console_script_runs() -> None:
     assert out.startswith("sciml ")
 
 
-def test_demo_spine_section_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_demo_spine_section_writes_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", "--quick", "--only", "spine", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
     assert "## Spine" in report and "validation RMSE" in report
@@ -128,7 +135,7 @@ def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
     assert "## First" in text and "**Interrupted**" in text
 
 
-def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("sciml: error: ValueError: unknown demo section")
@@ -182,7 +189,7 @@ def test_every_option_has_help_and_shows_its_default(
         (finite_float, "inf"),
     ],
 )
-def test_numeric_types_reject_bad_values(kind, text: str) -> None:
+def test_numeric_types_reject_bad_values(kind: Callable[[str], float], text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected"):
         kind(text)
 

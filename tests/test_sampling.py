@@ -4,7 +4,7 @@ import torch
 from sciml.sampling import epoch_batches, epoch_seed
 
 
-def test_epoch_seed_keeps_the_orders_of_earlier_runs():
+def test_epoch_seed_keeps_the_orders_of_earlier_runs() -> None:
     # runs checkpointed before epoch_seed existed resume onto the same order
     assert epoch_seed(7, 3) == 7 * 1_000_003 + 3
     assert epoch_seed(7, 3, stream="workers") == 7 * 7919 + 3
@@ -13,7 +13,7 @@ def test_epoch_seed_keeps_the_orders_of_earlier_runs():
     assert flat == order.tolist()
 
 
-def test_epoch_seeds_differ_between_epochs_and_streams():
+def test_epoch_seeds_differ_between_epochs_and_streams() -> None:
     seeds = {epoch_seed(seed, epoch) for seed in range(3) for epoch in range(3)}
     assert len(seeds) == 9
     assert epoch_seed(1, 0) != epoch_seed(1, 0, stream="workers")
@@ -29,6 +29,8 @@ def test_epoch_seeds_differ_between_epochs_and_streams():
         ((0, 0), {"stream": "shuffle"}, "stream must be one of"),
     ],
 )
-def test_epoch_seed_rejects_bad_inputs(args, kwargs, message):
+def test_epoch_seed_rejects_bad_inputs(
+    args: tuple[float, ...], kwargs: dict[str, str], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         epoch_seed(*args, **kwargs)

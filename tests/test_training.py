@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,20 +17,29 @@ from torch import nn
 from sciml.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from sciml.distributed import spawn
 from sciml.run_dir import RunLock
-from sciml.training import EXIT_REQUEUE, RunDirError, TrainConfig, epoch_batches, fit
+from sciml.training import (
+    EXIT_REQUEUE,
+    RunDirError,
+    TrainConfig,
+    TrainResult,
+    epoch_batches,
+    fit,
+)
 from tests.scripts.train_job import make_problem, mse
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_job.py"
 CONFIG = dict(epochs=4, batch_size=5, progress=False, tensorboard=False)
 
 
-def _train(run_dir: Path, *, interrupt_at: int | None = None, **overrides):
+def _train(
+    run_dir: Path, *, interrupt_at: int | None = None, **overrides: int | str
+) -> tuple[nn.Module, TrainResult]:
     model, train, val = make_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.5)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
     calls = {"n": 0}
 
-    def loss_fn(model, batch):
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         calls["n"] += 1
         if calls["n"] == interrupt_at:
             os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm does before the time limit
@@ -157,7 +167,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     before = path.read_bytes()
 
     class Unsavable(nn.Module):
-        def state_dict(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        def state_dict(self, *args: object, **kwargs: object) -> dict[str, object]:
             return {"x": torch.zeros(1), "bad": lambda: None}
 
     with pytest.raises(Exception):  # noqa: B017 - whatever pickling raises
@@ -233,7 +243,7 @@ def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None) -> str:
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
     calls = {"n": 0}
 
-    def loss_fn(model, batch):
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         calls["n"] += 1
         if calls["n"] == interrupt_at and torch.distributed.get_rank() == 0:
             os.kill(os.getpid(), signal.SIGUSR1)
@@ -358,7 +368,7 @@ def test_resuming_with_another_configuration_is_refused_untouched(tmp_path: Path
     before = _snapshot(tmp_path)
     model, train, val = make_problem()
 
-    def attempt(**changes) -> None:  # noqa: ANN003
+    def attempt(**changes: Any) -> None:
         net = changes.pop("model", model)
         optimizer = changes.pop("optimizer", None) or torch.optim.SGD(
             net.parameters(), lr=changes.pop("lr", 0.02), momentum=0.5
@@ -421,7 +431,7 @@ def test_bad_fit_inputs_give_clear_errors_before_writing(tmp_path: Path) -> None
     run = tmp_path / "run"
     config = TrainConfig(**CONFIG)
 
-    def call(**kwargs):  # noqa: ANN003
+    def call(**kwargs: Any) -> None:
         args = dict(model=model, optimizer=optimizer, train_dataset=train, loss_fn=mse) | kwargs
         fit(
             args.pop("model"),
@@ -504,7 +514,9 @@ def test_loss_fn_must_return_the_same_names_every_batch(tmp_path: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     calls = {"n": 0}
 
-    def changing(model, batch):
+    def changing(
+        model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         calls["n"] += 1
         return {"loss": mse(model, batch)} | (
             {"extra": torch.tensor(1.0)} if calls["n"] > 1 else {}
@@ -519,7 +531,9 @@ def test_loss_fn_must_return_the_same_names_on_every_validation_batch(tmp_path: 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     calls = {"n": 0}
 
-    def changing(model, batch):
+    def changing(
+        model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         calls["n"] += 0 if model.training else 1
         extra = {"extra": torch.tensor(1.0)} if calls["n"] > 1 else {}
         return {"loss": mse(model, batch)} | extra
@@ -551,13 +565,13 @@ def test_checkpoint_functions_want_a_module(tmp_path: Path) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_resume_on_a_gpu_equals_uninterrupted(tmp_path: Path) -> None:
     # read with map_location="cuda", the generator states used to land on the GPU
-    def run(run_dir: Path, interrupt_at: int | None = None):
+    def run(run_dir: Path, interrupt_at: int | None = None) -> tuple[nn.Module, TrainResult]:
         model, train, val = make_problem()
         model.cuda()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         calls = {"n": 0}
 
-        def loss_fn(model, batch):
+        def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
             calls["n"] += 1
             if calls["n"] == interrupt_at:
                 os.kill(os.getpid(), signal.SIGUSR1)

@@ -1,6 +1,8 @@
 """sciml.xrdata on the real ERA5 sample and on small synthetic grids."""
 
+from collections.abc import Hashable, Mapping
 from pathlib import Path
+from typing import Any
 
 import dask
 import numpy as np
@@ -34,7 +36,7 @@ class CountingGetter:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, dsk, keys, **kwargs):  # noqa: ANN001, ANN003
+    def __call__(self, dsk: Mapping[Hashable, Any], keys: Any, **kwargs: Any) -> Any:
         self.calls += 1
         return dask.get(dsk, keys, **kwargs)
 
@@ -227,7 +229,9 @@ def test_statistics_must_match_the_channels(era5: xr.Dataset) -> None:
         (("a",), (float("nan"),), (1.0,), "non-finite mean"),
     ],
 )
-def test_norm_stats_reject_inconsistent_values(channels, mean, std, message: str) -> None:
+def test_norm_stats_reject_inconsistent_values(
+    channels: tuple[str, ...], mean: tuple[float, ...], std: tuple[float, ...], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         NormStats(channels, mean, std)
 
