@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -13,3 +14,21 @@ def era5() -> xr.Dataset:
     """The ERA5 10-member sample as it is stored (cfgrib names), loaded in memory."""
     with xr.open_dataset(ERA5) as ds:
         return ds.load()
+
+
+def random_fields(rng, members=7, shape=(4, 6, 5), ties=False, nans=False, dtype=np.float64):
+    """Gaussian observations ``(time, lat, lon)`` and forecasts with ``member``, in K."""
+    lat = np.linspace(-75, 75, shape[1])
+    fc = rng.standard_normal((members, *shape))
+    ob = rng.standard_normal(shape)
+    if ties:
+        fc, ob = np.round(fc * 2) / 2, np.round(ob * 2) / 2
+    if nans:
+        fc[rng.random(fc.shape) < 0.1] = np.nan
+        ob[rng.random(ob.shape) < 0.1] = np.nan
+    coords = {"lat": lat, "time": np.arange(shape[0])}
+    fc = xr.DataArray(fc.astype(dtype), dims=("member", "time", "lat", "lon"), coords=coords)
+    ob = xr.DataArray(ob.astype(dtype), dims=("time", "lat", "lon"), coords=coords)
+    fc.attrs = {"units": "K"}
+    ob.attrs = {"units": "K", "long_name": "temperature"}
+    return ob, fc

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 
 from sciml.weather import metrics as m
 from sciml.weather.kernels import crps_ensemble_array, efi_array
+from tests.weather.conftest import random_fields
 
 RTOL = 1e-6
 
@@ -32,29 +33,12 @@ def _pairwise_crps(obs, ens, fair=False):
     return out
 
 
-def _fields(rng, members=7, shape=(4, 6, 5), ties=False, nans=False, dtype=np.float64):
-    lat = np.linspace(-75, 75, shape[1])
-    fc = rng.standard_normal((members, *shape))
-    ob = rng.standard_normal(shape)
-    if ties:
-        fc, ob = np.round(fc * 2) / 2, np.round(ob * 2) / 2
-    if nans:
-        fc[rng.random(fc.shape) < 0.1] = np.nan
-        ob[rng.random(ob.shape) < 0.1] = np.nan
-    coords = {"lat": lat, "time": np.arange(shape[0])}
-    fc = xr.DataArray(fc.astype(dtype), dims=("member", "time", "lat", "lon"), coords=coords)
-    ob = xr.DataArray(ob.astype(dtype), dims=("time", "lat", "lon"), coords=coords)
-    fc.attrs = {"units": "K"}
-    ob.attrs = {"units": "K", "long_name": "temperature"}
-    return ob, fc
-
-
 @pytest.mark.parametrize("members", [1, 2, 5, 50])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("nans", [False, True])
 def test_crps_matches_properscoring_per_point(members, ties, nans):
     rng = np.random.default_rng(members)
-    ob, fc = _fields(rng, members, ties=ties, nans=nans)
+    ob, fc = random_fields(rng, members, ties=ties, nans=nans)
     got = m.crps_ensemble(ob, fc, dim=[])
     ref = ps.crps_ensemble(ob.values, fc.transpose(..., "member").values)
     assert got.dims == ob.dims
@@ -67,7 +51,7 @@ def test_crps_matches_properscoring_per_point(members, ties, nans):
 @pytest.mark.parametrize("dim", [None, [], "time", ["lat", "lon"], ["time", "lat", "lon"]])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_crps_dim_and_weights_match_xskillscore(dim, weighted):
-    ob, fc = _fields(np.random.default_rng(3), 6, nans=True)
+    ob, fc = random_fields(np.random.default_rng(3), 6, nans=True)
     weights = m.latitude_weights(ob) if weighted else None
     if weighted and dim is not None and "lat" not in dim:
         with pytest.raises(ValueError, match=r"weights have dimensions \['lat'\]"):
@@ -81,11 +65,11 @@ def test_crps_dim_and_weights_match_xskillscore(dim, weighted):
 
 def test_fair_crps_matches_scoringrules_and_pairwise():
     rng = np.random.default_rng(4)
-    ob, fc = _fields(rng, 9, ties=True)
+    ob, fc = random_fields(rng, 9, ties=True)
     got = m.crps_ensemble(ob, fc, dim=[], fair=True)
     ens = fc.transpose(..., "member").values
     np.testing.assert_allclose(got, sr.crps_ensemble(ob.values, ens, estimator="fair"), rtol=RTOL)
-    ob, fc = _fields(rng, 4, nans=True)
+    ob, fc = random_fields(rng, 4, nans=True)
     got = m.crps_ensemble(ob, fc, dim=[], fair=True)
     ens = fc.transpose(..., "member").values
     np.testing.assert_allclose(got, _pairwise_crps(ob.values, ens, fair=True), rtol=RTOL)
@@ -123,7 +107,7 @@ def test_crps_many_blocks_and_threads_agree():
 
 
 def test_crps_is_lazy_on_dask_and_keeps_attrs():
-    ob, fc = _fields(np.random.default_rng(8), 5, nans=True)
+    ob, fc = random_fields(np.random.default_rng(8), 5, nans=True)
     lazy_ob, lazy_fc = ob.chunk({"time": 2}), fc.chunk({"time": 1, "member": 2})
     for dim, weights in (([], None), (["lat"], m.latitude_weights(ob))):
         got = m.crps_ensemble(lazy_ob, lazy_fc, dim=dim, weights=weights)
@@ -140,14 +124,14 @@ def test_crps_is_lazy_on_dask_and_keeps_attrs():
 
 
 def test_crps_on_datasets():
-    ob, fc = _fields(np.random.default_rng(9), 4)
+    ob, fc = random_fields(np.random.default_rng(9), 4)
     got = m.crps_ensemble(ob.to_dataset(name="t"), fc.to_dataset(name="t"), dim="time")
     xr.testing.assert_allclose(got["t"], xs.crps_ensemble(ob, fc, dim="time"), rtol=RTOL)
 
 
 @pytest.mark.parametrize("fair", [False, True])
 def test_twcrps_matches_scoringrules(fair):
-    ob, fc = _fields(np.random.default_rng(10), 8)
+    ob, fc = random_fields(np.random.default_rng(10), 8)
     ens = fc.transpose(..., "member").values
     est = "fair" if fair else "nrg"
     got = m.twcrps_ensemble(ob, fc, dim=[], a=0.3, fair=fair)
@@ -166,7 +150,7 @@ def test_twcrps_matches_scoringrules(fair):
 
 def test_crps_gaussian_matches_properscoring_and_limits():
     rng = np.random.default_rng(11)
-    ob, fc = _fields(rng, 6, nans=True)
+    ob, fc = random_fields(rng, 6, nans=True)
     mu, sigma = fc.mean("member"), fc.std("member") + 0.1
     got = m.crps_gaussian(ob, mu, sigma, dim=[])
     np.testing.assert_allclose(got, ps.crps_gaussian(ob.values, mu.values, sigma.values), rtol=RTOL)
@@ -213,7 +197,7 @@ def test_efi_exact_against_quadrature_and_limits():
 
 def test_efi_weighted_crps():
     rng = np.random.default_rng(13)
-    ob, fc = _fields(rng, 5)
+    ob, fc = random_fields(rng, 5)
     climate = xr.DataArray(rng.standard_normal((30, 6)), dims=("climate", "lat"))
     efi = m.extreme_forecast_index(fc + 1.0, climate)
     assert efi.dims == ("time", "lat", "lon") and float(efi.mean()) > 0.3
@@ -226,44 +210,8 @@ def test_efi_weighted_crps():
         m.extreme_forecast_index(fc, climate.rename(climate="year"))
 
 
-def test_rank_histogram_matches_xskillscore_and_counts_valid_points():
-    ob, fc = _fields(np.random.default_rng(14), 6)
-    for dim in (None, ["lat", "lon"]):
-        got = m.rank_histogram(ob, fc, dim=dim)
-        ref = xs.rank_histogram(ob, fc, dim=dim)
-        np.testing.assert_array_equal(got.transpose(*ref.dims).values, ref.values)
-    ob, fc = _fields(np.random.default_rng(15), 6, ties=True, nans=True)
-    got = m.rank_histogram(ob, fc)
-    valid = int((ob.notnull() & fc.notnull().all("member")).sum())
-    assert got.sizes["rank"] == 7 and int(got.sum()) == valid
-    assert list(got["rank"].values) == list(range(1, 8))
-
-
-def test_spread_rmse_ratio_against_numpy_and_calibrated_ensemble():
-    rng = np.random.default_rng(16)
-    ob, fc = _fields(rng, 5, nans=False)
-    ens = fc.values
-    np.testing.assert_allclose(m.ensemble_spread(fc), np.sqrt(np.var(ens, 0, ddof=1).mean()))
-    err2 = (ens.mean(0) - ob.values) ** 2
-    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc), np.sqrt(err2.mean()))
-    np.testing.assert_allclose(m.ensemble_mean_rmse(ob, fc, dim=[]), np.sqrt(err2))
-    w = m.latitude_weights(ob).values[None, :, None]
-    wmean = (err2 * w).sum() / np.broadcast_to(w, err2.shape).sum()
-    np.testing.assert_allclose(
-        m.ensemble_mean_rmse(ob, fc, weights=m.latitude_weights(ob)), np.sqrt(wmean)
-    )
-    # members and truth drawn from the same distribution: corrected ratio ~ 1
-    M = 4
-    truth_and_members = rng.standard_normal((M + 1, 200_000))
-    ob = xr.DataArray(truth_and_members[0], dims="x")
-    fc = xr.DataArray(truth_and_members[1:], dims=("member", "x"))
-    assert float(m.spread_skill_ratio(ob, fc)) == pytest.approx(1.0, abs=0.01)
-    raw = float(m.spread_skill_ratio(ob, fc, corrected=False))
-    assert raw == pytest.approx(np.sqrt(M / (M + 1)), abs=0.01)
-
-
 def test_crps_skill_score():
-    ob, fc = _fields(np.random.default_rng(17), 6)
+    ob, fc = random_fields(np.random.default_rng(17), 6)
     assert float(m.crps_skill_score(ob, fc, fc)) == pytest.approx(0.0, abs=1e-12)
     ref = fc.rename(member="number") * 2
     got = m.crps_skill_score(ob, fc, ref, dim="time", reference_member_dim="number")
@@ -287,7 +235,7 @@ def test_latitude_weights():
 
 
 def test_clear_errors_for_member_dimension():
-    ob, fc = _fields(np.random.default_rng(18), 3)
+    ob, fc = random_fields(np.random.default_rng(18), 3)
     with pytest.raises(ValueError, match="no member dimension 'number'"):
         m.crps_ensemble(ob, fc, member_dim="number")
     with pytest.raises(ValueError, match="observations must not have"):
@@ -340,7 +288,7 @@ def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
 
 def _toy_pair(rng, members=4):
     """Forecasts and truth as the toy generator labels them (psi / psi_truth)."""
-    ob, fc = _fields(rng, members)
+    ob, fc = random_fields(rng, members)
     fc.attrs = {"long_name": "streamfunction", "units": "K", "standard_name": "x"}
     ob.attrs = {"long_name": "true streamfunction", "units": "K"}
     return ob.rename("psi_truth"), fc.rename("psi")
@@ -383,7 +331,7 @@ def test_every_output_is_named_and_labelled(lazy):
 
 
 def test_inputs_on_other_coordinates_are_aligned_by_label_or_rejected():
-    ob, fc = _fields(np.random.default_rng(31), 5)
+    ob, fc = random_fields(np.random.default_rng(31), 5)
     ob = ob.assign_coords(lon=np.arange(5.0))
     fc = fc.assign_coords(lon=np.arange(5.0))
     expected = m.crps_ensemble(ob, fc, dim=[])
@@ -421,7 +369,7 @@ def test_inputs_on_other_coordinates_are_aligned_by_label_or_rejected():
 
 
 def test_dim_weights_and_members_are_checked():
-    ob, fc = _fields(np.random.default_rng(32), 5)
+    ob, fc = random_fields(np.random.default_rng(32), 5)
     w = m.latitude_weights(ob)
     for bad_dim in ("height", ["lat", "height"], "member"):
         with pytest.raises(ValueError, match="not among the score's dimensions"):
@@ -463,7 +411,7 @@ def test_dim_weights_and_members_are_checked():
 
 
 def test_crps_gaussian_parameters_are_checked():
-    ob, fc = _fields(np.random.default_rng(33), 5)
+    ob, fc = random_fields(np.random.default_rng(33), 5)
     mu, sigma = fc.mean("member"), fc.std("member")
     # sigma constant over time: its dimensions are among the observations'
     got = m.crps_gaussian(ob, mu, sigma.isel(time=0, drop=True), dim=[])
@@ -494,7 +442,7 @@ def test_latitude_weights_reject_nan_latitudes():
 
 
 def test_nan_policy_skips_invalid_points_like_xskillscore():
-    ob, fc = _fields(np.random.default_rng(34), 6, nans=True)
+    ob, fc = random_fields(np.random.default_rng(34), 6, nans=True)
     for dim in (None, "time", ["lat", "lon"]):
         for ours, theirs in (
             (m.crps_ensemble, xs.crps_ensemble),
