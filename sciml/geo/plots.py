@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
 from sciml.geo.grid import RasterGrid
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from sciml.geo.experiment import ExperimentResult
+    from sciml.geo.scene import Scene
 
 
 def _extent(grid: RasterGrid) -> tuple[float, float, float, float]:
@@ -61,7 +67,7 @@ def labels_map(labels: xr.DataArray, ax: Any, *, title: str = "", ignore_index: 
     ax.set_yticks([])
 
 
-def experiment_figure(scene: Any, results: dict[str, Any]) -> Any:
+def experiment_figure(scene: Scene, results: dict[str, ExperimentResult]) -> Figure:
     """Image with roads mask, complete truth, inventory labels and both models' predictions."""
     import matplotlib.pyplot as plt
 

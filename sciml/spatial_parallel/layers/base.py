@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -43,7 +43,7 @@ class SpatialLayer:
         self._plans: dict[tuple[int, ...], Any] = {}
 
     @classmethod
-    def from_module(cls, module: nn.Module, mesh: SpatialMesh, *, name: str = "") -> Any:
+    def from_module(cls, module: nn.Module, mesh: SpatialMesh, *, name: str = "") -> Self:
         """The parallel layer sharing ``module``'s parameters and buffers."""
         layer = cls.__new__(cls)
         layer.__dict__.update(module.__dict__)
