@@ -24,7 +24,9 @@ class MaskedUNet(nn.Module):
 
     Args:
         in_channels: Image bands (3 for RGB, 4 for RGB+NIR); the mask adds one.
-        base_channels, depth, norm: See :class:`sciml.models.UNet`.
+        base_channels: Channels of the U-Net's first level; doubled at every level.
+        depth: Number of 2x poolings; tile sides must divide by ``2**depth``.
+        norm: ``"batch"``, ``"group"`` or ``"none"`` (see :class:`sciml.models.UNet`).
         mask_image: Multiply the image by the mask before the network.
     """
 
