@@ -1,14 +1,14 @@
-"""NumPy/Numba kernels behind :mod:`sciml.weather.metrics` (plain arrays, last axis = members).
+r"""NumPy/Numba kernels behind :mod:`sciml.weather.metrics` (plain arrays, last axis = members).
 
 The ensemble CRPS uses the sorted-ensemble identity
 
 .. math::
-    \\sum_{i,j} |x_i - x_j| = 2 \\sum_{i=1}^{M} (2i - M - 1)\\, x_{(i)},
+    \sum_{i,j} |x_i - x_j| = 2 \sum_{i=1}^{M} (2i - M - 1)\, x_{(i)},
 
 so that per point
 
 .. math::
-    \\mathrm{CRPS} = \\frac{1}{M} \\sum_i |x_i - y| - \\frac{1}{M^2} \\sum_i (2i - M - 1) x_{(i)}
+    \mathrm{CRPS} = \frac{1}{M} \sum_i |x_i - y| - \frac{1}{M^2} \sum_i (2i - M - 1) x_{(i)}
 
 and the fair CRPS (Ferro 2014) has :math:`M(M-1)` in place of :math:`M^2`. The cost is one
 sort per point, O(M log M), with memory linear in points x members. NumPy's SIMD sort
@@ -26,6 +26,7 @@ properscoring); a point with no valid member (or fewer than two for the fair CRP
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -44,7 +45,9 @@ def default_threads() -> int:
 
 
 @numba.njit(nogil=True, cache=True)
-def _crps_sorted_rows(obs, sorted_ens, fair, out):  # pragma: no cover - compiled
+def _crps_sorted_rows(
+    obs: np.ndarray, sorted_ens: np.ndarray, fair: bool, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
     rows, members = sorted_ens.shape
     for i in range(rows):
         y = np.float64(obs[i])
@@ -67,7 +70,7 @@ def _crps_sorted_rows(obs, sorted_ens, fair, out):  # pragma: no cover - compile
             out[i] = s_abs / m - s_rank / (m * np.float64(m))
 
 
-def _map_blocks(func, rows: int, threads: int) -> None:
+def _map_blocks(func: Callable[[int, int], None], rows: int, threads: int) -> None:
     starts = range(0, rows, BLOCK_ROWS)
     if threads <= 1 or rows <= BLOCK_ROWS:
         for start in starts:
@@ -139,7 +142,9 @@ def crps_gaussian_array(observations: np.ndarray, mu: np.ndarray, sigma: np.ndar
 
 
 @numba.njit(nogil=True, cache=True)
-def _efi_rows(ens, sorted_clim, out):  # pragma: no cover - compiled
+def _efi_rows(
+    ens: np.ndarray, sorted_clim: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
     rows, members = ens.shape
     for i in range(rows):
         k = sorted_clim.shape[1]
@@ -172,13 +177,13 @@ def _efi_rows(ens, sorted_clim, out):  # pragma: no cover - compiled
 
 
 def efi_array(forecasts: np.ndarray, climate: np.ndarray) -> np.ndarray:
-    """Extreme Forecast Index (Lalaurette 2003) of ensembles against a model climate.
+    r"""Extreme Forecast Index (Lalaurette 2003) of ensembles against a model climate.
 
-    The EFI is :math:`\\frac{2}{\\pi}\\int_0^1 \\frac{p - F_f(p)}{\\sqrt{p(1-p)}}\\,dp`, with
+    The EFI is :math:`\frac{2}{\pi}\int_0^1 \frac{p - F_f(p)}{\sqrt{p(1-p)}}\,dp`, with
     :math:`F_f(p)` the fraction of members below the climate's p-quantile. The climate
     quantile function is the linear interpolation of its sorted sample (NumPy's default
     quantile); :math:`F_f` is then a step function and the integral is exact:
-    :math:`\\mathrm{EFI} = \\frac{4}{\\pi M}\\sum_m \\arcsin\\sqrt{F_c(x_m)} - 1`, with
+    :math:`\mathrm{EFI} = \frac{4}{\pi M}\sum_m \arcsin\sqrt{F_c(x_m)} - 1`, with
     :math:`F_c` the climate CDF (a member equal to tied climate values takes the middle of
     the flat step). NaN members and NaN climate values are dropped; fewer than two climate
     values or no valid member give NaN.

@@ -97,9 +97,9 @@ def crps_ensemble(
     fair: bool = False,
     weights: xr.DataArray | None = None,
 ) -> XArray:
-    """Continuous ranked probability score of an ensemble (empirical distribution).
+    r"""Continuous ranked probability score of an ensemble (empirical distribution).
 
-    Standard: :math:`\\frac1M\\sum_i|x_i-y| - \\frac{1}{2M^2}\\sum_{i,j}|x_i-x_j|`
+    Standard: :math:`\frac1M\sum_i|x_i-y| - \frac{1}{2M^2}\sum_{i,j}|x_i-x_j|`
     (equals properscoring / xskillscore); fair (``fair=True``, Ferro 2014): the second
     term divided by :math:`M(M-1)` instead of :math:`M^2`. Computed by sorting each
     point's members, O(M log M), in float64. One member gives the absolute error; the fair
@@ -210,9 +210,9 @@ def extreme_forecast_index(
     member_dim: str = "member",
     climate_dim: str = "climate",
 ) -> XArray:
-    """Extreme Forecast Index of each point's ensemble against its model climate.
+    r"""Extreme Forecast Index of each point's ensemble against its model climate.
 
-    :math:`\\mathrm{EFI} = \\frac{2}{\\pi}\\int_0^1 \\frac{p - F_f(p)}{\\sqrt{p(1-p)}}dp`
+    :math:`\mathrm{EFI} = \frac{2}{\pi}\int_0^1 \frac{p - F_f(p)}{\sqrt{p(1-p)}}dp`
     (Lalaurette 2003), with :math:`F_f(p)` the fraction of members below the climate's
     p-quantile; evaluated exactly for the piecewise-linear climate quantile function (see
     :func:`sciml.weather.kernels.efi_array`). +1: all members above the whole climate; -1:

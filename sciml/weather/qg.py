@@ -42,13 +42,13 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class QGParams:
-    """Non-dimensional parameters of :class:`TwoLayerQG` (time unit: one "day").
+    r"""Non-dimensional parameters of :class:`TwoLayerQG` (time unit: one "day").
 
     Attributes:
-        n: Grid points per side (domain :math:`2\\pi`).
+        n: Grid points per side (domain :math:`2\pi`).
         kd: Inverse deformation radius :math:`k_d` (:math:`F = k_d^2/2`).
-        beta: Planetary vorticity gradient :math:`\\beta`.
-        shear: Mean vertical shear :math:`\\Delta U = U_1 - U_2`.
+        beta: Planetary vorticity gradient :math:`\beta`.
+        shear: Mean vertical shear :math:`\Delta U = U_1 - U_2`.
         drag: Bottom (Ekman) drag rate :math:`r` on the lower layer.
         hyper_time: e-folding time of the hyperviscosity at the largest kept wavenumber.
         dt: Time step.
@@ -63,6 +63,7 @@ class QGParams:
     dt: float = 0.025
 
     def __post_init__(self) -> None:
+        """Reject parameters the model cannot integrate."""
         if self.n < 8 or self.n % 2:
             raise ValueError(f"n must be an even number >= 8, got {self.n}")
         for name in ("kd", "dt", "hyper_time"):
@@ -81,6 +82,7 @@ class TwoLayerQG:
     """
 
     def __init__(self, params: QGParams | None = None, *, inviscid: bool = False) -> None:
+        """Precompute the spectral operators (arguments: see the class)."""
         self.params = p = params or QGParams()
         kx = torch.fft.rfftfreq(p.n, 1.0 / p.n, dtype=torch.float64)
         ky = torch.fft.fftfreq(p.n, 1.0 / p.n, dtype=torch.float64)

@@ -312,7 +312,6 @@ def write_toy_ensemble(
     Returns:
         The dataset written, or None when interrupted by a signal.
     """
-
     path = Path(path)
     unknown = set(settings) - {field.name for field in fields(ToySettings)}
     if unknown:
