@@ -16,7 +16,14 @@ def era5() -> xr.Dataset:
         return ds.load()
 
 
-def random_fields(rng, members=7, shape=(4, 6, 5), ties=False, nans=False, dtype=np.float64):
+def random_fields(
+    rng: np.random.Generator,
+    members: int = 7,
+    shape: tuple[int, int, int] = (4, 6, 5),
+    ties: bool = False,
+    nans: bool = False,
+    dtype: type[np.floating] = np.float64,
+) -> tuple[xr.DataArray, xr.DataArray]:
     """Gaussian observations ``(time, lat, lon)`` and forecasts with ``member``, in K."""
     lat = np.linspace(-75, 75, shape[1])
     fc = rng.standard_normal((members, *shape))

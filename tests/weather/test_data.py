@@ -1,5 +1,9 @@
 """open_ensemble on the real ERA5 sample and on small rewritten copies of it."""
 
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -15,7 +19,7 @@ from sciml.weather.data import (
 from .conftest import ERA5
 
 
-def test_open_real_sample_maps_names_and_stays_lazy(era5):
+def test_open_real_sample_maps_names_and_stays_lazy(era5: xr.Dataset) -> None:
     ds = open_ensemble(ERA5)
     assert dict(ds.sizes) == {"member": 10, "time": 4, "level": 2, "lat": 61, "lon": 120}
     assert ds["t"].dims == ("member", "time", "level", "lat", "lon")
@@ -25,7 +29,7 @@ def test_open_real_sample_maps_names_and_stays_lazy(era5):
     assert "valid_time" in ds.coords
 
 
-def test_select_variables_levels_members(era5):
+def test_select_variables_levels_members(era5: xr.Dataset) -> None:
     ds = open_ensemble(
         str(ERA5), variables=["z"], levels=[500], members=range(5), chunks={"member": 1}
     )
@@ -44,12 +48,14 @@ def test_select_variables_levels_members(era5):
         ({"members": [11]}, r"members \[11\] not in the data"),
     ],
 )
-def test_clear_errors_for_missing_selections(kwargs, message):
+def test_clear_errors_for_missing_selections(
+    kwargs: dict[str, list[str] | list[int]], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         open_ensemble(ERA5, **kwargs)
 
 
-def test_several_files_by_time_and_by_variable_and_zarr(era5, tmp_path):
+def test_several_files_by_time_and_by_variable_and_zarr(era5: xr.Dataset, tmp_path: Path) -> None:
     first, second = tmp_path / "a.nc", tmp_path / "b.nc"
     era5.isel(time=slice(0, 2)).to_netcdf(first)
     era5.isel(time=slice(2, 4)).to_netcdf(second)
@@ -63,7 +69,7 @@ def test_several_files_by_time_and_by_variable_and_zarr(era5, tmp_path):
     np.testing.assert_array_equal(both["z"].values, era5["z"].values)
 
 
-def test_mismatched_grid_and_non_monotonic_coordinates(era5, tmp_path):
+def test_mismatched_grid_and_non_monotonic_coordinates(era5: xr.Dataset, tmp_path: Path) -> None:
     era5.isel(time=[0]).to_netcdf(tmp_path / "a.nc")
     shifted = era5.isel(time=[1]).assign_coords(longitude=era5.longitude + 1.5)
     shifted.to_netcdf(tmp_path / "b.nc")
@@ -77,7 +83,7 @@ def test_mismatched_grid_and_non_monotonic_coordinates(era5, tmp_path):
         open_ensemble(tmp_path / "d.nc")
 
 
-def test_missing_grid_dimension_and_missing_file(era5, tmp_path):
+def test_missing_grid_dimension_and_missing_file(era5: xr.Dataset, tmp_path: Path) -> None:
     era5.isel(longitude=0).to_netcdf(tmp_path / "zonal.nc")
     with pytest.raises(ValueError, match=r"zonal\.nc: variable 'z' has dimensions"):
         open_ensemble(tmp_path / "zonal.nc")
@@ -85,14 +91,16 @@ def test_missing_grid_dimension_and_missing_file(era5, tmp_path):
         open_ensemble(tmp_path / "nothing.nc")
 
 
-def test_grib_without_cfgrib_gives_install_hint(tmp_path, monkeypatch):
+def test_grib_without_cfgrib_gives_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import builtins
 
     path = tmp_path / "fc.grib"
     path.write_bytes(b"GRIB")
     real_import = builtins.__import__
 
-    def no_cfgrib(name, *args, **kwargs):
+    def no_cfgrib(name: str, *args: Any, **kwargs: Any) -> ModuleType:
         if name == "cfgrib":
             raise ImportError("No module named 'cfgrib'")
         return real_import(name, *args, **kwargs)
@@ -102,7 +110,7 @@ def test_grib_without_cfgrib_gives_install_hint(tmp_path, monkeypatch):
         open_ensemble(path)
 
 
-def test_cfgrib_forecast_layout_with_steps():
+def test_cfgrib_forecast_layout_with_steps() -> None:
     raw = xr.Dataset(
         {"t2m": (("number", "time", "step", "latitude", "longitude"), np.zeros((3, 2, 4, 2, 3)))},
         coords={
@@ -125,7 +133,7 @@ def test_cfgrib_forecast_layout_with_steps():
     assert standardise_names(era5_api)["z"].dims == ("time", "lat", "lon")
 
 
-def test_split_and_lazy_normalisation(era5):
+def test_split_and_lazy_normalisation(era5: xr.Dataset) -> None:
     ds = open_ensemble(ERA5)
     train, val, test = split_by_time(ds, val_start="2017-01-01T12", test_start="2017-01-02T12")
     assert (train.sizes["time"], val.sizes["time"], test.sizes["time"]) == (1, 2, 1)
@@ -153,7 +161,7 @@ def test_split_and_lazy_normalisation(era5):
         normalisation_statistics(train, dims=["x"])
 
 
-def test_single_date_grib_like_files_combine_along_time(tmp_path):
+def test_single_date_grib_like_files_combine_along_time(tmp_path: Path) -> None:
     """cfgrib keeps one date/step/member as scalar coordinates (ENS-10 files): expand them."""
     paths = []
     for day in (1, 2):
@@ -184,7 +192,9 @@ def test_single_date_grib_like_files_combine_along_time(tmp_path):
 GRIB_BITS = 16  # bits per packed value of the test files
 
 
-def _write_grib(path, days, members, rng):
+def _write_grib(
+    path: Path, days: list[int], members: list[int], rng: np.random.Generator
+) -> dict[tuple[int, int], np.ndarray]:
     """Tiny GRIB2 ensemble written with ecCodes (cfgrib's writer needs an older xarray)."""
     eccodes = pytest.importorskip("eccodes")
     values = {}
@@ -224,7 +234,7 @@ def _write_grib(path, days, members, rng):
     return values
 
 
-def test_real_grib_through_cfgrib(tmp_path):
+def test_real_grib_through_cfgrib(tmp_path: Path) -> None:
     pytest.importorskip("cfgrib")
     rng = np.random.default_rng(0)
     first = _write_grib(tmp_path / "day1.grib", [1], [0, 1, 2], rng)
@@ -242,7 +252,7 @@ def test_real_grib_through_cfgrib(tmp_path):
             np.testing.assert_allclose(got, field, atol=step / 2)
 
 
-def test_selections_and_statistics_reject_what_would_be_silently_wrong():
+def test_selections_and_statistics_reject_what_would_be_silently_wrong() -> None:
     with pytest.raises(ValueError, match=r"members \[0\] asked for more than once"):
         open_ensemble(ERA5, members=[0, 0, 1])
     only_t = open_ensemble(ERA5, variables="t")  # one name, not the letters of a name

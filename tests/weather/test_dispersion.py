@@ -9,7 +9,7 @@ from sciml.weather import metrics as m
 from tests.weather.conftest import random_fields
 
 
-def test_rank_histogram_matches_xskillscore_and_counts_valid_points():
+def test_rank_histogram_matches_xskillscore_and_counts_valid_points() -> None:
     ob, fc = random_fields(np.random.default_rng(14), 6)
     for dim in (None, ["lat", "lon"]):
         got = m.rank_histogram(ob, fc, dim=dim)
@@ -22,7 +22,7 @@ def test_rank_histogram_matches_xskillscore_and_counts_valid_points():
     assert list(got["rank"].values) == list(range(1, 8))
 
 
-def test_spread_rmse_ratio_against_numpy_and_calibrated_ensemble():
+def test_spread_rmse_ratio_against_numpy_and_calibrated_ensemble() -> None:
     rng = np.random.default_rng(16)
     ob, fc = random_fields(rng, 5, nans=False)
     ens = fc.values

@@ -10,7 +10,7 @@ from sciml.weather.losses import crps_ensemble_loss, crps_gaussian_loss, twcrps_
 
 
 @pytest.fixture
-def data():
+def data() -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     ens = torch.randn(6, 5, 8, generator=gen, dtype=torch.float64)  # (time, lat, member)
     obs = torch.randn(6, 5, generator=gen, dtype=torch.float64)
@@ -18,7 +18,9 @@ def data():
 
 
 @pytest.mark.parametrize("fair", [False, True])
-def test_crps_loss_matches_numpy_metric(data, fair):
+def test_crps_loss_matches_numpy_metric(
+    data: tuple[torch.Tensor, torch.Tensor], fair: bool
+) -> None:
     obs, ens = data
     got = crps_ensemble_loss(obs, ens, fair=fair, reduction="none")
     ref = crps_ensemble_array(obs.numpy(), ens.numpy(), fair=fair)
@@ -36,7 +38,9 @@ def test_crps_loss_matches_numpy_metric(data, fair):
     assert np.all(np.abs(f32 - ref32) <= bound)
 
 
-def test_twcrps_and_gaussian_losses_match_references(data):
+def test_twcrps_and_gaussian_losses_match_references(
+    data: tuple[torch.Tensor, torch.Tensor],
+) -> None:
     obs, ens = data
     got = twcrps_ensemble_loss(obs, ens, a=0.2, reduction="none")
     np.testing.assert_allclose(
@@ -48,7 +52,7 @@ def test_twcrps_and_gaussian_losses_match_references(data):
     assert float(got) == pytest.approx(ref, rel=1e-12)
 
 
-def test_weights_and_reductions(data):
+def test_weights_and_reductions(data: tuple[torch.Tensor, torch.Tensor]) -> None:
     obs, ens = data
     per_point = crps_ensemble_loss(obs, ens, reduction="none")
     w = torch.linspace(0.5, 1.5, 5, dtype=torch.float64)
@@ -68,7 +72,7 @@ def test_weights_and_reductions(data):
         crps_ensemble_loss(obs, ens[..., :0])
 
 
-def test_bad_parameters_and_weights_are_errors(data):
+def test_bad_parameters_and_weights_are_errors(data: tuple[torch.Tensor, torch.Tensor]) -> None:
     obs, ens = data
     mu, sigma = ens.mean(-1), ens.std(-1)
     for bad in (-sigma, sigma * 0):
@@ -95,7 +99,7 @@ def test_bad_parameters_and_weights_are_errors(data):
 
 
 @pytest.mark.parametrize("fair", [False, True])
-def test_crps_loss_gradcheck(data, fair):
+def test_crps_loss_gradcheck(data: tuple[torch.Tensor, torch.Tensor], fair: bool) -> None:
     obs, ens = data
     obs = obs[:2, :3].clone().requires_grad_()
     ens = ens[:2, :3].clone().requires_grad_()
@@ -107,7 +111,7 @@ def test_crps_loss_gradcheck(data, fair):
     )
 
 
-def test_gaussian_loss_gradcheck(data):
+def test_gaussian_loss_gradcheck(data: tuple[torch.Tensor, torch.Tensor]) -> None:
     obs, ens = data
     obs = obs[:2].clone().requires_grad_()
     mu = ens[:2, :, 0].clone().requires_grad_()
@@ -117,7 +121,7 @@ def test_gaussian_loss_gradcheck(data):
     )
 
 
-def test_crps_gradient_closed_form(data):
+def test_crps_gradient_closed_form(data: tuple[torch.Tensor, torch.Tensor]) -> None:
     """dCRPS/dy = (2 F(y) - 1) for the ensemble CDF F (no ties)."""
     obs, ens = data
     obs = obs.clone().requires_grad_()

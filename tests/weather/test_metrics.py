@@ -19,7 +19,7 @@ from tests.weather.conftest import random_fields
 RTOL = 1e-6
 
 
-def _pairwise_crps(obs, ens, fair=False):
+def _pairwise_crps(obs: np.ndarray, ens: np.ndarray, fair: bool = False) -> np.ndarray:
     """Direct O(M^2) energy form with NaN members dropped (independent reference)."""
     out = np.full(obs.shape, np.nan)
     for idx in np.ndindex(obs.shape):
@@ -36,7 +36,7 @@ def _pairwise_crps(obs, ens, fair=False):
 @pytest.mark.parametrize("members", [1, 2, 5, 50])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("nans", [False, True])
-def test_crps_matches_properscoring_per_point(members, ties, nans):
+def test_crps_matches_properscoring_per_point(members: int, ties: bool, nans: bool) -> None:
     rng = np.random.default_rng(members)
     ob, fc = random_fields(rng, members, ties=ties, nans=nans)
     got = m.crps_ensemble(ob, fc, dim=[])
@@ -50,7 +50,9 @@ def test_crps_matches_properscoring_per_point(members, ties, nans):
 
 @pytest.mark.parametrize("dim", [None, [], "time", ["lat", "lon"], ["time", "lat", "lon"]])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_crps_dim_and_weights_match_xskillscore(dim, weighted):
+def test_crps_dim_and_weights_match_xskillscore(
+    dim: str | list[str] | None, weighted: bool
+) -> None:
     ob, fc = random_fields(np.random.default_rng(3), 6, nans=True)
     weights = m.latitude_weights(ob) if weighted else None
     if weighted and dim is not None and "lat" not in dim:
@@ -63,7 +65,7 @@ def test_crps_dim_and_weights_match_xskillscore(dim, weighted):
     xr.testing.assert_allclose(got, ref.transpose(*got.dims), rtol=RTOL)
 
 
-def test_fair_crps_matches_scoringrules_and_pairwise():
+def test_fair_crps_matches_scoringrules_and_pairwise() -> None:
     rng = np.random.default_rng(4)
     ob, fc = random_fields(rng, 9, ties=True)
     got = m.crps_ensemble(ob, fc, dim=[], fair=True)
@@ -75,7 +77,7 @@ def test_fair_crps_matches_scoringrules_and_pairwise():
     np.testing.assert_allclose(got, _pairwise_crps(ob.values, ens, fair=True), rtol=RTOL)
 
 
-def test_fair_minus_standard_is_half_mean_pair_distance_over_m():
+def test_fair_minus_standard_is_half_mean_pair_distance_over_m() -> None:
     """standard - fair = sum_ij |xi - xj| / (2 M^2 (M - 1)): a closed-form link."""
     rng = np.random.default_rng(5)
     ens = rng.standard_normal((100, 8))
@@ -85,7 +87,7 @@ def test_fair_minus_standard_is_half_mean_pair_distance_over_m():
     np.testing.assert_allclose(diff, pair / (2 * 64 * 7), rtol=RTOL)
 
 
-def test_crps_float32_and_large_offsets_keep_precision():
+def test_crps_float32_and_large_offsets_keep_precision() -> None:
     rng = np.random.default_rng(6)
     base = 50_000.0 + 10 * rng.standard_normal((2000, 1))
     ens = (base + 5 * rng.standard_normal((2000, 20))).astype(np.float32)
@@ -97,7 +99,7 @@ def test_crps_float32_and_large_offsets_keep_precision():
     np.testing.assert_allclose(got, _pairwise_crps(obs.astype(float), ens.astype(float)), rtol=RTOL)
 
 
-def test_crps_many_blocks_and_threads_agree():
+def test_crps_many_blocks_and_threads_agree() -> None:
     rng = np.random.default_rng(7)
     ens = rng.standard_normal((70_001, 3))
     obs = rng.standard_normal(70_001)
@@ -106,7 +108,7 @@ def test_crps_many_blocks_and_threads_agree():
     np.testing.assert_allclose(one, ps.crps_ensemble(obs, ens), rtol=RTOL)
 
 
-def test_crps_is_lazy_on_dask_and_keeps_attrs():
+def test_crps_is_lazy_on_dask_and_keeps_attrs() -> None:
     ob, fc = random_fields(np.random.default_rng(8), 5, nans=True)
     lazy_ob, lazy_fc = ob.chunk({"time": 2}), fc.chunk({"time": 1, "member": 2})
     for dim, weights in (([], None), (["lat"], m.latitude_weights(ob))):
@@ -123,14 +125,14 @@ def test_crps_is_lazy_on_dask_and_keeps_attrs():
         assert lazy.chunks is not None
 
 
-def test_crps_on_datasets():
+def test_crps_on_datasets() -> None:
     ob, fc = random_fields(np.random.default_rng(9), 4)
     got = m.crps_ensemble(ob.to_dataset(name="t"), fc.to_dataset(name="t"), dim="time")
     xr.testing.assert_allclose(got["t"], xs.crps_ensemble(ob, fc, dim="time"), rtol=RTOL)
 
 
 @pytest.mark.parametrize("fair", [False, True])
-def test_twcrps_matches_scoringrules(fair):
+def test_twcrps_matches_scoringrules(fair: bool) -> None:
     ob, fc = random_fields(np.random.default_rng(10), 8)
     ens = fc.transpose(..., "member").values
     est = "fair" if fair else "nrg"
@@ -148,7 +150,7 @@ def test_twcrps_matches_scoringrules(fair):
         m.twcrps_ensemble(ob, fc, a=1.0, b=0.0)
 
 
-def test_crps_gaussian_matches_properscoring_and_limits():
+def test_crps_gaussian_matches_properscoring_and_limits() -> None:
     rng = np.random.default_rng(11)
     ob, fc = random_fields(rng, 6, nans=True)
     mu, sigma = fc.mean("member"), fc.std("member") + 0.1
@@ -172,14 +174,14 @@ def test_crps_gaussian_matches_properscoring_and_limits():
     )
 
 
-def test_efi_exact_against_quadrature_and_limits():
+def test_efi_exact_against_quadrature_and_limits() -> None:
     rng = np.random.default_rng(12)
     climate = rng.gamma(2.0, size=(3, 40))
     members = rng.gamma(2.5, size=(3, 6))
     got = efi_array(members, climate)
     for i in range(3):
 
-        def integrand(p, i=i):
+        def integrand(p: float, i: int = i) -> float:
             q = np.quantile(climate[i], p)
             return (p - np.mean(members[i] < q)) / np.sqrt(p * (1 - p))
 
@@ -195,7 +197,7 @@ def test_efi_exact_against_quadrature_and_limits():
     assert efi_array(np.full((1, 4), -5.0), uniform)[0] == -1.0
 
 
-def test_efi_weighted_crps():
+def test_efi_weighted_crps() -> None:
     rng = np.random.default_rng(13)
     ob, fc = random_fields(rng, 5)
     climate = xr.DataArray(rng.standard_normal((30, 6)), dims=("climate", "lat"))
@@ -210,7 +212,7 @@ def test_efi_weighted_crps():
         m.extreme_forecast_index(fc, climate.rename(climate="year"))
 
 
-def test_crps_skill_score():
+def test_crps_skill_score() -> None:
     ob, fc = random_fields(np.random.default_rng(17), 6)
     assert float(m.crps_skill_score(ob, fc, fc)) == pytest.approx(0.0, abs=1e-12)
     ref = fc.rename(member="number") * 2
@@ -221,7 +223,7 @@ def test_crps_skill_score():
     xr.testing.assert_allclose(got, expected)
 
 
-def test_latitude_weights():
+def test_latitude_weights() -> None:
     lat = xr.DataArray(np.linspace(-90, 90, 7), dims="lat", name="lat")
     w = m.latitude_weights(lat)
     assert float(w.mean()) == pytest.approx(1.0)
@@ -234,7 +236,7 @@ def test_latitude_weights():
         m.latitude_weights(xr.DataArray([100.0], dims="lat", name="lat"))
 
 
-def test_clear_errors_for_member_dimension():
+def test_clear_errors_for_member_dimension() -> None:
     ob, fc = random_fields(np.random.default_rng(18), 3)
     with pytest.raises(ValueError, match="no member dimension 'number'"):
         m.crps_ensemble(ob, fc, member_dim="number")
@@ -244,7 +246,7 @@ def test_clear_errors_for_member_dimension():
         m.crps_ensemble(ob, fc.values)
 
 
-def test_real_era5_each_member_against_the_others(era5):
+def test_real_era5_each_member_against_the_others(era5: xr.Dataset) -> None:
     z = era5["z"].rename(number="member")
     M = z.sizes["member"]
     for k in (0, 7):
@@ -277,7 +279,7 @@ def test_real_era5_each_member_against_the_others(era5):
     ),
     st.floats(-1e3, 1e3, allow_nan=False),
 )
-def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
+def test_sorted_kernel_equals_pairwise_form_property(ens: np.ndarray, shift: float) -> None:
     """Any ensemble (ties included): sorted kernel == O(M^2) energy form, fair and standard."""
     obs = ens[:, 0] + shift / 7
     for fair in (False, ens.shape[1] > 1):
@@ -286,7 +288,7 @@ def test_sorted_kernel_equals_pairwise_form_property(ens, shift):
     assert np.all(crps_ensemble_array(obs, ens) >= 0)
 
 
-def _toy_pair(rng, members=4):
+def _toy_pair(rng: np.random.Generator, members: int = 4) -> tuple[xr.DataArray, xr.DataArray]:
     """Forecasts and truth as the toy generator labels them (psi / psi_truth)."""
     ob, fc = random_fields(rng, members)
     fc.attrs = {"long_name": "streamfunction", "units": "K", "standard_name": "x"}
@@ -295,7 +297,7 @@ def _toy_pair(rng, members=4):
 
 
 @pytest.mark.parametrize("lazy", [False, True])
-def test_every_output_is_named_and_labelled(lazy):
+def test_every_output_is_named_and_labelled(lazy: bool) -> None:
     ob, fc = _toy_pair(np.random.default_rng(30))
     if lazy:
         ob, fc = ob.chunk({"time": 2}), fc.chunk({"time": 2})
@@ -330,7 +332,7 @@ def test_every_output_is_named_and_labelled(lazy):
     assert ratio["t"].attrs["units"] == "1"
 
 
-def test_inputs_on_other_coordinates_are_aligned_by_label_or_rejected():
+def test_inputs_on_other_coordinates_are_aligned_by_label_or_rejected() -> None:
     ob, fc = random_fields(np.random.default_rng(31), 5)
     ob = ob.assign_coords(lon=np.arange(5.0))
     fc = fc.assign_coords(lon=np.arange(5.0))
@@ -368,7 +370,7 @@ def test_inputs_on_other_coordinates_are_aligned_by_label_or_rejected():
         m.crps_ensemble(ob, fc.assign_attrs(units="degC"))
 
 
-def test_dim_weights_and_members_are_checked():
+def test_dim_weights_and_members_are_checked() -> None:
     ob, fc = random_fields(np.random.default_rng(32), 5)
     w = m.latitude_weights(ob)
     for bad_dim in ("height", ["lat", "height"], "member"):
@@ -410,7 +412,7 @@ def test_dim_weights_and_members_are_checked():
         m.crps_ensemble(ob, fc.isel(member=[]))
 
 
-def test_crps_gaussian_parameters_are_checked():
+def test_crps_gaussian_parameters_are_checked() -> None:
     ob, fc = random_fields(np.random.default_rng(33), 5)
     mu, sigma = fc.mean("member"), fc.std("member")
     # sigma constant over time: its dimensions are among the observations'
@@ -436,12 +438,12 @@ def test_crps_gaussian_parameters_are_checked():
         m.crps_gaussian(ob.values, 0.0, 1.0)
 
 
-def test_latitude_weights_reject_nan_latitudes():
+def test_latitude_weights_reject_nan_latitudes() -> None:
     with pytest.raises(ValueError, match="finite"):
         m.latitude_weights(xr.DataArray([10.0, np.nan], dims="lat", name="lat"))
 
 
-def test_nan_policy_skips_invalid_points_like_xskillscore():
+def test_nan_policy_skips_invalid_points_like_xskillscore() -> None:
     ob, fc = random_fields(np.random.default_rng(34), 6, nans=True)
     for dim in (None, "time", ["lat", "lon"]):
         for ours, theirs in (

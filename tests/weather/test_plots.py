@@ -13,7 +13,7 @@ from sciml.weather import metrics, plots  # noqa: E402
 
 
 @pytest.fixture
-def fields():
+def fields() -> tuple[xr.DataArray, xr.DataArray]:
     rng = np.random.default_rng(0)
     coords = {"lat": np.linspace(-30, 30, 5), "lon": np.arange(8.0)}
     fc = xr.DataArray(
@@ -30,7 +30,7 @@ def fields():
     return ob, fc
 
 
-def test_ensemble_maps(fields):
+def test_ensemble_maps(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
     ob, fc = fields
     fig = plots.ensemble_maps(ob.isel(lead_time=0), fc.isel(lead_time=0), title="day 0")
     assert isinstance(fig, Figure)
@@ -40,7 +40,7 @@ def test_ensemble_maps(fields):
         plots.ensemble_maps(ob, fc)
 
 
-def test_rank_histogram_plot(fields):
+def test_rank_histogram_plot(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
     ob, fc = fields
     hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])
     fig = plots.rank_histogram_plot(hist)
@@ -52,7 +52,7 @@ def test_rank_histogram_plot(fields):
         plots.rank_histogram_plot(ob)
 
 
-def test_spread_skill_and_scores_by_lead(fields):
+def test_spread_skill_and_scores_by_lead(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
     ob, fc = fields
     fig = plots.spread_skill_plot(ob, fc, bins=4)
     line = fig.axes[0].lines[1]
@@ -65,7 +65,9 @@ def test_spread_skill_and_scores_by_lead(fields):
         plots.spread_skill_plot(ob.isel(lat=0, lon=0), fc.isel(lat=0, lon=0), bins=10)
 
 
-def test_panel_titles_read_timedeltas_and_datetimes(fields):
+def test_panel_titles_read_timedeltas_and_datetimes(
+    fields: tuple[xr.DataArray, xr.DataArray],
+) -> None:
     ob, fc = fields
     hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])
     titles = [ax.get_title() for ax in plots.rank_histogram_plot(hist).axes]
@@ -78,7 +80,7 @@ def test_panel_titles_read_timedeltas_and_datetimes(fields):
     assert plots.format_value(np.int64(4)) == "4"
 
 
-def test_plots_reject_misaligned_inputs(fields):
+def test_plots_reject_misaligned_inputs(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
     ob, fc = fields
     shifted = fc.assign_coords(lon=fc["lon"] + 0.5)
     with pytest.raises(ValueError, match="'lon' coordinates differ"):

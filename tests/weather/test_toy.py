@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ SMALL = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 
 
 @pytest.fixture(scope="module")
-def toy():
+def toy() -> xr.Dataset:
     return generate_ensemble(
         members=6,
         start_dates=4,
@@ -32,7 +33,7 @@ def toy():
     )
 
 
-def test_inversion_matches_pv_definition():
+def test_inversion_matches_pv_definition() -> None:
     model = TwoLayerQG(SMALL)
     qh = model.random_state(torch.Generator().manual_seed(0), amplitude=1.0)
     psi = model.to_grid(model.invert(qh))
@@ -43,7 +44,7 @@ def test_inversion_matches_pv_definition():
     torch.testing.assert_close(q, model.to_grid(qh))
 
 
-def test_inviscid_unforced_model_conserves_energy():
+def test_inviscid_unforced_model_conserves_energy() -> None:
     params = QGParams(n=16, kd=4.0, beta=4.0, shear=0.0, drag=0.0, dt=0.01)
     model = TwoLayerQG(params, inviscid=True)
     qh = model.random_state(torch.Generator().manual_seed(1), amplitude=5.0)
@@ -53,7 +54,7 @@ def test_inviscid_unforced_model_conserves_energy():
     assert float(model.energy(later)) == pytest.approx(float(energy), rel=1e-6)
 
 
-def test_energy_matches_grid_definition():
+def test_energy_matches_grid_definition() -> None:
     model = TwoLayerQG(SMALL)
     qh = model.random_state(torch.Generator().manual_seed(2), amplitude=1.0)
     ph = model.invert(qh)
@@ -64,7 +65,7 @@ def test_energy_matches_grid_definition():
     assert float(model.energy(qh)) == pytest.approx(float(grid), rel=1e-10)
 
 
-def test_baroclinic_turbulence_saturates():
+def test_baroclinic_turbulence_saturates() -> None:
     model = TwoLayerQG(SMALL)
     qh = model.random_state(torch.Generator().manual_seed(0))
     energies = []
@@ -75,7 +76,7 @@ def test_baroclinic_turbulence_saturates():
     assert np.isfinite(energies).all() and max(energies[4:]) < 10 * min(energies[4:])
 
 
-def test_toy_dataset_layout_and_cf(toy, tmp_path):
+def test_toy_dataset_layout_and_cf(toy: xr.Dataset, tmp_path: Path) -> None:
     assert toy["psi"].dims == ("member", "time", "lead_time", "level", "lat", "lon")
     assert toy["psi_truth"].dims == ("time", "lead_time", "level", "lat", "lon")
     assert dict(toy.sizes) == {
@@ -98,7 +99,9 @@ def test_toy_dataset_layout_and_cf(toy, tmp_path):
     xr.testing.assert_allclose(back["psi"].compute(), toy["psi"])
 
 
-def test_toy_is_deterministic_and_seed_dependent(toy, monkeypatch):
+def test_toy_is_deterministic_and_seed_dependent(
+    toy: xr.Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # same seed, integrated one start date at a time instead of all together: identical
     monkeypatch.setattr(toy_module, "BATCH_ENTRIES", 7)
     again = generate_ensemble(
@@ -118,7 +121,7 @@ def test_toy_is_deterministic_and_seed_dependent(toy, monkeypatch):
     assert not np.allclose(other["psi_truth"].isel(time=0), toy["psi_truth"].isel(time=0))
 
 
-def test_truth_continues_between_start_dates(toy):
+def test_truth_continues_between_start_dates(toy: xr.Dataset) -> None:
     # start dates are 3 days apart: the truth at lead 3 is the next start's truth at lead 0
     np.testing.assert_allclose(
         toy["psi_truth"].isel(lead_time=1, time=slice(0, -1)),
@@ -131,7 +134,7 @@ def test_truth_continues_between_start_dates(toy):
     )
 
 
-def test_spread_grows_with_lead_and_depends_on_the_flow(toy):
+def test_spread_grows_with_lead_and_depends_on_the_flow(toy: xr.Dataset) -> None:
     spread = metrics.ensemble_spread(toy["psi"], dim=["time", "level", "lat", "lon"])
     assert np.all(np.diff(spread.values) > 0)
     # spatial variation: per-point spread differs strongly across the domain at day 6
@@ -143,7 +146,7 @@ def test_spread_grows_with_lead_and_depends_on_the_flow(toy):
     assert np.all((ratio > 0.5) & (ratio < 2.0))
 
 
-def test_model_error_changes_members_only(toy):
+def test_model_error_changes_members_only(toy: xr.Dataset) -> None:
     with_error = generate_ensemble(
         members=6,
         start_dates=4,
@@ -179,7 +182,7 @@ def test_model_error_changes_members_only(toy):
         ({"start_dates": 2.5}, "start_dates must be an integer"),
     ],
 )
-def test_bad_arguments(kwargs, message):
+def test_bad_arguments(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         generate_ensemble(**{"params": SMALL, "spin_up": 0.0, "start_dates": 1, **kwargs})
     with pytest.raises(ValueError, match="even number"):
@@ -188,7 +191,9 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
-def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path, sig):
+def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     """A real signal to ``sciml weather toy``: exit 3, nothing half-written, same file resumed."""
     # 63 members: 4 start dates per batch, so 2 batches for 8 start dates
     args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,1", "--spin-up", "1"]

@@ -1,22 +1,25 @@
 """The resumable batched writer of :mod:`sciml.weather.toy_io`, tested without the QG model."""
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xarray as xr
 
-from sciml.weather.toy_io import write_ensemble, write_resumably
+from sciml.weather.toy_io import Batches, Generate, OnBatch, write_ensemble, write_resumably
 
 BATCHES = 3
 
 
-def _batch(index):
+def _batch(index: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((2, 3), float(index)), np.full((2, 3), -float(index))
 
 
-def _generator(calls, *, stop_after=None):
+def _generator(calls: list[int], *, stop_after: int | None = None) -> Generate:
     """A batched computation: records the batches it integrates; stops after ``stop_after``."""
 
-    def generate(done, on_batch, stop):
+    def generate(done: Batches, on_batch: OnBatch, stop: Callable[[], bool]) -> xr.Dataset | None:
         parts = {}
         for index in range(BATCHES):
             if index in done:
@@ -33,7 +36,7 @@ def _generator(calls, *, stop_after=None):
     return generate
 
 
-def test_interrupted_run_keeps_its_batches_and_resumes_the_missing_ones(tmp_path):
+def test_interrupted_run_keeps_its_batches_and_resumes_the_missing_ones(tmp_path: Path) -> None:
     path = tmp_path / "out.nc"
     partial = tmp_path / "out.nc.partial"
     first: list[int] = []
@@ -49,7 +52,7 @@ def test_interrupted_run_keeps_its_batches_and_resumes_the_missing_ones(tmp_path
         np.testing.assert_array_equal(written["psi"].values[:, 0, 0], [0.0, 1.0, 2.0])
 
 
-def test_batches_of_another_configuration_are_refused(tmp_path):
+def test_batches_of_another_configuration_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "out.nc"
     write_resumably(path, "a\n", _generator([], stop_after=1), handle_signals=False)
     calls: list[int] = []
@@ -58,7 +61,7 @@ def test_batches_of_another_configuration_are_refused(tmp_path):
     assert calls == [] and not path.exists()
 
 
-def test_write_ensemble_is_compressed_float32_by_default(tmp_path):
+def test_write_ensemble_is_compressed_float32_by_default(tmp_path: Path) -> None:
     ds = xr.Dataset({"psi": (("x",), np.linspace(0.0, 1.0, 5))})
     path = write_ensemble(ds, tmp_path / "e.nc")
     with xr.open_dataset(path) as written:

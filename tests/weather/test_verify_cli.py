@@ -1,6 +1,7 @@
 """Score summaries, leave-one-out scoring and the ``sciml weather`` commands."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from sciml.weather.verify import leave_one_out_scores, score_summary
 from .conftest import ERA5
 
 
-def test_score_summary_matches_metrics():
+def test_score_summary_matches_metrics() -> None:
     rng = np.random.default_rng(0)
     fc = xr.DataArray(rng.standard_normal((5, 3, 4)), dims=("member", "lead_time", "x"))
     ob = xr.DataArray(rng.standard_normal((3, 4)), dims=("lead_time", "x"))
@@ -27,7 +28,7 @@ def test_score_summary_matches_metrics():
     xr.testing.assert_allclose(got["spread"], expected)
 
 
-def test_leave_one_out_on_real_era5(era5):
+def test_leave_one_out_on_real_era5(era5: xr.Dataset) -> None:
     t = era5["t"].rename(number="member").isel(time=[0, 3])
     got = leave_one_out_scores(t, dim=["time", "latitude", "longitude"])
     x = t.values.astype(np.float64)  # (member, time, level, lat, lon)
@@ -46,7 +47,7 @@ def test_leave_one_out_on_real_era5(era5):
         leave_one_out_scores(t.isel(member=[0, 1]))
 
 
-def test_cli_toy_and_score(tmp_path, capsys):
+def test_cli_toy_and_score(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "toy.nc"
     assert (
         main(
@@ -82,7 +83,7 @@ def test_cli_toy_and_score(tmp_path, capsys):
     assert "--by ['step']" in capsys.readouterr().err
 
 
-def test_cli_help_for_every_subcommand(capsys):
+def test_cli_help_for_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (
         ["weather", "--help"],
         ["weather", "toy", "--help"],
@@ -121,7 +122,9 @@ TOY = ["weather", "toy", "--quiet", "--members", "3", "--start-dates", "2", "--s
         ("--lead-times", "zero"),
     ],
 )
-def test_cli_toy_rejects_bad_numbers_before_any_work(tmp_path, capsys, option, value):
+def test_cli_toy_rejects_bad_numbers_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
     out = tmp_path / "toy.nc"
     with pytest.raises(SystemExit) as exit_info:
         main([*TOY, "--out", str(out), option, value])
@@ -139,7 +142,9 @@ def test_cli_toy_rejects_bad_numbers_before_any_work(tmp_path, capsys, option, v
         ("--lead-times", "0,0.01", "multiples of dt"),
     ],
 )
-def test_cli_toy_rejects_impossible_spans_in_one_line(tmp_path, capsys, option, value, message):
+def test_cli_toy_rejects_impossible_spans_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
     out = tmp_path / "toy.nc"
     assert main([*TOY, "--out", str(out), option, value]) == 1
     err = capsys.readouterr().err
@@ -147,7 +152,9 @@ def test_cli_toy_rejects_impossible_spans_in_one_line(tmp_path, capsys, option, 
     assert not list(tmp_path.iterdir())
 
 
-def test_cli_score_member_dim_and_clear_errors(tmp_path, capsys):
+def test_cli_score_member_dim_and_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     renamed = tmp_path / "renamed.nc"
     with xr.open_dataset(ERA5) as ds:
         ds.rename(number="realisation").to_netcdf(renamed)
@@ -167,7 +174,7 @@ def test_cli_score_member_dim_and_clear_errors(tmp_path, capsys):
     assert "no variable 'nope'" in capsys.readouterr().err
 
 
-def test_score_ensemble_against_observations_at_valid_time():
+def test_score_ensemble_against_observations_at_valid_time() -> None:
     """Observations indexed by valid time are taken at start + lead, never by start time."""
     from sciml.weather.verify import at_valid_time, score_ensemble
 
