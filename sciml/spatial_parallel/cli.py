@@ -7,7 +7,7 @@ import functools
 import math
 
 from sciml.cli import Subparsers, non_negative_int, positive_int
-from sciml.spatial_parallel.mesh import MESH_DIMS
+from sciml.spatial_parallel.mesh import MESH_AXES
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
 CHECK_DEPTH = 2
@@ -21,9 +21,9 @@ def parse_mesh(text: str) -> dict[str, int]:
         key = key.strip()
         if not sep or not key:
             raise argparse.ArgumentTypeError(f"--mesh expects e.g. depth=2,height=2, got {text!r}")
-        if key not in MESH_DIMS:
+        if key not in MESH_AXES:
             raise argparse.ArgumentTypeError(
-                f"--mesh: unknown axis {key!r}; the axes are {', '.join(MESH_DIMS)}"
+                f"--mesh: unknown axis {key!r}; the axes are {', '.join(MESH_AXES)}"
             )
         if key in mesh:
             raise argparse.ArgumentTypeError(f"--mesh: axis {key!r} given twice in {text!r}")

@@ -1,4 +1,10 @@
-"""The process grid: data-parallel replicas times a 3D grid of spatial blocks."""
+"""The process grid: data-parallel replicas times a 3D grid of spatial blocks.
+
+Naming: an *axis* is a direction of the process grid (``data``, ``depth``,
+``height``, ``width``: :data:`MESH_AXES`); a *dim* is a dimension of a tensor
+``(N, C, D, H, W)``. The spatial axes split the tensor dims ``D``, ``H``, ``W``
+of the same name; the ``data`` axis splits the batch dim ``N``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
 
-MESH_DIMS = ("data", *DIM_NAMES)
+#: The axes of the process grid, in rank order (``width`` fastest).
+MESH_AXES = ("data", *DIM_NAMES)
 
 
 class SpatialMesh:
@@ -51,7 +58,7 @@ class SpatialMesh:
                 "(use sciml.distributed.init_distributed() or spawn())"
             )
         shape = (data, depth, height, width)
-        for name, value in zip(MESH_DIMS, shape, strict=True):
+        for name, value in zip(MESH_AXES, shape, strict=True):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SpatialMesh {name}= must be a positive integer, got {value!r}")
         world = dist.get_world_size()
@@ -68,7 +75,7 @@ class SpatialMesh:
             int(c) for c in torch.unravel_index(torch.tensor(self.rank), shape)
         )
         self.device_mesh: DeviceMesh = init_device_mesh(
-            device_type, shape, mesh_dim_names=MESH_DIMS
+            device_type, shape, mesh_dim_names=MESH_AXES
         )
         self.data_group = self.device_mesh.get_group("data")
         self.dim_groups = tuple(self.device_mesh.get_group(name) for name in DIM_NAMES)
