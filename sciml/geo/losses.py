@@ -60,7 +60,7 @@ def masked_loss(
 
 
 def make_loss_fn(
-    kind: LossKind = "bce", *, masked: bool = True
+    *, kind: LossKind = "bce", masked: bool = True
 ) -> Callable[[nn.Module, dict[str, Any]], dict[str, torch.Tensor]]:
     """A ``loss_fn(model, batch)`` for :func:`sciml.training.fit` on :class:`SceneTiles` batches.
 

@@ -18,6 +18,7 @@ import dask.array as da
 import geopandas as gpd
 import numpy as np
 import shapely
+import xarray as xr
 from affine import Affine
 
 from sciml.geo.grid import RasterGrid
@@ -25,7 +26,7 @@ from sciml.geo.widths import buffer_roads
 from sciml.io_utils import atomic_path
 
 #: Side of the square blocks that are rasterised independently (pixels).
-DEFAULT_CHUNK = 4096
+DEFAULT_CHUNKS = 4096
 #: Side of the internal tiles of written GeoTIFFs (pixels).
 TIFF_TILE = 512
 
@@ -110,18 +111,18 @@ class _Burner:
         return burnt.view(bool) if self.values is None else burnt
 
 
-def _mask_blocks(burner: _Burner, grid: RasterGrid, chunk: int) -> da.Array:
+def _mask_blocks(burner: _Burner, grid: RasterGrid, chunks: int) -> da.Array:
     """A lazy ``(y, x)`` Dask array of the burnt geometries, one task per block."""
-    if chunk <= 0:
-        raise ValueError(f"chunk must be a positive number of pixels, got {chunk}")
+    if chunks <= 0:
+        raise ValueError(f"chunks must be a positive number of pixels, got {chunks}")
     token = uuid.uuid4().hex
     burn = dask.delayed(burner, name=f"burner-{token}")
     rows = []
-    for row in range(0, grid.height, chunk):
-        height = min(chunk, grid.height - row)
+    for row in range(0, grid.height, chunks):
+        height = min(chunks, grid.height - row)
         blocks = []
-        for col in range(0, grid.width, chunk):
-            width = min(chunk, grid.width - col)
+        for col in range(0, grid.width, chunks):
+            width = min(chunks, grid.width - col)
             task = burn(row, col, height, width, dask_key_name=f"burn-{token}-{row}-{col}")
             blocks.append(da.from_delayed(task, (height, width), dtype=burner.dtype))
         rows.append(blocks)
@@ -136,7 +137,7 @@ def rasterize_geometries(
     all_touched: bool = False,
     chunks: int | None = None,
     num_workers: int | None = None,
-) -> Any:
+) -> np.ndarray | da.Array:
     """Rasterise shapely geometries (in the grid's CRS) on ``grid``, block by block.
 
     Args:
@@ -156,8 +157,8 @@ def rasterize_geometries(
         if values.shape != geoms.shape:
             raise ValueError(f"values must match geometries: {values.shape} != {geoms.shape}")
     burner = _Burner(geoms, grid, all_touched, values)
-    blocks = _mask_blocks(burner, grid, chunks or DEFAULT_CHUNK)
-    if chunks:
+    blocks = _mask_blocks(burner, grid, DEFAULT_CHUNKS if chunks is None else chunks)
+    if chunks is not None:
         return blocks
     return blocks.compute(scheduler="threads", num_workers=num_workers)
 
@@ -172,7 +173,7 @@ def road_mask(
     table: Mapping[str, tuple[float, float]] | None = None,
     chunks: int | None = None,
     num_workers: int | None = None,
-) -> Any:
+) -> xr.DataArray:
     """Boolean road mask on the exact grid and CRS of a reference raster.
 
     Args:
@@ -187,7 +188,7 @@ def road_mask(
             centre is inside.
         table: Overrides of :data:`sciml.geo.WIDTH_TABLE`.
         chunks: Return a lazy Dask-backed array with blocks of this side;
-            ``None`` computes it now (in parallel blocks of :data:`DEFAULT_CHUNK`).
+            ``None`` computes it now (in parallel blocks of :data:`DEFAULT_CHUNKS`).
         num_workers: Threads for the blocks (default: Dask's).
 
     Returns:
@@ -257,7 +258,7 @@ def write_road_mask(
     margin: float = 0.0,
     all_touched: bool = False,
     table: Mapping[str, tuple[float, float]] | None = None,
-    chunk: int = DEFAULT_CHUNK,
+    chunks: int = DEFAULT_CHUNKS,
     num_workers: int | None = None,
     compress: str = "deflate",
     cache_mb: int = 64,
@@ -265,7 +266,7 @@ def write_road_mask(
 ) -> Path:
     """Stream the road mask of a raster of any size to a tiled, compressed GeoTIFF.
 
-    Blocks of ``chunk`` x ``chunk`` pixels are rasterised in parallel and
+    Blocks of ``chunks`` x ``chunks`` pixels are rasterised in parallel and
     written one window at a time, so memory stays at a few blocks whatever the
     raster's area. The pixels equal :func:`road_mask`'s. The file holds 1-bit
     values (1 = road) and is written to a temporary name, then renamed.
@@ -279,7 +280,7 @@ def write_road_mask(
         all_touched: Burn every pixel a polygon touches, not only those whose
             centre is inside.
         table: Overrides of :data:`sciml.geo.WIDTH_TABLE`.
-        chunk: Block side in pixels (a multiple of :data:`TIFF_TILE`).
+        chunks: Block side in pixels (a multiple of :data:`TIFF_TILE`).
         num_workers: Threads rasterising and compressing (default: all cores).
         compress: GeoTIFF compression (``"deflate"``, ``"lzw"``, ``"zstd"``...).
         cache_mb: GDAL block cache in MB (bounds the writer's memory).
@@ -290,11 +291,11 @@ def write_road_mask(
     """
     import rasterio
 
-    if chunk % TIFF_TILE:
-        raise ValueError(f"chunk must be a multiple of {TIFF_TILE} pixels, got {chunk}")
+    if chunks <= 0 or chunks % TIFF_TILE:
+        raise ValueError(f"chunks must be a positive multiple of {TIFF_TILE} pixels, got {chunks}")
     grid = RasterGrid.from_like(like)
     geoms = road_polygons(_as_roads(roads), grid, width=width, margin=margin, table=table)
-    blocks = _mask_blocks(_Burner(geoms, grid, all_touched), grid, chunk)
+    blocks = _mask_blocks(_Burner(geoms, grid, all_touched), grid, chunks)
     profile = {
         "driver": "GTiff",
         "height": grid.height,

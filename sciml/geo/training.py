@@ -211,7 +211,7 @@ def train_segmenter(
             model,
             optimizer,
             train_dataset,
-            make_loss_fn(loss, masked=masked),
+            make_loss_fn(kind=loss, masked=masked),
             run_dir=run_dir,
             config=train_config,
             val_dataset=val_dataset,

@@ -17,7 +17,15 @@ import xarray as xr
 from affine import Affine
 
 from sciml.datasets import sample_path
-from sciml.geo import RasterGrid, buffer_roads, load_trees, road_mask, road_widths, tree_labels
+from sciml.geo import (
+    RasterGrid,
+    buffer_roads,
+    load_trees,
+    road_mask,
+    road_widths,
+    tree_labels,
+    write_road_mask,
+)
 from sciml.geo.rasters import read_image, read_labels, read_mask, write_geotiff
 from sciml.geo.tiles import SceneTiles, predict_scene
 
@@ -187,6 +195,16 @@ def test_rasters_that_miss_the_roads_or_trees(
 def test_bad_margin(helsinki_roads: gpd.GeoDataFrame, margin: float) -> None:
     with pytest.raises(ValueError, match="margin must be a finite number >= 0"):
         road_mask(helsinki_roads, HELSINKI, margin=margin)
+
+
+@pytest.mark.parametrize("chunks", [0, -256])
+def test_bad_block_side(helsinki_roads: gpd.GeoDataFrame, chunks: int, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="chunks must be a positive number of pixels"):
+        road_mask(helsinki_roads, HELSINKI, chunks=chunks)
+    for bad in (chunks, 300):
+        with pytest.raises(ValueError, match=f"chunks must be a positive multiple of 512 .*{bad}"):
+            write_road_mask(helsinki_roads, HELSINKI, tmp_path / "mask.tif", chunks=bad)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("width", [-3.0, 0.0, np.nan, np.inf])

@@ -134,7 +134,7 @@ def test_streaming_equals_in_memory(helsinki_roads: gpd.GeoDataFrame, tmp_path: 
     assert lazy.chunks is not None
     np.testing.assert_array_equal(lazy.values, in_memory.values)
     path = write_road_mask(
-        helsinki_roads, grid, tmp_path / "mask.tif", all_touched=True, chunk=512, num_workers=2
+        helsinki_roads, grid, tmp_path / "mask.tif", all_touched=True, chunks=512, num_workers=2
     )
     with rasterio.open(path) as src:
         assert src.profile["tiled"] and src.profile["compress"] == "deflate"
