@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import dask
 import dask.array as da
@@ -129,6 +129,26 @@ def _mask_blocks(burner: _Burner, grid: RasterGrid, chunks: int) -> da.Array:
     return da.block(rows)
 
 
+@overload
+def rasterize_geometries(
+    geoms: np.ndarray,
+    grid: RasterGrid,
+    *,
+    values: np.ndarray | None = ...,
+    all_touched: bool = ...,
+    chunks: None = ...,
+    num_workers: int | None = ...,
+) -> np.ndarray: ...
+@overload
+def rasterize_geometries(
+    geoms: np.ndarray,
+    grid: RasterGrid,
+    *,
+    values: np.ndarray | None = ...,
+    all_touched: bool = ...,
+    chunks: int,
+    num_workers: int | None = ...,
+) -> da.Array: ...
 def rasterize_geometries(
     geoms: np.ndarray,
     grid: RasterGrid,
