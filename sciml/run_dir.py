@@ -12,7 +12,7 @@ import fcntl
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from torch import nn
@@ -22,6 +22,7 @@ from sciml.distributed import all_reduce_cpu
 
 __all__ = [
     "LOCK_NAME",
+    "PlainValue",
     "RunDirError",
     "RunLock",
     "differences",
@@ -38,7 +39,11 @@ class RunDirError(RuntimeError):
     """A run folder is in use by another process, or holds a run with another configuration."""
 
 
-def plain(value: Any) -> Any:
+#: JSON-like data: what :func:`plain` returns.
+PlainValue: TypeAlias = "None | bool | int | float | str | list[PlainValue] | dict[str, PlainValue]"
+
+
+def plain(value: Any) -> PlainValue:
     """``value`` as plain Python data that compares by value and loads with ``weights_only``."""
     if isinstance(value, torch.Tensor):
         return value.tolist()
@@ -87,20 +92,22 @@ def run_record(
     }
 
 
-def differences(saved: Any, current: Any, where: str = "") -> list[str]:
+def differences(saved: Any, current: Any, *, where: str = "") -> list[str]:
     """``where: saved -> current`` for every leaf that differs."""
     if isinstance(saved, dict) and isinstance(current, dict):
         return [
             line
             for key in sorted(set(saved) | set(current), key=str)
-            for line in differences(saved.get(key), current.get(key), f"{where}.{key}".strip("."))
+            for line in differences(
+                saved.get(key), current.get(key), where=f"{where}.{key}".strip(".")
+            )
         ]
     groups = isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current)
     if groups and all(isinstance(v, dict) for v in saved + current):
         return [
             line
             for i, (a, b) in enumerate(zip(saved, current, strict=True))
-            for line in differences(a, b, f"{where}[{i}]")
+            for line in differences(a, b, where=f"{where}[{i}]")
         ]
     return [] if saved == current else [f"{where}: {saved!r} in the run, {current!r} now"]
 
