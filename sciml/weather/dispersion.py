@@ -40,6 +40,7 @@ def _squared_mean_error(observations: XArray, forecasts: XArray, member_dim: str
 def ensemble_mean_rmse(
     observations: XArray,
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     weights: xr.DataArray | None = None,
@@ -57,6 +58,7 @@ def ensemble_mean_rmse(
 
 def ensemble_spread(
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     weights: xr.DataArray | None = None,
@@ -74,10 +76,10 @@ def ensemble_spread(
 def spread_skill_ratio(
     observations: XArray,
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     weights: xr.DataArray | None = None,
-    *,
     corrected: bool = True,
 ) -> XArray:
     """Spread-skill ratio: ensemble spread over ensemble-mean RMSE (1 for a reliable ensemble).
@@ -111,9 +113,9 @@ def _obs_rank(observations: np.ndarray, forecasts: np.ndarray, *, seed: int) -> 
 def rank_histogram(
     observations: XArray,
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
-    *,
     seed: int = 0,
 ) -> XArray:
     """Rank histogram (Talagrand diagram): counts of the observation's rank among the members.

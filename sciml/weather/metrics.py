@@ -92,6 +92,7 @@ def _per_point_crps(observations: XArray, forecasts: XArray, member_dim: str, fa
 def crps_ensemble(
     observations: XArray,
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     fair: bool = False,
@@ -127,6 +128,7 @@ def crps_gaussian(
     observations: XArray,
     mu: XArray | float,
     sigma: XArray | float,
+    *,
     dim: Dim = None,
     weights: xr.DataArray | None = None,
 ) -> XArray:
@@ -162,9 +164,9 @@ def crps_gaussian(
 def twcrps_ensemble(
     observations: XArray,
     forecasts: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
-    *,
     a: float = -np.inf,
     b: float = np.inf,
     v_func: Callable[[XArray], XArray] | None = None,
@@ -197,7 +199,12 @@ def twcrps_ensemble(
         return values.clip(min=a, max=b, keep_attrs=True) if v_func is None else v_func(values)
 
     score = crps_ensemble(
-        chain(observations), chain(forecasts), member_dim, dim, fair=fair, weights=weights
+        chain(observations),
+        chain(forecasts),
+        member_dim=member_dim,
+        dim=dim,
+        fair=fair,
+        weights=weights,
     )
     return label(
         score, forecasts, observations, name="twcrps", what="threshold-weighted CRPS", units=None
@@ -207,6 +214,7 @@ def twcrps_ensemble(
 def extreme_forecast_index(
     forecasts: XArray,
     climate: XArray,
+    *,
     member_dim: str = "member",
     climate_dim: str = "climate",
 ) -> XArray:
@@ -255,6 +263,7 @@ def crps_ensemble_efi_weighted(
     observations: XArray,
     forecasts: XArray,
     efi: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     fair: bool = False,
@@ -286,11 +295,11 @@ def crps_skill_score(
     observations: XArray,
     forecasts: XArray,
     reference: XArray,
+    *,
     member_dim: str = "member",
     dim: Dim = None,
     fair: bool = False,
     weights: xr.DataArray | None = None,
-    *,
     reference_member_dim: str | None = None,
 ) -> XArray:
     """CRPS skill score ``1 - CRPS(forecasts) / CRPS(reference)`` after averaging over ``dim``.
@@ -306,9 +315,13 @@ def crps_skill_score(
         weights: Weights for the averages.
         reference_member_dim: Member dimension of ``reference``.
     """
-    score = crps_ensemble(observations, forecasts, member_dim, dim, fair, weights)
+    score = crps_ensemble(
+        observations, forecasts, member_dim=member_dim, dim=dim, fair=fair, weights=weights
+    )
     ref_dim = reference_member_dim or member_dim
-    ref = crps_ensemble(observations, reference, ref_dim, dim, fair, weights)
+    ref = crps_ensemble(
+        observations, reference, member_dim=ref_dim, dim=dim, fair=fair, weights=weights
+    )
     skill = 1.0 - score / ref
     what = "fair CRPS skill score" if fair else "CRPS skill score"
     return label(skill, forecasts, observations, name="crps_skill_score", what=what, units="1")

@@ -73,7 +73,7 @@ def ensemble_maps(
     """
     _require_dims(observations, ("lat", "lon"), "observations")
     _require_dims(forecasts, (member_dim, "lat", "lon"), "forecasts")
-    metrics.ensemble_mean_rmse(observations, forecasts, member_dim, dim=[])  # same grid
+    metrics.ensemble_mean_rmse(observations, forecasts, member_dim=member_dim, dim=[])  # same grid
     mean = forecasts.mean(member_dim)
     spread = forecasts.std(member_dim, ddof=1)
     error = mean - observations
@@ -150,9 +150,9 @@ def spread_skill_plot(
     """
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
-    error = metrics.ensemble_mean_rmse(observations, forecasts, member_dim, dim=[])
+    error = metrics.ensemble_mean_rmse(observations, forecasts, member_dim=member_dim, dim=[])
     members = forecasts.sizes[member_dim]
-    spread = metrics.ensemble_spread(forecasts, member_dim, dim=[]) * np.sqrt(
+    spread = metrics.ensemble_spread(forecasts, member_dim=member_dim, dim=[]) * np.sqrt(
         (members + 1) / members
     )
     spread = spread.reindex_like(error).transpose(*error.dims)  # same labels, error's order

@@ -16,6 +16,7 @@ sits in the middle).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -98,21 +99,35 @@ def score_summary(
         (M+1)/M correction) and ``spread_skill_raw``.
     """
     valid = observations.notnull()
-    args = (member_dim, dim)
+    crps = partial(
+        metrics.crps_ensemble,
+        observations,
+        forecasts,
+        member_dim=member_dim,
+        dim=dim,
+        weights=weights,
+    )
+    ratio = partial(
+        metrics.spread_skill_ratio,
+        observations,
+        forecasts,
+        member_dim=member_dim,
+        dim=dim,
+        weights=weights,
+    )
+    spread = metrics.ensemble_spread(
+        forecasts.where(valid), member_dim=member_dim, dim=dim, weights=weights
+    )
     return xr.Dataset(
         {
-            "crps": metrics.crps_ensemble(observations, forecasts, *args, weights=weights),
-            "crps_fair": metrics.crps_ensemble(
-                observations, forecasts, *args, fair=True, weights=weights
+            "crps": crps(),
+            "crps_fair": crps(fair=True),
+            "spread": spread,
+            "rmse": metrics.ensemble_mean_rmse(
+                observations, forecasts, member_dim=member_dim, dim=dim, weights=weights
             ),
-            "spread": metrics.ensemble_spread(forecasts.where(valid), *args, weights=weights),
-            "rmse": metrics.ensemble_mean_rmse(observations, forecasts, *args, weights=weights),
-            "spread_skill": metrics.spread_skill_ratio(
-                observations, forecasts, *args, weights=weights
-            ),
-            "spread_skill_raw": metrics.spread_skill_ratio(
-                observations, forecasts, *args, weights=weights, corrected=False
-            ),
+            "spread_skill": ratio(),
+            "spread_skill_raw": ratio(corrected=False),
         }
     )
 
