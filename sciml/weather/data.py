@@ -41,8 +41,6 @@ DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lo
 GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
 
 __all__ = [
-    "normalisation_statistics",
-    "normalise",
     "open_ensemble",
     "split_by_time",
     "standardise_names",
@@ -286,50 +284,3 @@ def split_by_time(
                 f"{times.values.max()}, boundaries {val} and {test}"
             )
     return parts
-
-
-def normalisation_statistics(
-    ds: xr.Dataset, *, dims: Sequence[Hashable] | None = None
-) -> tuple[xr.Dataset, xr.Dataset]:
-    """Lazy mean and standard deviation of every variable (per level by default).
-
-    Args:
-        ds: Dataset (typically the training split).
-        dims: Dimensions to reduce (default: all but ``level``).
-
-    Returns:
-        ``(mean, std)``, Dask-backed when ``ds`` is; call ``.compute()`` once to get both.
-    """
-    dims = [name for name in ds.dims if name != "level"] if dims is None else _names(dims)
-    missing = [name for name in dims if name not in ds.dims]
-    if missing:
-        raise ValueError(f"cannot reduce over {missing}: dimensions are {list(ds.dims)}")
-    return ds.mean(dims, keep_attrs=True), ds.std(dims, keep_attrs=True)
-
-
-def normalise(ds: xr.Dataset, mean: xr.Dataset, std: xr.Dataset) -> xr.Dataset:
-    """``(ds - mean) / std``, lazily; constant fields (``std == 0``) are only centred.
-
-    ``mean`` and ``std`` (from :func:`normalisation_statistics`) must hold every variable
-    of ``ds`` and lie on its coordinates (the same labels, in any order).
-
-    Raises:
-        ValueError: A variable without statistics, or statistics on other coordinates.
-    """
-    for name, stats in (("mean", mean), ("std", std)):
-        missing = [key for key in ds.data_vars if key not in stats.data_vars]
-        if missing:
-            raise ValueError(f"{name} has no statistics for {missing}; it has {list(stats)}")
-        extra = [dim for dim in stats.dims if dim not in ds.dims]
-        if extra:
-            raise ValueError(f"{name} has dimensions {extra} that the data lack")
-        for dim in stats.dims:
-            if dim in stats.indexes and dim in ds.indexes:
-                want, have = ds.indexes[dim], stats.indexes[dim]
-                if not (len(want) == len(have) and want.isin(have).all()):
-                    raise ValueError(
-                        f"{name} is on other {dim!r} labels ({have.tolist()}) than the data "
-                        f"({want.tolist()})"
-                    )
-    mean, std = mean[list(ds.data_vars)], std[list(ds.data_vars)]
-    return (ds - mean) / std.where(std > 0, 1.0)

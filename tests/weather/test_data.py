@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from sciml.weather.data import (
-    normalisation_statistics,
-    normalise,
-    open_ensemble,
-    split_by_time,
-    standardise_names,
-)
+from sciml.weather.data import open_ensemble, split_by_time, standardise_names
+from sciml.xrchannels import compute_stats, normalise
 
 from .conftest import ERA5
 
@@ -141,8 +136,8 @@ def test_split_and_lazy_normalisation(era5: xr.Dataset) -> None:
         split_by_time(ds, val_start="2017-01-01T12", test_start="2018-01-01")
     with pytest.raises(ValueError, match="must come before"):
         split_by_time(ds, val_start="2017-01-02", test_start="2017-01-01")
-    mean, std = normalisation_statistics(train)
-    assert mean["t"].dims == ("level",) and mean["t"].chunks is not None
+    stats = compute_stats(train, ["t"], channel_dims=("level",))
+    assert stats.channels == ("t[level=850.0]", "t[level=500.0]")  # the stored order
     assert era5["t"].dtype == np.float32  # statistics in float32, checked against float64
     expected = era5["t"].isel(time=[0]).values.astype(np.float64)
     axes = (0, 1, 3, 4)
@@ -151,14 +146,15 @@ def test_split_and_lazy_normalisation(era5: xr.Dataset) -> None:
     eps, count = np.finfo(np.float32).eps, expected[:, :, 0].size
     sum_error = 4 * np.log2(count) * eps
     offset = np.abs(expected).max(axes) / expected.std(axes)
-    np.testing.assert_allclose(mean["t"].values, expected.mean(axes), rtol=sum_error)
+    np.testing.assert_allclose(stats.mean, expected.mean(axes), rtol=sum_error)
     reference = expected.std(axes)
-    assert np.all(np.abs(std["t"].values - reference) <= (sum_error + 4 * eps * offset) * reference)
-    scaled = normalise(train, mean, std).compute()
-    centred = scaled["t"].mean(["member", "time", "lat", "lon"]).values
+    assert np.all(
+        np.abs(np.array(stats.std) - reference) <= (sum_error + 4 * eps * offset) * reference
+    )
+    lazy = normalise(train[["t"]], stats, channel_dims=("level",))
+    assert lazy["t"].chunks is not None
+    centred = lazy.compute()["t"].mean(["member", "time", "lat", "lon"]).values
     assert np.all(np.abs(centred) <= (sum_error + 4 * eps) * offset)
-    with pytest.raises(ValueError, match="cannot reduce over"):
-        normalisation_statistics(train, dims=["x"])
 
 
 def test_single_date_grib_like_files_combine_along_time(tmp_path: Path) -> None:
@@ -252,7 +248,7 @@ def test_real_grib_through_cfgrib(tmp_path: Path) -> None:
             np.testing.assert_allclose(got, field, atol=step / 2)
 
 
-def test_selections_and_statistics_reject_what_would_be_silently_wrong() -> None:
+def test_selections_reject_what_would_be_silently_wrong() -> None:
     with pytest.raises(ValueError, match=r"members \[0\] asked for more than once"):
         open_ensemble(ERA5, members=[0, 0, 1])
     only_t = open_ensemble(ERA5, variables="t")  # one name, not the letters of a name
@@ -260,13 +256,3 @@ def test_selections_and_statistics_reject_what_would_be_silently_wrong() -> None
     ds = open_ensemble(ERA5)
     with pytest.raises(ValueError, match="val_start 'soon' is not a date"):
         split_by_time(ds, val_start="soon", test_start="2017-01-02")
-    mean, std = normalisation_statistics(ds, dims="time")  # one dimension by name
-    assert set(mean["t"].dims) == {"member", "level", "lat", "lon"}
-    mean, std = normalisation_statistics(ds)
-    with pytest.raises(ValueError, match="other 'level' labels"):
-        normalise(ds, mean.assign_coords(level=mean["level"] + 1), std)
-    with pytest.raises(ValueError, match=r"no statistics for \['z'\]"):
-        normalise(ds, mean[["t"]], std[["t"]])
-    # statistics in another level order are applied by label
-    flipped = normalise(ds, mean.isel(level=[1, 0]), std.isel(level=[1, 0]))
-    xr.testing.assert_allclose(flipped.compute(), normalise(ds, mean, std).compute())
