@@ -39,3 +39,17 @@ def random_fields(
     fc.attrs = {"units": "K"}
     ob.attrs = {"units": "K", "long_name": "temperature"}
     return ob, fc
+
+
+def pairwise_crps(obs: np.ndarray, ens: np.ndarray, fair: bool = False) -> np.ndarray:
+    """Direct O(M^2) energy form with NaN members dropped (independent reference)."""
+    out = np.full(obs.shape, np.nan)
+    for idx in np.ndindex(obs.shape):
+        x = ens[idx][~np.isnan(ens[idx])]
+        y = obs[idx]
+        n = x.size
+        if np.isnan(y) or n == 0 or (fair and n < 2):
+            continue
+        pair = np.abs(x[:, None] - x[None, :]).sum()
+        out[idx] = np.abs(x - y).mean() - pair / (2 * n * (n - 1) if fair else 2 * n * n)
+    return out
