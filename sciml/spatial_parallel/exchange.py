@@ -1,9 +1,16 @@
 """One halo exchange of a tensor along a :class:`HaloPlan`, and its adjoint.
 
-:class:`Exchange` posts the non-blocking sends and receives of a plan,
-materializes boxes of the extended input from the received halos, the own
+:class:`Exchange` posts the sends and receives of a plan as one
+:func:`torch.distributed.batch_isend_irecv` call per direction (forward, then
+backward), materializes boxes of the extended input from the received halos, the own
 block and the padding, and routes their gradients back in the backward pass.
 The autograd functions that drive it are in :mod:`sciml.spatial_parallel.halo`.
+
+Every rank posts its operations in one canonical order, sorted by
+``(peer, tag, kind)``: a rank's sends to a peer appear in the same order as the
+peer's matching receives, which is the order NCCL matches messages between a
+pair of ranks in (it ignores tags), so the exchange cannot cross-match or
+deadlock.
 
 Waiting for messages is a ``torch.profiler`` range (``halo_wait_forward``,
 ``halo_wait_backward``) and is added to every active :class:`HaloTimer`.
@@ -114,8 +121,13 @@ def narrow(x: torch.Tensor, axes: tuple[int, ...], box: Box) -> torch.Tensor:
     return x
 
 
-def _gloo_cuda(x: torch.Tensor) -> bool:
-    return x.is_cuda and dist.get_backend() == "gloo"
+def _gloo_cuda(x: torch.Tensor, group: dist.ProcessGroup) -> bool:
+    """Whether ``x`` is a CUDA tensor that the group's backend cannot send (gloo only)."""
+    return x.is_cuda and "nccl" not in dist.get_backend_config(group)
+
+
+#: An operation to post: ``(peer, tag, 0 for a send or 1 for a receive, tensor)``.
+Operation = tuple[int, int, int, torch.Tensor]
 
 
 class Exchange:
@@ -126,6 +138,7 @@ class Exchange:
         self.plan, self.x, self.group = plan, x, group
         self.like, self.shape = x.new_empty(0), tuple(x.shape)  # survive release()
         self.recv: dict[int, torch.Tensor] = {}
+        self.ops: list[Operation] = []
         self.requests: list[Any] = []
         self.staged: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.grad_parts: list[tuple[tuple[Index, ...], torch.Tensor]] = []
@@ -144,18 +157,32 @@ class Exchange:
 
     def _isend(self, tensor: torch.Tensor, peer: int, tag: int) -> None:
         tensor = tensor.contiguous()
-        if _gloo_cuda(tensor):
+        if _gloo_cuda(tensor, self.group):
             tensor = tensor.cpu()
         self.sent_grads.append(tensor)  # keep alive until the request completes
-        self.requests.append(dist.isend(tensor, dst=peer, group=self.group, tag=tag))
+        self.ops.append((peer, tag, 0, tensor))
 
     def _irecv(self, buffer: torch.Tensor, peer: int, tag: int) -> torch.Tensor:
         target = buffer
-        if _gloo_cuda(buffer):
+        if _gloo_cuda(buffer, self.group):
             target = torch.empty(buffer.shape, dtype=buffer.dtype)
             self.staged.append((target, buffer))
-        self.requests.append(dist.irecv(target, src=peer, group=self.group, tag=tag))
+        self.ops.append((peer, tag, 1, target))
         return buffer
+
+    def _post(self) -> None:
+        """Post the collected operations as one batch, sorted by peer, tag and kind.
+
+        Under NCCL the requests' ``wait`` makes the current stream wait for the
+        exchange; the sent tensors stay referenced (``sent_grads``) until then.
+        """
+        ops, self.ops = sorted(self.ops, key=lambda op: op[:3]), []
+        functions = (dist.isend, dist.irecv)
+        batch = [
+            dist.P2POp(functions[kind], t, peer, self.group, tag) for peer, tag, kind, t in ops
+        ]
+        if batch:
+            self.requests = dist.batch_isend_irecv(batch)
 
     def _wait(self, phase: str) -> None:
         with torch.profiler.record_function(f"halo_wait_{phase}"):
@@ -178,6 +205,7 @@ class Exchange:
                 self.recv[number] = self._irecv(buffer, region.peer, region.tag)
         for send in self.plan.sends:
             self._isend(take(self.x, self.plan.axes, send.index), send.peer, send.tag)
+        self._post()
 
     def wait(self) -> None:
         """Complete the forward exchange."""
@@ -238,6 +266,7 @@ class Exchange:
                 shape[axis] = idx.stop - idx.start if isinstance(idx, slice) else len(idx)
             buffer = self._irecv(self.like.new_empty(shape), send.peer, send.tag)
             self.returned.append((send.index, buffer))
+        self._post()
 
     def finish_backward(self, grad_x: torch.Tensor | None) -> torch.Tensor:
         """Wait for the neighbours' halo gradients and add everything into ``grad_x``."""
