@@ -1,7 +1,8 @@
 """The batches of one pass over a dataset, as :func:`sciml.training.fit` reads them.
 
-:func:`epoch_loader` turns an epoch's batches of indices into a
-``DataLoader``, :func:`progress` shows it as a tqdm bar, :func:`split_loss`
+:class:`EpochLoader` reads an epoch's batches of indices (split into
+:func:`micro_batches` for gradient accumulation) with workers that persist
+across epochs, :func:`progress` shows it as a tqdm bar, :func:`split_loss`
 checks what ``loss_fn`` returned and :func:`tagged` names the values for the
 metrics log.
 """
@@ -11,15 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from tqdm.auto import tqdm
 
-from sciml.sampling import epoch_seed
+from sciml.sampling import epoch_seed, seed_everything
 from sciml.train_config import TrainConfig
 from sciml.train_setup import LossOutput
 
-__all__ = ["accumulate", "epoch_loader", "progress", "split_loss", "tagged"]
+__all__ = [
+    "EpochLoader",
+    "accumulate",
+    "batch_seed",
+    "micro_batches",
+    "progress",
+    "split_loss",
+    "tagged",
+]
 
 
 def split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
@@ -64,31 +74,97 @@ def tagged(split: str, values: dict[str, float]) -> dict[str, float]:
     return {f"{split}/{name}": value for name, value in values.items()}
 
 
-def epoch_loader(
-    dataset: Dataset[Any],
-    batches: Sequence[list[int]],
-    config: TrainConfig,
-    collate_fn: Callable[[list[Any]], Any] | None,
-    epoch: int,
-) -> DataLoader[Any]:
-    """A loader of ``batches`` (lists of indices) of one epoch.
+def micro_batches(batch: list[int], parts: int) -> list[list[int]]:
+    """``batch`` in ``parts`` consecutive parts, as equal as possible (fewer if it is smaller)."""
+    parts = min(parts, len(batch))
+    edges = [round(k * len(batch) / parts) for k in range(parts + 1)]
+    return [batch[edges[k] : edges[k + 1]] for k in range(parts)]
 
-    The loader's own generator seeds its workers, so resuming does not draw
-    from (and shift) the global generator.
+
+def batch_seed(seed: int, epoch: int, position: int) -> int:
+    """The seed of the random state a loader worker reads batch ``position`` of ``epoch`` with."""
+    state = np.random.SeedSequence([epoch_seed(seed, epoch, stream="workers"), position])
+    return int(state.generate_state(1, dtype=np.uint32)[0])
+
+
+class _IndexBatches(Sampler[list[tuple[int, int]]]):
+    """The batches of the current epoch, each index paired with its batch's seed."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class _SeededReads(Dataset[Any]):
+    """Reads a batch of ``(seed, index)`` pairs; inside a worker, seeds its generators first."""
+
+    def __init__(self, dataset: Dataset[Any]) -> None:
+        self.dataset = dataset
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list[Any]:
+        if get_worker_info() is not None:
+            seed_everything(keys[0][0])
+        indices = [index for _, index in keys]
+        read = getattr(self.dataset, "__getitems__", None)
+        return list(read(indices)) if read else [self.dataset[i] for i in indices]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        return self.__getitems__([key])[0]
+
+
+class EpochLoader:
+    """A ``DataLoader`` over lists of indices whose workers persist across epochs.
+
+    Each epoch's batches are set by :meth:`epoch`; a worker seeds Python's,
+    NumPy's and torch's generators from :func:`batch_seed` before reading a
+    batch, so random transforms depend on the seed, the epoch and the batch's
+    position only (not on the worker, nor on where a run was resumed).
+
+    Args:
+        dataset: Map-style dataset (its ``__getitems__`` is used when it has one).
+        config: Gives ``num_workers`` and ``seed``.
+        collate_fn: Batch collation (default: torch's).
+        pin_memory: Read into page-locked memory (for copies to a GPU).
     """
-    generator = torch.Generator().manual_seed(epoch_seed(config.seed, epoch, stream="workers"))
-    return DataLoader(
-        dataset,
-        batch_sampler=batches,
-        num_workers=config.num_workers,
-        collate_fn=collate_fn,
-        generator=generator,
-        persistent_workers=False,
-    )
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        config: TrainConfig,
+        collate_fn: Callable[[list[Any]], Any] | None,
+        *,
+        pin_memory: bool,
+    ) -> None:
+        """Build the loader; workers start at the first epoch."""
+        self.seed = config.seed
+        self.sampler = _IndexBatches()
+        self.loader: DataLoader[Any] = DataLoader(
+            _SeededReads(dataset),
+            batch_sampler=self.sampler,
+            num_workers=config.num_workers,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            persistent_workers=config.num_workers > 0,
+            # its own generator: starting an epoch must not draw from the global one
+            generator=torch.Generator().manual_seed(config.seed),
+        )
+
+    def epoch(self, batches: Sequence[list[int]], *, epoch: int, first: int = 0) -> Iterator[Any]:
+        """The batches of ``epoch``; the first is at position ``first`` of the epoch."""
+        self.sampler.batches = [
+            [(batch_seed(self.seed, epoch, first + k), index) for index in batch]
+            for k, batch in enumerate(batches)
+        ]
+        return iter(self.loader)
 
 
 def progress(
-    loader: DataLoader[Any], *, total: int, initial: int, desc: str, show: bool
+    loader: Iterator[Any], *, total: int, initial: int, desc: str, show: bool
 ) -> Iterator[Any]:
     """The loader's batches behind a tqdm bar (shown only when ``show``)."""
     bar = tqdm(

@@ -50,7 +50,18 @@ class TrainConfig:
         seed: Seed of every generator and of the shuffling (0 <= seed < 2**32).
         shuffle: Shuffle the training set each epoch.
         drop_last: Drop the last incomplete batch of an epoch.
-        num_workers: ``DataLoader`` worker processes (>= 0).
+        num_workers: ``DataLoader`` worker processes (>= 0); they persist
+            across epochs, and each batch's random state in a worker follows
+            from ``seed``, the epoch and the batch's position (exact resume).
+        micro_batches: Gradient accumulation: each batch is read and
+            back-propagated in this many parts (as equal as possible, >= 1,
+            at most ``batch_size``), each part's loss weighted by its share of
+            the batch, then one optimiser step. Equals one pass over the whole
+            batch for losses that are means over the samples (BatchNorm sees
+            the parts, not the batch).
+        precision: ``"fp32"``, or ``"bf16"`` to run the forward pass and the
+            loss under ``torch.autocast`` in bfloat16 (parameters, gradients
+            and the optimiser stay in their own dtype).
         checkpoint_every: Also checkpoint every this many optimiser steps
             (a checkpoint is always written at the end of every epoch).
         patience: Stop after this many epochs (>= 1) without improvement of
@@ -75,6 +86,8 @@ class TrainConfig:
     shuffle: bool = True
     drop_last: bool = False
     num_workers: int = 0
+    micro_batches: int = 1
+    precision: Literal["fp32", "bf16"] = "fp32"
     checkpoint_every: int | None = None
     patience: int | None = None
     monitor: str | None = None
@@ -94,6 +107,13 @@ class TrainConfig:
         if self.seed >= 2**32:
             raise ValueError(f"TrainConfig.seed must be < 2**32, got {self.seed}")
         _require_int("num_workers", self.num_workers, 0)
+        _require_int("micro_batches", self.micro_batches, 1)
+        if self.micro_batches > self.batch_size:
+            raise ValueError(
+                f"TrainConfig.micro_batches={self.micro_batches} is more than "
+                f"batch_size={self.batch_size}: a micro-batch needs at least one sample"
+            )
+        _require_choice("precision", self.precision, ("fp32", "bf16"))
         _require_int("checkpoint_every", self.checkpoint_every, 1, optional=True)
         _require_int("patience", self.patience, 1, optional=True)
         for name in ("shuffle", "drop_last", "progress", "tensorboard", "handle_signals"):
@@ -109,3 +129,11 @@ class TrainConfig:
         _require_float("min_delta", self.min_delta, positive=False)
         _require_float("grad_clip", self.grad_clip, positive=True, optional=True)
         _require_choice("scheduler_interval", self.scheduler_interval, ("epoch", "step"))
+
+    def is_better(self, value: float, best: float | None) -> bool:
+        """True if ``value`` of the monitored metric beats ``best`` by more than ``min_delta``."""
+        if best is None:
+            return True
+        if self.mode == "min":
+            return value < best - self.min_delta
+        return value > best + self.min_delta

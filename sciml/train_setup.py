@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -24,18 +24,49 @@ from sciml.distributed import check_replica, world
 from sciml.run_dir import RunDirError, differences, run_record
 from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
 
+if TYPE_CHECKING:
+    from sciml.spatial_parallel.mesh import SpatialMesh
+
 __all__ = [
     "LoopState",
     "LossFn",
     "LossOutput",
+    "Status",
+    "TrainResult",
     "TrainSetup",
     "check_inputs",
     "dataset_length",
+    "model_mesh",
     "resume_state",
 ]
 
 LossOutput = torch.Tensor | dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Any], LossOutput]
+Status = Literal["completed", "early_stopped", "interrupted"]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`sciml.training.fit` did.
+
+    Attributes:
+        status: ``"completed"``, ``"early_stopped"`` or ``"interrupted"`` (by a signal).
+        epoch: Epochs completed.
+        global_step: Optimiser steps taken.
+        history: One dict of epoch metrics per completed epoch (empty if
+            interrupted in the first epoch).
+        best: Best value of the monitored metric (``None`` if never logged).
+        checkpoint: Path of the last checkpoint.
+        run_dir: The run folder (``metrics.csv``, ``checkpoints/``).
+    """
+
+    status: Status
+    epoch: int
+    global_step: int
+    history: list[dict[str, float]]
+    best: float | None
+    checkpoint: Path
+    run_dir: Path
 
 
 @dataclass
@@ -96,6 +127,42 @@ def _check_model(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.de
     return params[0].device
 
 
+def model_mesh(model: nn.Module) -> SpatialMesh | None:
+    """The mesh of a model made by :func:`sciml.spatial_parallel.parallelize` (else ``None``).
+
+    A wrapper that keeps the model as ``.module`` (``DistributedDataParallel``) is looked through.
+    """
+    for candidate in (model, getattr(model, "module", None)):
+        mesh = getattr(candidate, "__dict__", {}).get("spatial_mesh")
+        if mesh is not None:
+            return mesh
+    return None
+
+
+def _resolve_replica(replica: object, mesh: SpatialMesh | None, world_size: int) -> tuple[int, int]:
+    """This rank's ``(index, count)``: from the mesh of a parallel model, else from the world.
+
+    Raises:
+        ValueError: If ``replica`` is malformed, its count does not divide the
+            world size, or it is not the mesh's data coordinate.
+    """
+    rank = world()[0]
+    if mesh is None:
+        resolved = check_replica(replica or (rank, world_size))
+        if world_size % resolved[1]:
+            raise ValueError(
+                f"replica={resolved}: the {resolved[1]} replicas must divide the {world_size} ranks"
+            )
+        return resolved
+    expected = (mesh.data_index, mesh.data)
+    if replica is not None and check_replica(replica) != expected:
+        raise ValueError(
+            f"replica={replica} contradicts the model's mesh {mesh}: its ranks share each "
+            f"sample, so this rank is replica {expected} (leave replica=None)"
+        )
+    return expected
+
+
 def _check_batches(n: int, config: TrainConfig, replicas: int) -> None:
     per_replica = math.ceil(n / replicas)
     if config.drop_last and per_replica < config.batch_size:
@@ -120,6 +187,7 @@ class TrainSetup:
     run_dir: Path
     device: torch.device
     replica: tuple[int, int]
+    mesh: SpatialMesh | None
     rank: int
     monitor: str
     record: dict[str, Any]
@@ -185,11 +253,8 @@ def check_inputs(
     n_train = dataset_length("train_dataset", train_dataset)
     n_val = None if val_dataset is None else dataset_length("val_dataset", val_dataset)
     rank, world_size = world()
-    replica = check_replica(replica or (rank, world_size))
-    if world_size % replica[1]:
-        raise ValueError(
-            f"replica={replica}: the {replica[1]} replicas must divide the {world_size} ranks"
-        )
+    mesh = model_mesh(model)
+    replica = _resolve_replica(replica, mesh, world_size)
     _check_batches(n_train, config, replica[1])
     device = _check_model(model, optimizer)
     if scheduler is not None and getattr(scheduler, "optimizer", optimizer) is not optimizer:
@@ -215,6 +280,7 @@ def check_inputs(
         run_dir,
         device,
         replica,
+        mesh,
         rank,
         monitor,
         record,

@@ -15,6 +15,12 @@ a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
     if result.status == "interrupted":
         sys.exit(EXIT_REQUEUE)  # the batch script requeues the job
 
+Spatially parallel models (made by :func:`sciml.spatial_parallel.parallelize`)
+carry their mesh: ``fit`` takes the replica from its data coordinate (the
+ranks of one sample read the same batch) and logs *global* values, per step
+and per epoch (:mod:`sciml.train_step`: a split output's terms summed over
+the spatial group, a replicated output's value once, averaged over replicas).
+
 Exact resume: the order of samples in an epoch depends only on the seed and
 the epoch, checkpoints hold every generator's state, the position inside the
 epoch and the running metric sums of every data-parallel replica, so an
@@ -33,20 +39,19 @@ train step, end of epoch, evaluate, checkpoint), as torchtitan's trainer
 does. The rest has one module per job: the options in
 :mod:`sciml.train_config`, the checks of ``fit``'s inputs and the resumed
 state in :mod:`sciml.train_setup`, an epoch's loader and the loss values in
-:mod:`sciml.train_batches`, the order of samples in :mod:`sciml.sampling`,
-the run folder's lock and record in :mod:`sciml.run_dir`, the metrics
-loggers in :mod:`sciml.run_log`, the collectives in :mod:`sciml.distributed`.
-What stays here (the steps and ``fit``'s documented signature) is a little
-over 350 lines.
+:mod:`sciml.train_batches`, a step's passes and global values in
+:mod:`sciml.train_step`, throughput and memory in :mod:`sciml.train_perf`,
+the order of samples in :mod:`sciml.sampling`, the run folder's lock and
+record in :mod:`sciml.run_dir`, the metrics loggers in :mod:`sciml.run_log`,
+the collectives in :mod:`sciml.distributed`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -54,20 +59,24 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sciml.checkpoint import save_checkpoint
-from sciml.distributed import PreemptionFlag, all_reduce_sums, to_device, world
+from sciml.distributed import PreemptionFlag, all_reduce_sums, world
 from sciml.run_dir import RunDirError, lock_run_dir
 from sciml.run_log import open_metrics_log
 from sciml.sampling import epoch_batches, seed_everything
-from sciml.train_batches import accumulate, epoch_loader, progress, split_loss, tagged
+from sciml.train_batches import EpochLoader, accumulate, micro_batches, progress, tagged
 from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
+from sciml.train_perf import EpochClock, log_perf
 from sciml.train_setup import (
     LoopState,
     LossFn,
+    Status,
+    TrainResult,
     TrainSetup,
     check_inputs,
     dataset_length,
     resume_state,
 )
+from sciml.train_step import StepRunner, global_values
 
 __all__ = [
     "EXIT_REQUEUE",
@@ -83,41 +92,6 @@ __all__ = [
 #: Exit code a script returns after checkpointing on a signal, so that a
 #: Slurm batch script knows to requeue the job.
 EXIT_REQUEUE = 3
-
-Status = Literal["completed", "early_stopped", "interrupted"]
-
-
-@dataclass
-class TrainResult:
-    """What :func:`fit` did.
-
-    Attributes:
-        status: ``"completed"``, ``"early_stopped"`` or ``"interrupted"`` (by a signal).
-        epoch: Epochs completed.
-        global_step: Optimiser steps taken.
-        history: One dict of epoch metrics per completed epoch (empty if
-            interrupted in the first epoch).
-        best: Best value of the monitored metric (``None`` if never logged).
-        checkpoint: Path of the last checkpoint.
-        run_dir: The run folder (``metrics.csv``, ``checkpoints/``).
-    """
-
-    status: Status
-    epoch: int
-    global_step: int
-    history: list[dict[str, float]]
-    best: float | None
-    checkpoint: Path
-    run_dir: Path
-
-
-def _is_better(value: float, best: float | None, config: TrainConfig) -> bool:
-    """True if ``value`` of the monitored metric beats ``best`` by more than ``min_delta``."""
-    if best is None:
-        return True
-    if config.mode == "min":
-        return value < best - config.min_delta
-    return value > best + config.min_delta
 
 
 class _Trainer:
@@ -144,6 +118,14 @@ class _Trainer:
             epoch=lambda: self.state.epoch,
         )
         self.signals = PreemptionFlag(False)
+        self.runner = StepRunner(setup.model, setup.loss_fn, setup.config, setup.device, setup.mesh)
+        pin = setup.device.type == "cuda"
+        self.loaders = {
+            name: EpochLoader(data, setup.config, setup.collate_fn, pin_memory=pin)
+            for name, data in (("train", setup.train_dataset), ("val", setup.val_dataset))
+            if data is not None
+        }
+        self.clock = EpochClock()
 
     @property
     def best_path(self) -> Path:
@@ -180,18 +162,21 @@ class _Trainer:
             drop_last=s.config.drop_last,
             replica=s.replica,
         )
-        todo = batches[state.step_in_epoch :]
         s.model.train()
-        loader = epoch_loader(s.train_dataset, todo, s.config, s.collate_fn, state.epoch)
+        parts = [micro_batches(batch, s.config.micro_batches) for batch in batches]
+        first = sum(len(batch) for batch in parts[: state.step_in_epoch])
+        todo = parts[state.step_in_epoch :]
+        flat = [part for batch in todo for part in batch]
+        loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first)
         shown = progress(
-            loader,
-            total=len(batches),
-            initial=state.step_in_epoch,
+            self.clock.batches(loader),
+            total=len(flat) + first,
+            initial=first,
             desc=f"epoch {state.epoch + 1}/{s.config.epochs}",
             show=s.rank == 0 and s.config.progress,
         )
-        for indices, batch in zip(todo, shown, strict=True):
-            self.train_step(batch, len(indices))
+        for batch_parts in todo:
+            self.train_step([next(shown) for _ in batch_parts], [len(p) for p in batch_parts])
             if self.signals.any_rank():
                 self.checkpoint(s.last)
                 return False
@@ -200,19 +185,17 @@ class _Trainer:
                 self.checkpoint(s.last)
         return True
 
-    def train_step(self, batch: Any, size: int) -> None:
-        """One optimiser step; adds the batch's values to the epoch's sums."""
+    def train_step(self, parts: list[Any], sizes: list[int]) -> None:
+        """One optimiser step over a batch's parts; adds its values to the epoch's sums."""
         s, state = self.s, self.state
         s.optimizer.zero_grad(set_to_none=True)
-        loss, values = split_loss(s.loss_fn(s.model, to_device(batch, s.device)))
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"loss is {float(loss.detach())} at epoch {state.epoch}, step "
-                f"{state.global_step}; lower the learning rate or check the inputs"
-            )
         where = f"at step {state.global_step}"
-        state.count = accumulate(state.sums, state.count, values, size, where=where)
-        loss.backward()
+        values = self.runner.backward(
+            parts, sizes, where=f"at epoch {state.epoch}, step {state.global_step}"
+        )
+        scale = self.runner.scale()
+        scaled = {name: value * scale for name, value in values.items()}
+        state.count = accumulate(state.sums, state.count, scaled, sum(sizes), where=where)
         if s.config.grad_clip is not None:
             nn.utils.clip_grad_norm_(s.model.parameters(), s.config.grad_clip)
         s.optimizer.step()
@@ -220,7 +203,8 @@ class _Trainer:
             s.scheduler.step()
         state.step_in_epoch += 1
         state.global_step += 1
-        self.log.log(tagged("train_step", values), state.global_step)
+        self.clock.step_done(sum(sizes))
+        self.log.log(tagged("train_step", global_values(values, scale)), state.global_step)
 
     def end_of_epoch(self) -> bool:
         """Validate, log, checkpoint; true if early stopping ends the run."""
@@ -236,12 +220,16 @@ class _Trainer:
                 f"logs for this loss_fn: {sorted(metrics)}"
             )
         self.log.log(tagged("epoch", metrics), state.global_step)
+        bytes_read = getattr(s.train_dataset, "bytes_read", None)
+        figures = self.clock.figures(s.device, bytes_read)
+        log_perf(s.run_dir / "perf.csv", figures, epoch=state.epoch, step=state.global_step)
+        self.clock = EpochClock()
         if s.scheduler is not None and s.config.scheduler_interval == "epoch":
             s.scheduler.step()
         state.history.append({"epoch": state.epoch + 1, **metrics})
         state.epoch += 1
         state.step_in_epoch, state.sums, state.count = 0, {}, 0
-        improved = _is_better(metrics[s.monitor], state.best, s.config)
+        improved = s.config.is_better(metrics[s.monitor], state.best)
         if improved:
             state.best, state.bad_epochs = metrics[s.monitor], 0
         else:
@@ -278,10 +266,11 @@ class _Trainer:
         )
         sums: dict[str, float] = {}
         count = 0
-        loader = epoch_loader(dataset, batches, s.config, s.collate_fn, 0)
+        loader = self.loaders["val"].epoch(batches, epoch=0)
         for indices, batch in zip(batches, loader, strict=True):
-            _, values = split_loss(s.loss_fn(s.model, to_device(batch, s.device)))
-            count = accumulate(sums, count, values, len(indices), where="on a validation batch")
+            _, values = self.runner.loss(batch)
+            scaled = {name: value * self.runner.scale() for name, value in values.items()}
+            count = accumulate(sums, count, scaled, len(indices), where="on a validation batch")
         s.model.train()
         sums, count = all_reduce_sums(sums, count)
         return {f"val_{name}": value / count for name, value in sums.items()}
@@ -333,8 +322,10 @@ def fit(
         resume: Continue from ``run_dir/checkpoints/last.pt`` when it exists
             (``False``: start over, overwriting the run in ``run_dir``).
         replica: ``(index, count)`` of this data-parallel replica; default
-            ``(rank, world_size)``. Spatially parallel runs pass the data-parallel
-            coordinate so that the ranks of one sample read the same batch.
+            ``(rank, world_size)``, or for a model made by
+            :func:`sciml.spatial_parallel.parallelize` the data coordinate of
+            its mesh (the ranks of one sample read the same batch); another
+            value for such a model is an error.
 
     Returns:
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
