@@ -39,6 +39,7 @@ def _cmd_toy(args: argparse.Namespace) -> int:
         spin_up=args.spin_up,
         perturbation=args.perturbation,
         model_error=args.model_error,
+        spread_factor=args.spread_factor,
         seed=args.seed,
         progress=not args.quiet,
         threads=args.threads,
@@ -118,6 +119,12 @@ def register(subparsers: Subparsers) -> None:
         type=non_negative_float,
         default=0.0,
         help="spread of the members' log bottom drag (0: perfect model)",
+    )
+    toy.add_argument(
+        "--spread-factor",
+        type=non_negative_float,
+        default=1.0,
+        help="members' initial perturbations relative to the analysis error (<1: under-dispersive)",
     )
     toy.add_argument("--seed", type=non_negative_int, default=0, help="seed of every random draw")
     toy.add_argument(

@@ -43,6 +43,7 @@ GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
 __all__ = [
     "open_ensemble",
     "split_by_time",
+    "split_start_dates",
     "standardise_names",
 ]
 
@@ -284,3 +285,40 @@ def split_by_time(
                 f"{times.values.max()}, boundaries {val} and {test}"
             )
     return parts
+
+
+def split_start_dates(
+    ds: xr.Dataset, *, validation: float = 0.2, test: float = 0.2
+) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """Split by start date (``time``) into training, validation and test data, in that order.
+
+    The last ``test`` fraction of the start dates is for testing, the ``validation``
+    fraction before it for validation, the rest for training. Never by member or grid
+    point: every split holds whole ensembles of whole fields.
+    Fractions are rounded to whole start dates (at least one each).
+
+    Raises:
+        ValueError: Fractions outside (0, 1) or summing to 1 or more, too few start dates
+            for three splits, or no ``time`` dimension.
+    """
+    if not (0 < validation < 1 and 0 < test < 1 and validation + test < 1):
+        raise ValueError(
+            f"validation and test must be fractions in (0, 1) that sum to less than 1, got "
+            f"{validation} and {test}"
+        )
+    if "time" not in ds.dims:
+        raise ValueError(
+            f"split_start_dates needs a 'time' dimension; dimensions are {dict(ds.sizes)}"
+        )
+    times = np.unique(ds["time"].values)
+    count = times.size
+    n_test = max(1, round(test * count))
+    n_val = max(1, round(validation * count))
+    if n_test + n_val >= count:
+        raise ValueError(
+            f"{count} start date(s) cannot be split into training, validation ({n_val}) and "
+            f"test ({n_test}) dates"
+        )
+    return split_by_time(
+        ds, val_start=times[count - n_test - n_val], test_start=times[count - n_test]
+    )

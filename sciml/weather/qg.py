@@ -17,7 +17,10 @@ with :math:`k_d` the inverse deformation radius, advected by the eddies and the 
     \partial_t q_i + J(\psi_i, q_i) + U_i\,\partial_x q_i + Q_{i,y}\,\partial_x\psi_i
         = -\delta_{i2}\, r\,\nabla^2\psi_2 - \nu\,\nabla^8 q_i .
 
-The shear releases baroclinic instability (when :math:`F\Delta U > \beta`), linear bottom
+An optional bottom topography :math:`h` (``QGParams.topography`` times the fixed pattern of
+:func:`topography_pattern`) adds :math:`J(\psi_2, h)` to the lower layer's advection: the
+flow over it makes stationary waves, so the climate varies from place to place as over real
+orography. The shear releases baroclinic instability (when :math:`F\Delta U > \beta`), linear bottom
 drag :math:`r` and hyperviscosity :math:`\nu` remove energy, and the flow settles into
 chaotic, statistically steady turbulence whose error growth is flow dependent.
 
@@ -52,6 +55,8 @@ class QGParams:
         drag: Bottom (Ekman) drag rate :math:`r` on the lower layer.
         hyper_time: e-folding time of the hyperviscosity at the largest kept wavenumber.
         dt: Time step.
+        topography: Amplitude (RMS) of the bottom topography :func:`topography_pattern`
+            (0: flat).
     """
 
     n: int = 64
@@ -61,6 +66,7 @@ class QGParams:
     drag: float = 0.3
     hyper_time: float = 0.05
     dt: float = 0.025
+    topography: float = 0.0
 
     def __post_init__(self) -> None:
         """Reject parameters the model cannot integrate."""
@@ -71,6 +77,19 @@ class QGParams:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.drag < 0 or self.beta < 0:
             raise ValueError("drag and beta must be non-negative")
+        if not math.isfinite(self.topography):
+            raise ValueError(f"topography must be finite, got {self.topography}")
+
+
+def topography_pattern(n: int) -> Tensor:
+    """The fixed bottom-topography pattern on the ``(n, n)`` grid: large scales, RMS 1.
+
+    Two low-wavenumber ridges, the same for every seed (like a planet's orography).
+    """
+    x = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
+    y = x[:, None]
+    h = torch.cos(x + 0.5) * torch.cos(2 * y) + 0.7 * torch.sin(2 * x - y + 1.0)
+    return h / h.pow(2).mean().sqrt()
 
 
 class TwoLayerQG:
@@ -98,6 +117,12 @@ class TwoLayerQG:
         self.qy_mean = torch.tensor(
             [p.beta + self.F * p.shear, p.beta - self.F * p.shear], dtype=torch.float64
         )[:, None, None]
+        h = torch.fft.rfft2(p.topography * topography_pattern(p.n))
+        self.topography_gradient = (
+            torch.fft.irfft2(torch.stack([self.ikx * h, self.iky * h]), s=(p.n, p.n))
+            if p.topography
+            else None
+        )
         det = self.k2 * (self.k2 + 2 * self.F)
         self.inv_det = torch.where(det > 0, 1.0 / torch.where(det > 0, det, 1.0), 0.0)
 
@@ -115,7 +140,11 @@ class TwoLayerQG:
         u, v, qx, qy = torch.fft.irfft2(
             torch.stack([-self.iky * ph, self.ikx * ph, self.ikx * qh, self.iky * qh]), s=(n, n)
         )
-        rhs = torch.fft.rfft2(u * qx + v * qy) * self.dealias
+        advection = u * qx + v * qy
+        if self.topography_gradient is not None:
+            hx, hy = self.topography_gradient
+            advection[..., 1, :, :] += u[..., 1, :, :] * hx + v[..., 1, :, :] * hy
+        rhs = torch.fft.rfft2(advection) * self.dealias
         rhs = -rhs - self.ikx * (self.u_mean * qh + self.qy_mean * ph)
         drag = torch.as_tensor(drag, dtype=torch.float64)
         rhs[..., 1, :, :] += drag[..., None, None] * self.k2 * ph[..., 1, :, :]

@@ -1,16 +1,19 @@
 """Toy ensemble forecasts from real dynamics: the two-layer QG model of :mod:`.qg`.
 
-Recipe (a "perfect model" ensemble prediction system):
+Recipe (a "perfect model" ensemble prediction system unless asked otherwise):
 
 1. spin the model up from small random noise into statistically steady baroclinic
    turbulence (``spin_up`` days);
 2. run the truth on and take its state every ``interval`` days as a start date;
 3. from each start state run the truth once more (slot 0 of the batch) and ``members``
-   forecasts starting from ``analysis + e_m``, where the analysis is ``truth - e_0`` and the
-   ``e`` are independent large-scale PV noise of relative amplitude ``perturbation``: the
-   truth is then one more draw from the initial ensemble's distribution (a reliable
-   ensemble, spread-skill ratio near 1 at every lead time). Optional model error: each
-   member's bottom drag is multiplied by ``exp(model_error * N(0, 1))``;
+   forecasts starting from ``analysis + f e_m``, where the analysis is ``truth - e_0`` and
+   the ``e`` are independent large-scale PV noise of relative amplitude ``perturbation``:
+   with ``f = spread_factor = 1`` the truth is then one more draw from the initial
+   ensemble's distribution (a reliable ensemble, spread-skill ratio near 1 at every lead
+   time); ``f < 1`` makes it under-dispersive. Optional model error: the members run
+   another model (``forecast_params``, e.g. other drag, shear or topography: a systematic,
+   flow-dependent error) and/or each member's bottom drag is multiplied by
+   ``exp(model_error * N(0, 1))``;
 4. keep truth and members at every lead time.
 
 Errors double in about one model day and saturate after about ten (with the default
@@ -24,7 +27,9 @@ truth as ``psi_truth``/``q_truth`` without ``member``; ``time`` is the start dat
 sum; ``level`` 1 is the upper layer, 2 the lower. The doubly periodic domain is labelled as
 a 30-60 N, 0-360 E box purely for plotting (the model is a beta-plane, so verify with
 unweighted means). Everything is non-dimensional (``units = "1"``) and deterministic for a
-seed.
+seed. With bottom topography the truth's (static) ``topography`` field is included. Named,
+fixed configurations (with their train/validation/test start dates) are in
+:mod:`.toy_presets`.
 
 The settings and their validation are in :mod:`.toy_settings`; netCDF writing and the
 resumable batched runs of :func:`write_toy_ensemble` in :mod:`.toy_io` (its
@@ -45,14 +50,13 @@ import xarray as xr
 from tqdm import tqdm
 
 from sciml.weather.qg import QGParams, TwoLayerQG
-from sciml.weather.toy_io import Batches, OnBatch, write_ensemble, write_resumably
+from sciml.weather.toy_io import Batches, OnBatch, to_dataset, write_ensemble, write_resumably
 from sciml.weather.toy_settings import ToySettings, check_settings
 
 __all__ = ["generate_ensemble", "write_ensemble", "write_toy_ensemble"]
 
 #: Toy defaults: cheap (32 x 32 x 2), chaotic, errors doubling in about a day.
 TOY_PARAMS = QGParams(n=32, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
-EPOCH = np.datetime64("2000-01-01T00:00", "ns")
 #: Trajectories integrated together (start dates x (members + truth)); bounds the memory.
 BATCH_ENTRIES = 256
 
@@ -66,6 +70,24 @@ def _perturbations(model: TwoLayerQG, count: int, generator: torch.Generator) ->
     return noise / model.to_grid(noise).std(dim=(-1, -2, -3), keepdim=True)
 
 
+class _Models:
+    """The truth's model (slot 0 of a batch) and the members' forecast model (slots 1:)."""
+
+    def __init__(self, params: QGParams, forecast_params: QGParams | None) -> None:
+        self.truth = TwoLayerQG(params)
+        self.forecast = self.truth if forecast_params is None else TwoLayerQG(forecast_params)
+
+    def step(self, state: torch.Tensor, drag: torch.Tensor) -> torch.Tensor:
+        if self.forecast is self.truth:  # one batched step (perfect model)
+            return self.truth.step(state, drag)
+        truth = self.truth.step(state[:, :1], drag[:, :1])
+        return torch.cat([truth, self.forecast.step(state[:, 1:], drag[:, 1:])], dim=1)
+
+    def streamfunction(self, state: torch.Tensor) -> torch.Tensor:
+        truth = self.truth.invert(state[:, :1])
+        return torch.cat([truth, self.forecast.invert(state[:, 1:])], dim=1)
+
+
 def generate_ensemble(
     *,
     members: int = 10,
@@ -75,8 +97,10 @@ def generate_ensemble(
     spin_up: float = 60.0,
     perturbation: float = 0.02,
     model_error: float = 0.0,
+    spread_factor: float = 1.0,
     seed: int = 0,
     params: QGParams = TOY_PARAMS,
+    forecast_params: QGParams | None = None,
     progress: bool = False,
     threads: int = 1,
 ) -> xr.Dataset:
@@ -89,10 +113,15 @@ def generate_ensemble(
             repeats, from 0 up to :data:`~sciml.weather.toy_settings.MAX_DAYS`).
         interval: Days between start dates (> 0, a multiple of ``params.dt``).
         spin_up: Days of spin-up before the first start date (a multiple of ``params.dt``).
-        perturbation: Initial perturbation, relative to the PV standard deviation (>= 0).
-        model_error: Spread of the members' log bottom drag (0: perfect model).
+        perturbation: Initial error of the analysis, relative to the PV standard deviation
+            (>= 0).
+        model_error: Spread of the members' log bottom drag (0: the same drag for all).
+        spread_factor: Members' initial perturbations relative to the analysis error
+            (1: a reliable initial ensemble; < 1: under-dispersive, as real systems are).
         seed: Seed of every random draw (>= 0).
-        params: Model parameters.
+        params: The truth's model.
+        forecast_params: The members' model (None: ``params``, a perfect model); it must
+            share the grid ``n`` and the step ``dt`` of ``params``.
         progress: Show a tqdm progress bar.
         threads: Worker threads, each integrating batches of start dates (the result does
             not depend on it). torch runs single-threaded inside each (small FFTs are fastest
@@ -105,9 +134,19 @@ def generate_ensemble(
         ValueError: For an impossible setting, before any work starts.
     """
     settings = ToySettings(
-        members, start_dates, tuple(lead_times), interval, spin_up, perturbation, model_error, seed
+        members=members,
+        start_dates=start_dates,
+        lead_times=tuple(lead_times),
+        interval=interval,
+        spin_up=spin_up,
+        perturbation=perturbation,
+        model_error=model_error,
+        spread_factor=spread_factor,
+        seed=seed,
     )
-    ds = _generate(settings, params, progress=progress, threads=threads)
+    ds = _generate(
+        settings, params, forecast_params=forecast_params, progress=progress, threads=threads
+    )
     assert ds is not None  # never stopped
     return ds
 
@@ -116,6 +155,7 @@ def _generate(
     settings: ToySettings,
     params: QGParams,
     *,
+    forecast_params: QGParams | None,
     progress: bool,
     threads: int,
     done: Batches | None = None,
@@ -127,28 +167,21 @@ def _generate(
     ``on_batch(index, psi, q)`` receives each finished batch; once ``stop()`` is true the
     running batches are abandoned and None is returned.
     """
-    steps = check_settings(settings, params, threads)
+    steps = check_settings(settings, params, threads, forecast_params=forecast_params)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _integrate(settings, params, steps, progress, threads, done or {}, on_batch, stop)
+        models = _Models(params, forecast_params)
+        return _integrate(settings, models, steps, progress, threads, done or {}, on_batch, stop)
     finally:
         torch.set_num_threads(previous)
 
 
-def _integrate(
-    settings: ToySettings,
-    params: QGParams,
-    steps: np.ndarray,
-    progress: bool,
-    threads: int,
-    done: Batches,
-    on_batch: OnBatch | None,
-    stop: Callable[[], bool],
-) -> xr.Dataset | None:
-    members, start_dates = settings.members, settings.start_dates
-    generator = torch.Generator().manual_seed(settings.seed)
-    model = TwoLayerQG(params)
+def _initial_states(
+    settings: ToySettings, models: _Models, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(start_dates, members + 1, ...)`` initial PV (slot 0: truth) and the drag of each."""
+    model, members, start_dates = models.truth, settings.members, settings.start_dates
     state = model.run(model.random_state(generator), settings.spin_up)
     starts = []
     for _ in range(start_dates):
@@ -161,15 +194,32 @@ def _integrate(
     noise = (
         settings.perturbation * scale * noise.reshape(start_dates, members + 1, *noise.shape[1:])
     )
-    # members = analysis + e_m with analysis = truth - e_0: truth and members exchangeable
-    batch[:, 1:] += noise[:, 1:] - noise[:, :1]
-    drag = torch.full((start_dates, members + 1), params.drag, dtype=torch.float64)
+    # members = analysis + f e_m with analysis = truth - e_0: for f = 1 the truth and the
+    # members are exchangeable; f < 1 makes the initial ensemble under-dispersive
+    batch[:, 1:] += settings.spread_factor * noise[:, 1:] - noise[:, :1]
+    drag = torch.full((start_dates, members + 1), model.params.drag, dtype=torch.float64)
+    drag[:, 1:] = models.forecast.params.drag
     if settings.model_error > 0:
         factor = torch.exp(
             settings.model_error * torch.randn(start_dates, members, generator=generator)
         )
         drag[:, 1:] *= factor.to(torch.float64)
-    n = params.n
+    return batch, drag
+
+
+def _integrate(
+    settings: ToySettings,
+    models: _Models,
+    steps: np.ndarray,
+    progress: bool,
+    threads: int,
+    done: Batches,
+    on_batch: OnBatch | None,
+    stop: Callable[[], bool],
+) -> xr.Dataset | None:
+    members, start_dates = settings.members, settings.start_dates
+    batch, drag = _initial_states(settings, models, torch.Generator().manual_seed(settings.seed))
+    n = models.truth.params.n
     shape = (start_dates, members + 1, len(steps), 2, n, n)
     psi, q = np.empty(shape), np.empty(shape)
     group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
@@ -192,11 +242,11 @@ def _integrate(
             for _ in range(target - current):
                 if stop():
                     raise _Interrupted
-                state = model.step(state, drag[part])
+                state = models.step(state, drag[part])
             bar.update((target - current) * (part.stop - part.start))
             current = target
-            psi[part, :, lead] = model.to_grid(model.invert(state)).numpy()
-            q[part, :, lead] = model.to_grid(state).numpy()
+            psi[part, :, lead] = models.truth.to_grid(models.streamfunction(state)).numpy()
+            q[part, :, lead] = models.truth.to_grid(state).numpy()
         if on_batch is not None:
             on_batch(index, psi[part], q[part])
 
@@ -210,84 +260,16 @@ def _integrate(
     bar.close()
     if interrupted:
         return None
-    return _to_dataset(psi, q, np.asarray(settings.lead_times, dtype=np.float64), params, settings)
-
-
-def _to_dataset(
-    psi: np.ndarray, q: np.ndarray, leads: np.ndarray, params: QGParams, settings: ToySettings
-) -> xr.Dataset:
-    # psi, q: (time, member + 1, lead_time, level, lat, lon); slot 0 is the truth
-    n = params.n
-    time = EPOCH + (np.arange(psi.shape[0]) * settings.interval * 86400e9).astype("timedelta64[ns]")
-    lead = (leads * 86400e9).astype("timedelta64[ns]")
-    coords = {
-        "member": (
-            "member",
-            np.arange(psi.shape[1] - 1),
-            {"standard_name": "realization", "long_name": "ensemble member"},
-        ),
-        "time": (
-            "time",
-            time,
-            {"standard_name": "forecast_reference_time", "long_name": "start date"},
-        ),
-        "lead_time": (
-            "lead_time",
-            lead,
-            {"standard_name": "forecast_period", "long_name": "lead time"},
-        ),
-        "level": (
-            "level",
-            np.array([1, 2]),
-            {"long_name": "QG layer (1: upper, 2: lower)", "units": "1", "positive": "down"},
-        ),
-        "lat": (
-            "lat",
-            30 + 30 * (np.arange(n) + 0.5) / n,
-            {
-                "standard_name": "latitude",
-                "units": "degrees_north",
-                "comment": "label of the periodic beta-plane y coordinate",
-            },
-        ),
-        "lon": (
-            "lon",
-            360 * np.arange(n) / n,
-            {"standard_name": "longitude", "units": "degrees_east"},
-        ),
-    }
-    dims = ("member", "time", "lead_time", "level", "lat", "lon")
-    truth_dims = dims[1:]
-    psi_attrs = {"long_name": "streamfunction", "units": "1"}
-    q_attrs = {"long_name": "potential vorticity anomaly", "units": "1"}
-    ds = xr.Dataset(
-        {
-            "psi": (dims, np.moveaxis(psi[:, 1:], 1, 0), psi_attrs),
-            "q": (dims, np.moveaxis(q[:, 1:], 1, 0), q_attrs),
-            "psi_truth": (truth_dims, psi[:, 0], {**psi_attrs, "long_name": "true streamfunction"}),
-            "q_truth": (truth_dims, q[:, 0], {**q_attrs, "long_name": "truth PV anomaly"}),
-        },
-        coords=coords,
-    )
-    ds = ds.assign_coords(valid_time=ds["time"] + ds["lead_time"])
-    ds["valid_time"].attrs = {"standard_name": "time", "long_name": "valid time"}
-    recorded = ("members", "seed", "perturbation", "model_error")
-    settings_text = ", ".join(f"{key}={getattr(settings, key)}" for key in recorded)
-    ds.attrs = {
-        "Conventions": "CF-1.8",
-        "title": "Toy ensemble forecasts of a two-layer quasi-geostrophic model",
-        "source": f"sciml.weather.toy ({params}, spin_up={settings.spin_up}, "
-        f"interval={settings.interval}, "
-        f"{settings_text})",
-        "comment": "perfect-model ensemble from perturbed initial conditions; time unit = 1 day",
-    }
-    return ds
+    leads = np.asarray(settings.lead_times, dtype=np.float64)
+    forecast = None if models.forecast is models.truth else models.forecast.params
+    return to_dataset(psi, q, leads, settings, params=models.truth.params, forecast_params=forecast)
 
 
 def write_toy_ensemble(
     path: Path | str,
     *,
     params: QGParams = TOY_PARAMS,
+    forecast_params: QGParams | None = None,
     progress: bool = False,
     threads: int = 1,
     handle_signals: bool = True,
@@ -303,7 +285,8 @@ def write_toy_ensemble(
 
     Args:
         path: Output netCDF path.
-        params: Model parameters.
+        params: The truth's model.
+        forecast_params: The members' model (None: ``params``).
         progress: Show a tqdm progress bar.
         threads: Worker threads.
         handle_signals: Stop cleanly on SIGUSR1/SIGTERM (main thread only).
@@ -318,13 +301,15 @@ def write_toy_ensemble(
         raise TypeError(f"unknown settings {sorted(unknown)}")
     chosen = ToySettings(**{**asdict(ToySettings()), **settings})
     chosen = replace(chosen, lead_times=tuple(map(float, chosen.lead_times)))
-    check_settings(chosen, params, threads)
-    config = json.dumps({**asdict(chosen), "params": repr(params)}, sort_keys=True) + "\n"
+    check_settings(chosen, params, threads, forecast_params=forecast_params)
+    models = {"params": repr(params), "forecast_params": repr(forecast_params)}
+    config = json.dumps({**asdict(chosen), **models}, sort_keys=True) + "\n"
 
     def generate(done: Batches, on_batch: OnBatch, stop: Callable[[], bool]) -> xr.Dataset | None:
         return _generate(
             chosen,
             params,
+            forecast_params=forecast_params,
             progress=progress,
             threads=threads,
             done=done,

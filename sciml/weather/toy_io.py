@@ -1,4 +1,4 @@
-"""Writing toy ensembles: compressed netCDF, and resumable batched runs.
+"""Writing toy ensembles: their labelled layout, compressed netCDF, resumable batched runs.
 
 A batched run keeps each finished batch of start dates (atomically) in ``<path>.partial/``
 with the configuration that made it; a rerun with the same configuration integrates only
@@ -18,9 +18,13 @@ import xarray as xr
 
 from sciml.distributed import PreemptionFlag
 from sciml.io_utils import atomic_path, atomic_write_bytes, atomic_write_text
+from sciml.weather.qg import QGParams, topography_pattern
+from sciml.weather.toy_settings import ToySettings
 
-__all__ = ["Batches", "Generate", "OnBatch", "write_ensemble", "write_resumably"]
+__all__ = ["Batches", "Generate", "OnBatch", "to_dataset", "write_ensemble", "write_resumably"]
 
+#: The first start date of a toy ensemble.
+EPOCH = np.datetime64("2000-01-01T00:00", "ns")
 #: Finished batches by index: ``(psi, q)`` of their start dates.
 Batches = dict[int, tuple[np.ndarray, np.ndarray]]
 #: Receives each finished batch: ``on_batch(index, psi, q)``.
@@ -98,4 +102,99 @@ def write_resumably(
             return None
         write_ensemble(ds, path)  # a signal now is recorded and ignored: the file completes
     shutil.rmtree(folder)
+    return ds
+
+
+def to_dataset(
+    psi: np.ndarray,
+    q: np.ndarray,
+    leads: np.ndarray,
+    settings: ToySettings,
+    *,
+    params: QGParams,
+    forecast_params: QGParams | None,
+) -> xr.Dataset:
+    """Label integrated fields as the toy dataset (see :mod:`sciml.weather.toy`).
+
+    Args:
+        psi: Streamfunction ``(time, member + 1, lead_time, level, lat, lon)``, slot 0 the
+            truth.
+        q: PV anomaly, like ``psi``.
+        leads: Lead times in days.
+        settings: The ensemble settings.
+        params: The truth's model.
+        forecast_params: The members' model (None: the truth's).
+    """
+    n = params.n
+    time = EPOCH + (np.arange(psi.shape[0]) * settings.interval * 86400e9).astype("timedelta64[ns]")
+    lead = (leads * 86400e9).astype("timedelta64[ns]")
+    coords = {
+        "member": (
+            "member",
+            np.arange(psi.shape[1] - 1),
+            {"standard_name": "realization", "long_name": "ensemble member"},
+        ),
+        "time": (
+            "time",
+            time,
+            {"standard_name": "forecast_reference_time", "long_name": "start date"},
+        ),
+        "lead_time": (
+            "lead_time",
+            lead,
+            {"standard_name": "forecast_period", "long_name": "lead time"},
+        ),
+        "level": (
+            "level",
+            np.array([1, 2]),
+            {"long_name": "QG layer (1: upper, 2: lower)", "units": "1", "positive": "down"},
+        ),
+        "lat": (
+            "lat",
+            30 + 30 * (np.arange(n) + 0.5) / n,
+            {
+                "standard_name": "latitude",
+                "units": "degrees_north",
+                "comment": "label of the periodic beta-plane y coordinate",
+            },
+        ),
+        "lon": (
+            "lon",
+            360 * np.arange(n) / n,
+            {"standard_name": "longitude", "units": "degrees_east"},
+        ),
+    }
+    dims = ("member", "time", "lead_time", "level", "lat", "lon")
+    truth_dims = dims[1:]
+    psi_attrs = {"long_name": "streamfunction", "units": "1"}
+    q_attrs = {"long_name": "potential vorticity anomaly", "units": "1"}
+    ds = xr.Dataset(
+        {
+            "psi": (dims, np.moveaxis(psi[:, 1:], 1, 0), psi_attrs),
+            "q": (dims, np.moveaxis(q[:, 1:], 1, 0), q_attrs),
+            "psi_truth": (truth_dims, psi[:, 0], {**psi_attrs, "long_name": "true streamfunction"}),
+            "q_truth": (truth_dims, q[:, 0], {**q_attrs, "long_name": "truth PV anomaly"}),
+        },
+        coords=coords,
+    )
+    if params.topography:
+        ds["topography"] = (
+            ("lat", "lon"),
+            (params.topography * topography_pattern(n)).numpy(),
+            {"long_name": "bottom topography (static field of the truth's model)", "units": "1"},
+        )
+    ds = ds.assign_coords(valid_time=ds["time"] + ds["lead_time"])
+    ds["valid_time"].attrs = {"standard_name": "time", "long_name": "valid time"}
+    recorded = ("members", "seed", "perturbation", "model_error", "spread_factor")
+    perfect = forecast_params in (None, params) and settings.spread_factor == 1
+    kind = "perfect-model" if perfect else "imperfect-model"
+    settings_text = ", ".join(f"{key}={getattr(settings, key)}" for key in recorded)
+    ds.attrs = {
+        "Conventions": "CF-1.8",
+        "title": "Toy ensemble forecasts of a two-layer quasi-geostrophic model",
+        "source": f"sciml.weather.toy (truth: {params}, forecasts: "
+        f"{forecast_params or 'the same model'}, spin_up={settings.spin_up}, "
+        f"interval={settings.interval}, {settings_text})",
+        "comment": f"{kind} ensemble from perturbed initial conditions; time unit = 1 day",
+    }
     return ds

@@ -27,6 +27,7 @@ class ToySettings:
     spin_up: float = 60.0
     perturbation: float = 0.02
     model_error: float = 0.0
+    spread_factor: float = 1.0
     seed: int = 0
 
 
@@ -37,8 +38,23 @@ def _whole_steps(name: str, days: float, dt: float) -> int:
     return round(steps)
 
 
-def check_settings(settings: ToySettings, params: QGParams, threads: int) -> np.ndarray:
+def check_settings(
+    settings: ToySettings,
+    params: QGParams,
+    threads: int,
+    *,
+    forecast_params: QGParams | None = None,
+) -> np.ndarray:
     """Validate every setting before any work; return the lead times in model steps."""
+    if forecast_params is not None and (forecast_params.n, forecast_params.dt) != (
+        params.n,
+        params.dt,
+    ):
+        raise ValueError(
+            f"the forecast model must share the truth's grid and step: forecast_params has "
+            f"n={forecast_params.n}, dt={forecast_params.dt}; params has n={params.n}, "
+            f"dt={params.dt}"
+        )
     for name in ("members", "start_dates", "seed"):
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -64,7 +80,7 @@ def check_settings(settings: ToySettings, params: QGParams, threads: int) -> np.
             raise ValueError(f"{name} must lie in [0, {MAX_DAYS}] days, got {days}")
     if settings.interval <= 0:
         raise ValueError(f"interval must be > 0 days, got {settings.interval}")
-    for name in ("perturbation", "model_error"):
+    for name in ("perturbation", "model_error", "spread_factor"):
         value = getattr(settings, name)
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {value}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from sciml.weather.data import open_ensemble, split_by_time, standardise_names
+from sciml.weather.data import open_ensemble, split_by_time, split_start_dates, standardise_names
 from sciml.xrchannels import compute_stats, normalise
 
 from .conftest import ERA5
@@ -256,3 +256,18 @@ def test_selections_reject_what_would_be_silently_wrong() -> None:
     ds = open_ensemble(ERA5)
     with pytest.raises(ValueError, match="val_start 'soon' is not a date"):
         split_by_time(ds, val_start="soon", test_start="2017-01-02")
+
+
+def test_split_start_dates_keeps_whole_start_dates_in_order() -> None:
+    times = np.datetime64("2000-01-01") + np.arange(10) * np.timedelta64(2, "D")
+    ds = xr.Dataset({"t": (("member", "time", "x"), np.zeros((3, 10, 2)))}, coords={"time": times})
+    train, val, test = split_start_dates(ds)
+    assert [part.sizes["time"] for part in (train, val, test)] == [6, 2, 2]
+    assert train.time.max() < val.time.min() and val.time.max() < test.time.min()
+    assert train.sizes["member"] == 3  # whole ensembles
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_start_dates(ds.isel(time=[0, 1]))
+    with pytest.raises(ValueError, match="sum to less than 1"):
+        split_start_dates(ds, validation=0.5, test=0.5)
+    with pytest.raises(ValueError, match="needs a 'time' dimension"):
+        split_start_dates(ds.isel(time=0))

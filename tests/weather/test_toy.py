@@ -1,20 +1,20 @@
-"""QG model physics and the toy ensemble generator."""
+"""The toy ensemble generator."""
 
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import xarray as xr
 
 from sciml.weather import metrics
 from sciml.weather import toy as toy_module
 from sciml.weather.data import open_ensemble
-from sciml.weather.qg import QGParams, TwoLayerQG
+from sciml.weather.qg import QGParams
 from sciml.weather.toy import generate_ensemble, write_ensemble
 
 SMALL = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
@@ -31,49 +31,6 @@ def toy() -> xr.Dataset:
         seed=3,
         params=SMALL,
     )
-
-
-def test_inversion_matches_pv_definition() -> None:
-    model = TwoLayerQG(SMALL)
-    qh = model.random_state(torch.Generator().manual_seed(0), amplitude=1.0)
-    psi = model.to_grid(model.invert(qh))
-    # q_i = lap(psi_i) + F (psi_j - psi_i)
-    lap = torch.fft.irfft2(-model.k2 * torch.fft.rfft2(psi), s=psi.shape[-2:])
-    f = model.F
-    q = torch.stack([lap[0] + f * (psi[1] - psi[0]), lap[1] + f * (psi[0] - psi[1])])
-    torch.testing.assert_close(q, model.to_grid(qh))
-
-
-def test_inviscid_unforced_model_conserves_energy() -> None:
-    params = QGParams(n=16, kd=4.0, beta=4.0, shear=0.0, drag=0.0, dt=0.01)
-    model = TwoLayerQG(params, inviscid=True)
-    qh = model.random_state(torch.Generator().manual_seed(1), amplitude=5.0)
-    energy = model.energy(qh)
-    later = model.run(qh, 2.0)
-    assert (later - qh).abs().max() > 1e-2 * qh.abs().max()  # the flow did evolve
-    assert float(model.energy(later)) == pytest.approx(float(energy), rel=1e-6)
-
-
-def test_energy_matches_grid_definition() -> None:
-    model = TwoLayerQG(SMALL)
-    qh = model.random_state(torch.Generator().manual_seed(2), amplitude=1.0)
-    ph = model.invert(qh)
-    u = model.to_grid(-1j * model.ky * ph)
-    v = model.to_grid(1j * model.kx * ph)
-    psi = model.to_grid(ph)
-    grid = 0.5 * ((u**2 + v**2).sum(0) + model.F * (psi[0] - psi[1]) ** 2).mean()
-    assert float(model.energy(qh)) == pytest.approx(float(grid), rel=1e-10)
-
-
-def test_baroclinic_turbulence_saturates() -> None:
-    model = TwoLayerQG(SMALL)
-    qh = model.random_state(torch.Generator().manual_seed(0))
-    energies = []
-    for _ in range(8):
-        qh = model.run(qh, 10.0)
-        energies.append(float(model.energy(qh)))
-    assert energies[0] < 1e-2 < energies[-1]  # instability grew from small noise
-    assert np.isfinite(energies).all() and max(energies[4:]) < 10 * min(energies[4:])
 
 
 def test_toy_dataset_layout_and_cf(toy: xr.Dataset, tmp_path: Path) -> None:
@@ -161,6 +118,29 @@ def test_model_error_changes_members_only(toy: xr.Dataset) -> None:
     assert not np.allclose(with_error["psi"].isel(lead_time=-1), toy["psi"].isel(lead_time=-1))
 
 
+def test_forecast_model_and_spread_factor_change_members_only(toy: xr.Dataset) -> None:
+    settings = {
+        "members": 6,
+        "start_dates": 4,
+        "lead_times": (0, 3, 6),
+        "interval": 3.0,
+        "spin_up": 50.0,
+        "seed": 3,
+        "params": SMALL,
+    }
+    wrong = replace(SMALL, drag=0.3, shear=0.9)
+    other = generate_ensemble(**settings, forecast_params=wrong, spread_factor=0.5)
+    xr.testing.assert_identical(other["psi_truth"], toy["psi_truth"])
+    assert not np.allclose(other["psi"].isel(lead_time=-1), toy["psi"].isel(lead_time=-1))
+    assert other.attrs["comment"].startswith("imperfect-model")
+    assert toy.attrs["comment"].startswith("perfect-model")
+    # members = analysis + f e_m: at lead 0 the spread about the analysis scales by f
+    # exactly (the model has not run yet); float64 rounding of the sums only
+    start = {"lead_time": 0}
+    ratio = other["q"].isel(start).std("member") / toy["q"].isel(start).std("member")
+    np.testing.assert_allclose(ratio, 0.5, rtol=1e-9)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -177,12 +157,15 @@ def test_model_error_changes_members_only(toy: xr.Dataset) -> None:
         ({"spin_up": -1.0}, "spin_up must lie in"),
         ({"perturbation": np.nan}, "perturbation must be a finite number"),
         ({"model_error": -0.5}, "model_error must be a finite number"),
+        ({"spread_factor": -0.5}, "spread_factor must be a finite number"),
+        ({"forecast_params": QGParams(n=32)}, "must share the truth's grid and step"),
+        ({"forecast_params": replace(SMALL, dt=0.05)}, "must share the truth's grid and step"),
         ({"seed": -1}, "seed >= 0"),
         ({"threads": 0}, "threads must be an integer >= 1"),
         ({"start_dates": 2.5}, "start_dates must be an integer"),
     ],
 )
-def test_bad_arguments(kwargs: dict[str, float], message: str) -> None:
+def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         generate_ensemble(**{"params": SMALL, "spin_up": 0.0, "start_dates": 1, **kwargs})
     with pytest.raises(ValueError, match="even number"):

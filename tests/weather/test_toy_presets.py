@@ -1,0 +1,45 @@
+"""The named toy presets: fixed configurations, the truth shared, the forecast model wrong."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from sciml.weather.qg import QGParams
+from sciml.weather.toy_presets import PRESETS, generate_preset, toy_preset
+
+
+def test_presets_are_the_documented_configurations() -> None:
+    imperfect, perfect = PRESETS["qg-imperfect-v1"], PRESETS["qg-perfect-v1"]
+    assert imperfect.params == perfect.params and imperfect.params.topography == 2.0
+    assert imperfect.forecast_params is not None and perfect.forecast_params is None
+    wrong = imperfect.forecast_params
+    assert (wrong.drag, wrong.shear, wrong.topography) == (0.45, 0.95, 1.6)
+    assert (imperfect.settings.spread_factor, perfect.settings.spread_factor) == (0.7, 1.0)
+    assert imperfect.settings.members == 10 and imperfect.settings.start_dates == 160
+
+
+def test_generate_preset_shares_the_truth_and_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The presets' plumbing, on shrunken copies of them (the real size is a benchmark's)."""
+    small = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, topography=2.0)
+    for name, preset in PRESETS.items():
+        settings = replace(preset.settings, members=3, lead_times=(0, 1), spin_up=5.0)
+        wrong = preset.forecast_params and replace(small, drag=preset.forecast_params.drag)
+        shrunk = replace(preset, settings=settings, params=small, forecast_params=wrong)
+        monkeypatch.setitem(PRESETS, name, shrunk)
+    imperfect = generate_preset("qg-imperfect-v1", start_dates=2)
+    perfect = generate_preset("qg-perfect-v1", start_dates=2)
+    xr.testing.assert_identical(imperfect["psi_truth"], perfect["psi_truth"])
+    assert not np.allclose(imperfect["psi"].isel(lead_time=-1), perfect["psi"].isel(lead_time=-1))
+    assert imperfect.attrs["preset"] == "qg-imperfect-v1"
+    assert "spread_factor=0.7" in imperfect.attrs["source"]
+    assert imperfect["topography"].dims == ("lat", "lon")
+    assert imperfect.sizes["time"] == 2
+
+
+def test_unknown_presets_and_sizes_are_rejected() -> None:
+    with pytest.raises(KeyError, match=r"no toy preset 'qg'; presets: \['qg-imperfect-v1'"):
+        toy_preset("qg")
+    with pytest.raises(ValueError, match=r"start_dates must lie in \[1, 160\]"):
+        generate_preset("qg-perfect-v1", start_dates=161)
