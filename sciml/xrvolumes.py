@@ -1,0 +1,335 @@
+"""Sharded volume datasets: each rank reads only its block of every sample.
+
+A volume file holds a variable ``(sample, channel, z, y, x)`` (chunked so
+that a rank's block is a few whole chunks) and a target: a vector per sample
+``(sample, k)`` (CosmoFlow's parameters) or a label volume
+``(sample, z, y, x)`` (a segmentation). For a spatial mesh,
+:class:`ShardedVolumes` gives sample ``i`` as *this rank's block* of the
+volume (widened by ``halo`` voxels where asked, clipped at the edges) and
+the target (the whole vector, or the label block)::
+
+    mesh = SpatialMesh(data=2, depth=2)
+    train = ShardedVolumes("cosmo/train.zarr", mesh=mesh, target="params")
+    x, y = train[0]            # (C, D/2, H, W) block of volume 0, its 4 parameters
+    fit(parallelize(model, mesh), optimizer, train, loss_fn, ...)
+
+The sample order, and which replica reads which sample, is
+:func:`sciml.training.fit`'s (the replica is the mesh's data coordinate), so
+replicas read different samples and the ranks of one replica the same one.
+
+Reading: the file is opened lazily in each process (and reopened after a
+``fork``), without Dask, so a ``DataLoader`` worker never inherits a thread
+pool or a file handle from its parent. Zarr stores are read through a store
+that counts the bytes it fetches (:attr:`ShardedVolumes.bytes_read`, summed
+over the process and its loader workers); netCDF-4 files count the bytes of
+the blocks they return. A volume whose attribute ``transform`` is ``"log1p"``
+(int16 counts) is read as ``log1p(counts)``. :func:`block_stats` computes
+per-channel normalisation statistics collectively; :func:`run_stats` caches
+them in the run folder.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import Dataset
+
+from sciml.distributed import all_reduce_cpu, check_replica, world
+from sciml.spatial_parallel.partition import block_bounds
+from sciml.xrchannels import NormStats
+from sciml.xrdata import open_dataset
+
+if TYPE_CHECKING:
+    from sciml.spatial_parallel.mesh import SpatialMesh
+
+__all__ = ["ShardedVolumes", "block_slices", "block_stats", "run_stats"]
+
+#: Transforms applied on read, named by a volume's ``transform`` attribute.
+TRANSFORMS = ("log1p",)
+
+
+def block_slices(
+    shape: Sequence[int], grid: Sequence[int], coords: Sequence[int], *, halo: int = 0
+) -> tuple[slice, ...]:
+    """Slices of block ``coords`` of a ``grid`` split of a volume ``shape``, widened by ``halo``.
+
+    Blocks follow :func:`torch.tensor_split` (as :func:`sciml.spatial_parallel.shard`);
+    the halo is clipped at the volume's edges.
+    """
+    slices = []
+    for size, parts, coord in zip(shape, grid, coords, strict=True):
+        lo, hi = block_bounds(int(size), int(parts))[coord]
+        slices.append(slice(max(lo - halo, 0), min(hi + halo, int(size))))
+    return tuple(slices)
+
+
+def _zarr_counted(path: Path, counter: Any) -> Any:
+    """A Zarr store at ``path`` that adds the bytes of every read to ``counter``."""
+    from zarr.storage import LocalStore, WrapperStore
+
+    class CountingStore(WrapperStore[LocalStore]):
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            buffer = await super().get(key, prototype, byte_range)
+            if buffer is not None:
+                with counter.get_lock():
+                    counter.value += len(buffer)
+            return buffer
+
+    return CountingStore(LocalStore(path, read_only=True))
+
+
+class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Sample ``i``: this rank's block of volume ``i`` and its target.
+
+    Args:
+        path: A Zarr store or a netCDF-4 file (see the module docstring).
+        mesh: The spatial mesh (``None``: the whole volume, one process).
+        variable: The volume variable ``(sample, channel, z, y, x)``.
+        target: A variable ``(sample, k)`` (given whole) or ``(sample, z, y, x)``
+            (given as this rank's block, without halo).
+        halo: Voxels added on every side of the block (clipped at the edges).
+        stats: Per-channel normalisation applied after the transform.
+        dtype: Floating-point dtype of the volume block (and of a vector target).
+
+    Raises:
+        FileNotFoundError, ValueError: For a missing file, a missing or
+            misshapen variable, a target with another sample count or other
+            spatial dims, a negative halo, stats for other channels, a block
+            of a grid with more parts than voxels, or an unknown transform.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        mesh: SpatialMesh | None = None,
+        variable: str = "volume",
+        target: str = "params",
+        halo: int = 0,
+        stats: NormStats | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """Check the file's layout against the options (arguments: see the class)."""
+        self.path, self.variable, self.target = Path(path), variable, target
+        if isinstance(halo, bool) or not isinstance(halo, int) or halo < 0:
+            raise ValueError(f"halo must be an integer >= 0, got {halo!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        self.halo, self.dtype, self.stats = halo, dtype, stats
+        self.grid = (1, 1, 1) if mesh is None else tuple(mesh.grid)
+        self.coords = (0, 0, 0) if mesh is None else tuple(mesh.spatial_coords)
+        self._counter: Any = multiprocessing.get_context("fork").Value("q", 0)
+        self._opened: tuple[int, xr.Dataset] | None = None
+        self._check_layout(self._dataset())
+
+    def _check_layout(self, ds: xr.Dataset) -> None:
+        where = f"in {self.path}"
+        for name in (self.variable, self.target):
+            if name not in ds:
+                raise ValueError(
+                    f"no variable {name!r} {where}; it has {sorted(map(str, ds.data_vars))}"
+                )
+        volume, target = ds[self.variable], ds[self.target]
+        if volume.ndim != 5:
+            raise ValueError(
+                f"{self.variable!r} {where} must be (sample, channel, z, y, x), got dims "
+                f"{volume.dims}"
+            )
+        self.sample_dim, self.spatial_dims = volume.dims[0], volume.dims[2:]
+        self.shape = tuple(int(s) for s in volume.shape[2:])
+        if target.dims[0] != self.sample_dim or target.shape[0] != volume.shape[0]:
+            raise ValueError(
+                f"target {self.target!r} {where} has dims {dict(target.sizes)}; its first dim "
+                f"must be the {volume.shape[0]} samples of {self.sample_dim!r}"
+            )
+        self.split_target = target.ndim == 4
+        if self.split_target and target.dims[1:] != self.spatial_dims:
+            raise ValueError(
+                f"label target {self.target!r} {where} has spatial dims {target.dims[1:]}, "
+                f"expected those of {self.variable!r}: {self.spatial_dims}"
+            )
+        if not self.split_target and target.ndim != 2:
+            raise ValueError(
+                f"target {self.target!r} {where} must be (sample, k) or (sample, z, y, x), "
+                f"got dims {target.dims}"
+            )
+        small = [
+            d for d, n, p in zip(self.spatial_dims, self.shape, self.grid, strict=True) if n < p
+        ]
+        if small:
+            sizes = dict(zip(self.spatial_dims, self.shape, strict=True))
+            raise ValueError(
+                f"{self.variable!r} {where} has {sizes} voxels, fewer than the mesh's "
+                f"{self.grid} blocks along {small}"
+            )
+        self.transform = volume.attrs.get("transform")
+        if self.transform is not None and self.transform not in TRANSFORMS:
+            raise ValueError(
+                f"{self.variable!r} {where} asks for transform {self.transform!r}; "
+                f"known: {TRANSFORMS}"
+            )
+        self.length = int(volume.shape[0])
+        self.set_stats(self.stats)
+
+    def set_stats(self, stats: NormStats | None) -> None:
+        """Normalise with ``stats`` from now on (``None``: raw values).
+
+        Raises:
+            ValueError: If ``stats`` are for other channels.
+        """
+        if stats is not None and stats.channels != self.channels():
+            raise ValueError(
+                f"normalisation statistics are for channels {stats.channels}, "
+                f"{self.path} has {self.channels()}"
+            )
+        self.stats = stats
+
+    def channels(self, ds: xr.Dataset | None = None) -> tuple[str, ...]:
+        """Channel names: the channel coordinate's values, else ``<variable>[<i>]``."""
+        volume = (ds if ds is not None else self._dataset())[self.variable]
+        dim = volume.dims[1]
+        if dim in volume.coords:
+            return tuple(str(v) for v in volume[dim].values)
+        return tuple(f"{self.variable}[{i}]" for i in range(volume.shape[1]))
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read so far by this process and its loader workers."""
+        return int(self._counter.value)
+
+    def _dataset(self) -> xr.Dataset:
+        """The file, opened once per process (no Dask: lazily indexed arrays)."""
+        if self._opened is None or self._opened[0] != os.getpid():
+            if self.path.is_dir():
+                store = _zarr_counted(self.path, self._counter)
+                ds = xr.open_zarr(store, chunks=None)
+            else:
+                ds = open_dataset(self.path, chunks=None)
+            self._opened = (os.getpid(), ds)
+        return self._opened[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the open file (a worker opens its own)."""
+        return self.__dict__ | {"_opened": None}
+
+    def __len__(self) -> int:
+        """Number of samples."""
+        return self.length
+
+    def block(self, *, halo: int | None = None) -> tuple[slice, ...]:
+        """This rank's ``(z, y, x)`` slices (with ``halo``, default the dataset's)."""
+        halo = self.halo if halo is None else halo
+        return block_slices(self.shape, self.grid, self.coords, halo=halo)
+
+    def read_volume(self, index: int) -> np.ndarray:
+        """This rank's block of volume ``index`` ``(C, d, h, w)``, transformed, as float64."""
+        raw = self._read(self.variable, (index, slice(None), *self.block()))
+        values = raw.astype(np.float64)
+        if self.transform == "log1p":
+            values = np.log1p(values)
+        return values
+
+    def _read(self, name: str, key: tuple[int | slice, ...]) -> np.ndarray:
+        values = np.asarray(self._dataset()[name].variable[key].values)
+        if not self.path.is_dir():
+            with self._counter.get_lock():
+                self._counter.value += values.nbytes
+        return values
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's block of volume ``index`` and its target."""
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise TypeError(f"sample index must be an integer, got {index!r}")
+        if not -self.length <= index < self.length:
+            raise IndexError(f"sample {index} out of range for {self.length} samples")
+        index = int(index) % self.length
+        values = self.read_volume(index)
+        if self.stats is not None:
+            shape = (-1, 1, 1, 1)
+            mean, std = np.reshape(self.stats.mean, shape), np.reshape(self.stats.std, shape)
+            values = (values - mean) / std
+        volume = torch.from_numpy(np.ascontiguousarray(values)).to(self.dtype)
+        if self.split_target:
+            label = self._read(self.target, (index, *self.block(halo=0)))
+            return volume, torch.from_numpy(label.astype(np.int64))
+        vector = self._read(self.target, (index, slice(None)))
+        return volume, torch.from_numpy(vector.astype(np.float64)).to(self.dtype)
+
+    def block_sums(self, indices: Sequence[int]) -> np.ndarray:
+        """Per channel: voxel count, sum and sum of squares of this rank's blocks (no halo)."""
+        halo, self.halo = self.halo, 0
+        try:
+            totals = np.zeros((3, len(self.channels())))
+            for index in indices:
+                values = self.read_volume(int(index)).reshape(len(totals[0]), -1)
+                totals += [np.full(len(values), values.shape[1]), values.sum(1), (values**2).sum(1)]
+        finally:
+            self.halo = halo
+        return totals
+
+    def voxels(self) -> int:
+        """Voxels of one whole sample volume (all channels)."""
+        return math.prod(self.shape) * len(self.channels())
+
+
+def block_stats(dataset: ShardedVolumes, *, replica: tuple[int, int] = (0, 1)) -> NormStats:
+    """Per-channel mean and std over every sample, computed collectively.
+
+    Each rank sums its block (without halo) of its replica's share of the
+    samples (every ``count``-th from ``index``), then one all-reduce over
+    every rank gives the totals (every voxel counted once). A collective:
+    every rank calls it, each with its own dataset and replica.
+
+    Raises:
+        ValueError: If the ranks' blocks do not tile every sample exactly once
+            (datasets built for another mesh, or a wrong ``replica``).
+    """
+    index, count = check_replica(replica)
+    sums = dataset.block_sums(range(index, len(dataset), count))
+    n, total, squares = all_reduce_cpu(torch.from_numpy(sums)).numpy()
+    expected = len(dataset) * math.prod(dataset.shape)
+    if not np.all(n == expected):
+        raise ValueError(
+            f"block_stats: the ranks' blocks cover {int(n[0])} voxels per channel, expected "
+            f"{expected} ({len(dataset)} samples of {dataset.shape}); build every rank's "
+            "dataset with the same mesh and pass its data-parallel replica"
+        )
+    mean = total / n
+    std = np.sqrt(np.maximum(squares / n - mean**2, 0.0))
+    return NormStats(dataset.channels(), tuple(mean.tolist()), tuple(std.tolist()))
+
+
+def run_stats(
+    dataset: ShardedVolumes, run_dir: Path | str, *, replica: tuple[int, int] = (0, 1)
+) -> NormStats:
+    """The statistics cached in ``run_dir/norm_stats.json``, computed by :func:`block_stats` once.
+
+    A collective: every rank calls it. A resumed run reads the cached file, so
+    it normalises exactly as the run that wrote it (rank 0 writes it, atomically).
+
+    Raises:
+        ValueError: If the cached statistics are for other channels.
+    """
+    path = Path(run_dir) / "norm_stats.json"
+    cached = torch.tensor([int(path.exists())])
+    if bool(all_reduce_cpu(cached, torch.distributed.ReduceOp.MIN).item()):
+        stats = NormStats.from_json(path)
+        if stats.channels != dataset.channels():
+            raise ValueError(
+                f"{path} holds statistics for channels {stats.channels}, the data has "
+                f"{dataset.channels()}; give this run another run folder"
+            )
+        return stats
+    stats = block_stats(dataset, replica=replica)
+    if world()[0] == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stats.to_json(path)
+    return stats
