@@ -1,0 +1,193 @@
+r"""Ensemble model output statistics (EMOS, Gneiting et al. 2005): a Gaussian from the ensemble.
+
+The forecast is :math:`N(\mu, \sigma^2)` with :math:`\mu = a + b\,\bar x` and
+:math:`\sigma^2 = c + d\,s^2`, where :math:`\bar x` is the ensemble mean and :math:`s^2` the
+ensemble variance (ddof=1); the coefficients minimise the mean closed-form CRPS over the
+training samples subject to :math:`b, c, d \ge 0`.
+
+:func:`fit_emos` pools the samples along ``dim`` and fits one set of coefficients for every
+point of the other dimensions, all at once: ``dim=None`` is one global fit, ``dim="time"``
+one fit per grid point (and level and lead time), ``dim=["time", "lat", "lon"]`` one per
+level and lead time. :func:`emos_predict` gives :math:`(\mu, \sigma)` for new ensembles,
+to be scored with :func:`sciml.weather.metrics.crps_gaussian`.
+
+Numerics: float64 torch; each fit runs in units standardised by its observations' mean
+and standard deviation (so one tolerance suits every variable), the constrained
+coefficients are squares of free ones, and the independent fits are solved together by
+L-BFGS with a strong-Wolfe line search (their losses add, so their gradients separate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+
+import numpy as np
+import torch
+import xarray as xr
+
+from sciml.weather.alignment import Dim, check_pair, check_parameter, reduced_dims
+from sciml.weather.losses import crps_gaussian_loss
+
+__all__ = ["emos_predict", "fit_emos"]
+
+#: Variance floor in standardised units, so that a zero-spread sample keeps a gradient.
+VARIANCE_FLOOR = 1e-12
+COEFFICIENTS = ("a", "b", "c", "d")
+
+
+def _moments(forecasts: xr.DataArray, member_dim: str) -> tuple[xr.DataArray, xr.DataArray]:
+    ens = forecasts.astype(np.float64)
+    return ens.mean(member_dim), ens.var(member_dim, ddof=1)
+
+
+def _coefficients(free: torch.Tensor) -> torch.Tensor:
+    """Free parameters ``(..., 4)`` to ``(a, b, c, d)`` with ``b, c, d >= 0``."""
+    return torch.cat([free[..., :1], free[..., 1:] ** 2], dim=-1)
+
+
+def _fit_standardised(
+    y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, valid: torch.Tensor, max_iter: int
+) -> torch.Tensor:
+    """Coefficients ``(G, 4)`` of ``G`` independent fits on ``(G, N)`` standardised samples."""
+    count = valid.sum(-1)
+    free = torch.tensor([0.0, 1.0, math.sqrt(0.5), 1.0], dtype=torch.float64)
+    free = free.repeat(y.shape[0], 1).requires_grad_(True)
+    optimizer = torch.optim.LBFGS(
+        [free],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-12,
+        tolerance_change=1e-15,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        a, b, c, d = _coefficients(free).unsqueeze(-1).unbind(-2)
+        mu = a + b * mean
+        sigma = torch.sqrt(c + d * var + VARIANCE_FLOOR)
+        score = crps_gaussian_loss(y, mu, sigma, reduction="none")
+        loss = (torch.where(valid, score, 0.0).sum(-1) / count).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return _coefficients(free.detach())
+
+
+def fit_emos(
+    observations: xr.DataArray,
+    forecasts: xr.DataArray,
+    *,
+    member_dim: str = "member",
+    dim: Dim = None,
+    max_iter: int = 500,
+) -> xr.Dataset:
+    """Fit Gaussian EMOS by minimum CRPS, one fit per point of the dimensions not pooled.
+
+    Samples with a NaN observation or ensemble statistic are left out of the fit.
+
+    Args:
+        observations: Verifying values, with the forecasts' dimensions but ``member_dim``.
+        forecasts: Ensemble with ``member_dim`` (at least two members).
+        member_dim: Name of the member dimension.
+        dim: Dimensions whose samples are pooled into one fit (None: all, a global fit).
+        max_iter: L-BFGS iterations at most.
+
+    Returns:
+        Dataset with ``a``, ``b``, ``c``, ``d`` over the dimensions not pooled.
+
+    Raises:
+        ValueError: Misaligned inputs (see :mod:`.alignment`), fewer than two members, no
+            dimension to pool, or a fit without any valid sample.
+    """
+    forecasts = check_pair(observations, forecasts, member_dim, at_least=2)
+    pooled = reduced_dims(observations, dim)
+    if not pooled:
+        raise ValueError("dim=[] pools no samples: EMOS needs dimensions to fit over")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    mean, var = _moments(forecasts, member_dim)
+    kept: list[Hashable] = [d for d in observations.dims if d not in pooled]
+    groups = math.prod(observations.sizes[k] for k in kept)
+    stacked = [
+        x.astype(np.float64).transpose(*kept, *pooled).values.reshape(groups, -1)
+        for x in (observations, mean, var)
+    ]
+    y, m, v = (torch.from_numpy(np.ascontiguousarray(x)) for x in stacked)
+    valid = y.isfinite() & m.isfinite() & v.isfinite()
+    empty = int((valid.sum(-1) == 0).sum())
+    if empty:
+        raise ValueError(
+            f"{empty} of the {y.shape[0]} fits over {pooled} have no valid sample (NaN "
+            "observations or ensembles everywhere); select the points with data first"
+        )
+    y, m, v = (torch.where(valid, x, 0.0) for x in (y, m, v))
+    count = valid.sum(-1, keepdim=True)
+    loc = y.sum(-1, keepdim=True) / count
+    scale = torch.sqrt(torch.where(valid, (y - loc) ** 2, 0.0).sum(-1, keepdim=True) / count)
+    scale = torch.where(scale > 0, scale, 1.0)
+    standard = _fit_standardised(
+        (y - loc) / scale, (m - loc) / scale, v / scale**2, valid, max_iter
+    )
+    a, b, c, d = standard.unbind(-1)
+    loc, scale = loc[:, 0], scale[:, 0]
+    values = {"a": loc * (1 - b) + scale * a, "b": b, "c": scale**2 * c, "d": d}
+    shape = [observations.sizes[k] for k in kept]
+    coords = {k: observations[k] for k in kept if k in observations.coords}
+    units = observations.attrs.get("units")
+    ds = xr.Dataset(
+        {
+            name: xr.DataArray(value.numpy().reshape(shape), dims=kept, coords=coords)
+            for name, value in values.items()
+        }
+    )
+    meaning = {
+        "a": ("EMOS intercept of the mean", units),
+        "b": ("EMOS weight of the ensemble mean", "1"),
+        "c": ("EMOS variance intercept", None if units is None else f"({units})^2"),
+        "d": ("EMOS weight of the ensemble variance", "1"),
+    }
+    for name, (long_name, unit) in meaning.items():
+        ds[name].attrs = {"long_name": long_name, **({"units": unit} if unit else {})}
+    ds.attrs = {"pooled_over": [str(p) for p in pooled], "member_dim": member_dim}
+    return ds
+
+
+def emos_predict(
+    coefficients: xr.Dataset, forecasts: xr.DataArray, *, member_dim: str = "member"
+) -> xr.Dataset:
+    """The EMOS forecast ``mu`` and ``sigma`` of an ensemble.
+
+    Args:
+        coefficients: :func:`fit_emos`'s result; its dimensions must be among the
+            forecasts' (without ``member_dim``), on the same coordinates.
+        forecasts: Ensemble with ``member_dim`` (at least two members).
+        member_dim: Name of the member dimension.
+
+    Raises:
+        ValueError: Missing coefficients, coefficients over dimensions or labels that the
+            forecasts lack, or fewer than two members.
+    """
+    missing = [name for name in COEFFICIENTS if name not in coefficients.data_vars]
+    if missing:
+        raise ValueError(f"coefficients lack {missing}; expected fit_emos's a, b, c, d")
+    if member_dim not in forecasts.dims or forecasts.sizes[member_dim] < 2:
+        raise ValueError(
+            f"forecasts need a member dimension {member_dim!r} with at least two members; "
+            f"they have {dict(forecasts.sizes)}"
+        )
+    mean, var = _moments(forecasts, member_dim)
+    coef = check_parameter("coefficients", coefficients[list(COEFFICIENTS)], mean)
+    mu = coef["a"] + coef["b"] * mean
+    sigma = (coef["c"] + coef["d"] * var) ** 0.5
+    units = forecasts.attrs.get("units")
+    unit = {"units": units} if units else {}
+    return xr.Dataset(
+        {
+            "mu": mu.assign_attrs(long_name="EMOS mean", **unit),
+            "sigma": sigma.assign_attrs(long_name="EMOS standard deviation", **unit),
+        }
+    )

@@ -1,0 +1,117 @@
+"""EMOS: known coefficients recovered, the scipy optimum of the same CRPS, the constraints."""
+
+import numpy as np
+import properscoring as ps
+import pytest
+import scipy.optimize
+import xarray as xr
+
+from sciml.weather import metrics
+from sciml.weather.emos import emos_predict, fit_emos
+
+TRUE = {"a": [0.5, -1.0, 2.0], "b": [0.8, 1.2, 0.3], "c": [0.3, 0.05, 1.0], "d": [1.5, 0.5, 2.0]}
+
+
+def _synthetic(
+    rng: np.random.Generator, coefficients: dict[str, list[float]], samples: int
+) -> tuple[xr.DataArray, xr.DataArray]:
+    """Ensembles whose truth is N(a + b mean, c + d var) at each of three points."""
+    points = len(coefficients["a"])
+    a, b, c, d = (np.asarray(coefficients[k])[:, None] for k in "abcd")
+    centre = 3.0 * rng.standard_normal((points, samples))
+    width = rng.uniform(0.3, 1.5, (points, samples))
+    members = centre[None] + width[None] * rng.standard_normal((8, points, samples))
+    mean, var = members.mean(0), members.var(0, ddof=1)
+    truth = a + b * mean + np.sqrt(c + d * var) * rng.standard_normal((points, samples))
+    coords = {"point": ["p0", "p1", "p2"][:points], "time": np.arange(samples)}
+    forecasts = xr.DataArray(members, dims=("member", "point", "time"), coords=coords)
+    observations = xr.DataArray(truth, dims=("point", "time"), coords=coords)
+    return observations.assign_attrs(units="K"), forecasts.assign_attrs(units="K")
+
+
+def _scipy_fit(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """The same minimum-CRPS problem by L-BFGS-B with bounds b, c, d >= 0 (reference)."""
+
+    def loss(p: np.ndarray) -> float:
+        sigma = np.sqrt(p[2] + p[3] * var)
+        return float(ps.crps_gaussian(y, p[0] + p[1] * mean, sigma).mean())
+
+    bounds = [(None, None), (0, None), (1e-9, None), (0, None)]
+    start = np.array([y.mean(), 1.0, y.var() / 2, 1.0])
+    return scipy.optimize.minimize(loss, start, bounds=bounds, method="L-BFGS-B", tol=1e-13).x
+
+
+def test_per_point_fit_recovers_known_coefficients_and_the_scipy_optimum() -> None:
+    observations, forecasts = _synthetic(np.random.default_rng(0), TRUE, samples=3000)
+    fitted = fit_emos(observations, forecasts, dim="time")
+    assert fitted["a"].dims == ("point",) and fitted["a"].attrs["units"] == "K"
+    mean, var = forecasts.mean("member"), forecasts.var("member", ddof=1)
+    for k, point in enumerate(fitted["point"].values):
+        reference = _scipy_fit(
+            observations.sel(point=point).values,
+            mean.sel(point=point).values,
+            var.sel(point=point).values,
+        )
+        got = [float(fitted[name].sel(point=point)) for name in "abcd"]
+        # both minimise the same smooth function to ~1e-12: they agree to the optimisers'
+        # tolerance, far below the sampling error
+        np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
+        # sampling error of 3000 samples: a few percent of the coefficients' scale
+        true = [TRUE[name][k] for name in "abcd"]
+        np.testing.assert_allclose(got, true, rtol=0.15, atol=0.1)
+
+
+def test_global_fit_pools_everything_and_constraints_hold() -> None:
+    # the truth is anti-correlated with the ensemble mean: the best b >= 0 is 0
+    observations, forecasts = _synthetic(
+        np.random.default_rng(1), {"a": [0.0], "b": [-0.5], "c": [1.0], "d": [0.0]}, samples=2000
+    )
+    fitted = fit_emos(observations, forecasts)
+    assert fitted["b"].dims == () and fitted.attrs["pooled_over"] == ["point", "time"]
+    reference = _scipy_fit(
+        observations.values.ravel(),
+        forecasts.mean("member").values.ravel(),
+        forecasts.var("member", ddof=1).values.ravel(),
+    )
+    assert reference[1] == 0.0  # the bound is active
+    got = np.array([float(fitted[name]) for name in "abcd"])
+    assert np.all(got[1:] >= 0)
+    # squared parameters approach an active bound linearly: looser than the interior
+    np.testing.assert_allclose(got, reference, atol=2e-3)
+
+
+def test_prediction_improves_the_crps_of_a_biased_ensemble() -> None:
+    rng = np.random.default_rng(2)
+    observations, forecasts = _synthetic(rng, TRUE, samples=1500)
+    train, test = {"time": slice(0, 1000)}, {"time": slice(1000, None)}
+    fitted = fit_emos(observations.isel(train), forecasts.isel(train), dim="time")
+    # coefficients on the points in another order are applied by label
+    predicted = emos_predict(fitted.isel(point=[2, 0, 1]), forecasts.isel(test))
+    emos = metrics.crps_gaussian(observations.isel(test), predicted["mu"], predicted["sigma"])
+    raw = metrics.crps_ensemble(observations.isel(test), forecasts.isel(test))
+    assert float(emos) < 0.9 * float(raw)
+    assert predicted["sigma"].attrs["units"] == "K"
+
+
+def test_bad_inputs_are_rejected() -> None:
+    observations, forecasts = _synthetic(np.random.default_rng(3), TRUE, samples=50)
+    with pytest.raises(ValueError, match="at least 2 member"):
+        fit_emos(observations, forecasts.isel(member=[0]))
+    with pytest.raises(ValueError, match="pools no samples"):
+        fit_emos(observations, forecasts, dim=[])
+    with pytest.raises(ValueError, match=r"dim \['lat'\] not among"):
+        fit_emos(observations, forecasts, dim="lat")
+    with pytest.raises(ValueError, match="'time' coordinates differ"):
+        fit_emos(observations, forecasts.assign_coords(time=forecasts.time + 1), dim="time")
+    empty = observations.where(observations.point != "p1")
+    with pytest.raises(ValueError, match="1 of the 3 fits over \\['time'\\] have no valid"):
+        fit_emos(empty, forecasts, dim="time")
+    fitted = fit_emos(observations, forecasts, dim="time", max_iter=5)
+    with pytest.raises(ValueError, match="'point' coordinates differ"):
+        emos_predict(fitted, forecasts.assign_coords(point=["x", "y", "z"]))
+    with pytest.raises(ValueError, match=r"coefficients lack \['d'\]"):
+        emos_predict(fitted.drop_vars("d"), forecasts)
+    with pytest.raises(ValueError, match="coefficients has dimensions \\['lead'\\]"):
+        emos_predict(fitted.expand_dims(lead=2), forecasts)
+    with pytest.raises(TypeError, match="positional argument"):
+        fit_emos(observations, forecasts, "member")  # type: ignore[misc]
