@@ -78,3 +78,15 @@ def test_cosmoflow_rejects_bad_options(kwargs: dict, message: str) -> None:
 def test_cosmoflow_rejects_non_volume() -> None:
     with pytest.raises(ValueError, match=r"expects an \(N, C, D, H, W\) tensor, got \(4, 16\)"):
         CosmoFlow(4, 4, base_filters=2, n_conv=1)(torch.randn(4, 16))
+
+
+def test_cosmoflow_output_scale_stretches_the_tanh() -> None:
+    torch.manual_seed(0)
+    plain = CosmoFlow(1, 2, base_filters=2, n_conv=1, dense=(4,))
+    scaled = CosmoFlow(1, 2, base_filters=2, n_conv=1, dense=(4,), output_scale=1.2)
+    scaled.load_state_dict(plain.state_dict())
+    x = 50 * torch.randn(3, 1, 4, 4, 4)
+    torch.testing.assert_close(scaled(x), 1.2 * plain(x))
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="output_scale must be > 0"):
+            CosmoFlow(output_scale=bad)
