@@ -1,0 +1,181 @@
+"""Torch samples of ensemble forecasts for post-processing, read lazily from xarray.
+
+:class:`EnsembleDataset` turns a Dask-backed ensemble dataset (the layout of
+:mod:`sciml.weather.toy` and :func:`sciml.weather.data.open_ensemble`: variables with
+``member``, their verifying values as ``<variable>_truth`` without it) into samples, one per
+start date and lead time. Each sample is a dict of tensors:
+
+* ``members``: ``(k, C, lat, lon)``, a subset of ``k`` members, the first ``k`` or ``k``
+  drawn at random for every read (augmentation; drawn from torch's generator, which
+  :func:`sciml.training.fit` seeds for every batch read in a loader worker);
+* ``truth``: ``(C, lat, lon)``, the verifying values;
+* ``spread``: ``(C, lat, lon)``, the standard deviation (ddof=1) of the *full* ensemble
+  (the target of spread prediction);
+* ``static``: ``(S, lat, lon)``, static fields (e.g. ``topography``), when asked for;
+* ``index``: the sample's flat index (``time`` major, then ``lead_time``).
+
+Channels are the variables split along ``channel_dims`` (``psi[level=1]``, ...), as in
+:mod:`sciml.xrchannels`. Members and truth are normalised with the same per-channel
+statistics (those of the forecasts: :func:`~sciml.xrchannels.compute_stats` of the training
+split), the spread is divided by the same standard deviations, the static fields are
+standardised by their own. Reads go through :class:`sciml.xrdata.XarrayDataset`: a batch
+is one vectorised selection and one compute per part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Literal
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import Dataset
+
+from sciml.xrchannels import NormStats, compute_stats, normalise
+from sciml.xrdata import XarrayDataset
+
+__all__ = ["EnsembleDataset"]
+
+Sample = dict[str, torch.Tensor]
+
+
+def _truth_view(ds: xr.Dataset, variables: Sequence[str]) -> xr.Dataset:
+    missing = [f"{v}_truth" for v in variables if f"{v}_truth" not in ds.data_vars]
+    if missing:
+        raise KeyError(
+            f"no verifying values {missing} in the dataset (the truth of variable v is v_truth); "
+            f"it has {sorted(map(str, ds.data_vars))}"
+        )
+    return ds[[f"{v}_truth" for v in variables]].rename({f"{v}_truth": v for v in variables})
+
+
+class EnsembleDataset(Dataset[Sample]):
+    """Samples of ``k`` members, the truth, the full ensemble's spread and static fields.
+
+    Args:
+        ds: Dataset with the ``variables`` (with ``member_dim``) and ``<variable>_truth``.
+        variables: Forecast variables, in channel order.
+        members: ``k``, the members in each sample (1 <= k <= the ensemble size).
+        choice: ``"first"`` (members ``0..k-1``, in order) or ``"random"`` (``k`` distinct
+            members drawn for every read).
+        stats: Per-channel statistics of the forecasts (``"compute"``: from ``ds``; compute
+            them on the training split and pass them to the others).
+        channel_dims: Dims folded into channels (e.g. ``("level",)``).
+        static: Static variables (no sample dims), e.g. ``("topography",)``.
+        member_dim: Name of the member dimension.
+        sample_dims: Dims whose combinations are the samples.
+        dtype: Floating-point dtype of the tensors.
+
+    Raises:
+        KeyError: A variable, its truth or a static field is missing.
+        ValueError: ``members`` or ``choice`` out of range, a static field with sample
+            dims, or statistics for other channels.
+    """
+
+    def __init__(
+        self,
+        ds: xr.Dataset,
+        variables: Sequence[str],
+        *,
+        members: int,
+        choice: Literal["first", "random"] = "first",
+        stats: NormStats | Literal["compute"] = "compute",
+        channel_dims: Sequence[str] = ("level",),
+        static: Sequence[str] = (),
+        member_dim: str = "member",
+        sample_dims: Sequence[str] = ("time", "lead_time"),
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        """Check the options and prepare the lazy readers (arguments: see the class)."""
+        if member_dim not in ds.dims:
+            raise ValueError(
+                f"the dataset has no member dimension {member_dim!r}: {dict(ds.sizes)}"
+            )
+        size = ds.sizes[member_dim]
+        if isinstance(members, bool) or not isinstance(members, int) or not 1 <= members <= size:
+            raise ValueError(f"members must be an integer in [1, {size}], got {members!r}")
+        if choice not in ("first", "random"):
+            raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+        variables, sample_dims = list(variables), tuple(sample_dims)
+        if isinstance(stats, str):
+            if stats != "compute":
+                raise ValueError(f"stats must be NormStats or 'compute', got {stats!r}")
+            stats = compute_stats(ds, variables, channel_dims=channel_dims)
+        reader = partial(XarrayDataset, channel_dims=channel_dims, dtype=dtype)
+        self.members = members
+        self.choice = choice
+        self.stats = stats
+        self._ensemble = reader(ds, variables, sample_dims=(*sample_dims, member_dim), stats=stats)
+        self._truth = reader(
+            _truth_view(ds, variables), variables, sample_dims=sample_dims, stats=stats
+        )
+        spread = ds[variables].std(member_dim, ddof=1, keep_attrs=True)
+        self._spread = reader(spread, variables, sample_dims=sample_dims)
+        self._size = size
+        self._scale = torch.tensor(stats.std, dtype=dtype)[:, None, None]
+        self.static = self._static_fields(ds, list(static), sample_dims, member_dim, dtype)
+
+    @staticmethod
+    def _static_fields(
+        ds: xr.Dataset,
+        names: list[str],
+        sample_dims: tuple[str, ...],
+        member_dim: str,
+        dtype: torch.dtype,
+    ) -> torch.Tensor | None:
+        if not names:
+            return None
+        missing = [name for name in names if name not in ds.data_vars]
+        if missing:
+            raise KeyError(f"static fields {missing} not in the dataset")
+        for name in names:
+            varying = [d for d in ds[name].dims if d in (*sample_dims, member_dim)]
+            if varying:
+                raise ValueError(f"static field {name!r} varies along {varying}")
+        fields = ds[names]
+        scaled = normalise(fields, compute_stats(fields, names)).compute()
+        return torch.from_numpy(np.stack([scaled[name].values for name in names])).to(dtype)
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """Channel names, e.g. ``("psi[level=1]", "psi[level=2]")``."""
+        return self._truth.channels
+
+    def __len__(self) -> int:
+        """Number of samples (start dates x lead times)."""
+        return len(self._truth)
+
+    def _member_indices(self, count: int) -> torch.Tensor:
+        if self.choice == "first":
+            return torch.arange(self.members).expand(count, -1)
+        return torch.stack([torch.randperm(self._size)[: self.members] for _ in range(count)])
+
+    def __getitems__(self, indices: list[int]) -> list[Sample]:
+        """A batch of samples, each part read in one go."""
+        if any(not -len(self) <= i < len(self) for i in indices):
+            raise IndexError(f"sample index out of range for {len(self)} samples: {indices}")
+        flat = [i % len(self) for i in indices]
+        chosen = self._member_indices(len(flat))
+        rows = (torch.tensor(flat)[:, None] * self._size + chosen).reshape(-1).tolist()
+        ensemble = torch.stack(self._ensemble.__getitems__(rows))
+        ensemble = ensemble.reshape(len(flat), self.members, *ensemble.shape[1:])
+        truth = self._truth.__getitems__(flat)
+        spread = self._spread.__getitems__(flat)
+        samples = []
+        for k, index in enumerate(flat):
+            sample = {
+                "members": ensemble[k],
+                "truth": truth[k],
+                "spread": spread[k] / self._scale,
+                "index": torch.tensor(index),
+            }
+            if self.static is not None:
+                sample["static"] = self.static
+            samples.append(sample)
+        return samples
+
+    def __getitem__(self, index: int) -> Sample:
+        """Sample ``index``."""
+        return self.__getitems__([index])[0]
