@@ -151,6 +151,8 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
                 f"must be the {volume.shape[0]} samples of {self.sample_dim!r}"
             )
         self.split_target = target.ndim == 4
+        #: A target's shape without the sample dim (``(k,)`` or the whole label volume).
+        self.target_shape = tuple(int(n) for n in target.shape[1:])
         if self.split_target and target.dims[1:] != self.spatial_dims:
             raise ValueError(
                 f"label target {self.target!r} {where} has spatial dims {target.dims[1:]}, "

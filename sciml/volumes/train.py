@@ -1,0 +1,212 @@
+"""Hybrid-parallel training of CosmoFlow and the 3D U-Net from sharded volume files.
+
+:func:`train_volumes` runs on every rank of an initialised process group
+(``sciml cosmoflow train`` / ``sciml unet3d train`` start it under torchrun,
+srun or one process): it builds the :class:`~sciml.spatial_parallel.SpatialMesh`
+(``data`` replicas times a spatial grid), reads each rank's block of every
+sample (:class:`~sciml.xrvolumes.ShardedVolumes`, statistics computed
+collectively once and cached in the run folder), parallelizes the model and
+trains it with :func:`sciml.training.fit`.
+
+* CosmoFlow follows the MLPerf HPC reference: ``Conv3d(k=3) + LeakyReLU(0.3)
+  + MaxPool3d(2)`` blocks, a dense 128-64-4 head with dropout, ``1.2 * tanh``
+  output, mean squared error, SGD with momentum 0.9, a linear warm-up then a
+  step decay of the learning rate (``levels`` blocks of ``width * 2**i``
+  filters: 5 and 32 in the reference).
+* The U-Net follows LBANN's 3-level 3D U-Net: two ``conv + BatchNorm + ReLU``
+  per level, max pooling, transposed convolutions, concatenated skips, a
+  per-voxel cross-entropy over the whole volume, Adam.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from sciml.models import CosmoFlow, UNet
+from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
+from sciml.spatial_parallel.mesh import MESH_AXES
+from sciml.train_setup import LossFn, LossOutput
+from sciml.training import TrainConfig, TrainResult, fit
+from sciml.xrvolumes import ShardedVolumes, run_stats
+
+__all__ = ["MODELS", "VolumeTraining", "learning_rate_factor", "train_volumes"]
+
+#: The two workflows: the target variable each one reads.
+MODELS = {"cosmoflow": "params", "unet3d": "label"}
+#: Classes of the generated segmentation labels.
+CLASSES = 3
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class VolumeTraining:
+    """Options of a CosmoFlow or U-Net training run.
+
+    Attributes:
+        model: ``"cosmoflow"`` or ``"unet3d"``.
+        mesh: Mesh sizes by axis (``data``, ``depth``, ``height``, ``width``;
+            missing axes are 1); their product is the number of processes.
+        config: The loop options of :func:`sciml.training.fit`.
+        lr: Peak learning rate.
+        width: Filters of the first convolution (doubled per level).
+        levels: Convolution blocks (CosmoFlow) or poolings (U-Net).
+        dropout: Dropout of CosmoFlow's dense layers.
+        warmup_epochs: Epochs of linear warm-up of the learning rate (CosmoFlow).
+        decay_epochs: Epochs at which the learning rate is multiplied by ``decay``.
+        decay: Factor of each step decay.
+        dtype: ``"float32"`` or ``"float64"`` (model and data).
+    """
+
+    model: Literal["cosmoflow", "unet3d"]
+    mesh: dict[str, int] = field(default_factory=dict)
+    config: TrainConfig = field(default_factory=TrainConfig)
+    lr: float = 0.01
+    width: int = 16
+    levels: int = 3
+    dropout: float = 0.0
+    warmup_epochs: int = 0
+    decay_epochs: tuple[int, ...] = ()
+    decay: float = 0.25
+    dtype: Literal["float32", "float64"] = "float32"
+
+    def __post_init__(self) -> None:
+        """Reject an unknown model or dtype, or a schedule that is not increasing."""
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        unknown = sorted(set(self.mesh) - set(MESH_AXES))
+        if unknown:
+            raise ValueError(f"mesh axes {unknown} are unknown; the axes are {MESH_AXES}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if list(self.decay_epochs) != sorted(set(self.decay_epochs)) or any(
+            e < 1 for e in self.decay_epochs
+        ):
+            raise ValueError(
+                f"decay_epochs must be increasing epochs >= 1, got {self.decay_epochs!r}"
+            )
+        if not 0 < self.decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got {self.decay!r}")
+
+
+def learning_rate_factor(epoch: int, options: VolumeTraining) -> float:
+    """The multiple of the peak learning rate in ``epoch`` (0-based): warm-up, then steps."""
+    if epoch < options.warmup_epochs:
+        return (epoch + 1) / options.warmup_epochs
+    return float(options.decay ** sum(epoch >= e for e in options.decay_epochs))
+
+
+def _model(options: VolumeTraining, in_channels: int, outputs: int) -> nn.Module:
+    if options.model == "cosmoflow":
+        return CosmoFlow(
+            in_channels,
+            outputs,
+            base_filters=options.width,
+            n_conv=options.levels,
+            dense=(128, 64),
+            dropout=options.dropout,
+            output_scale=1.2,
+        )
+    return UNet(
+        in_channels,
+        CLASSES,
+        dims=3,
+        base_channels=options.width,
+        depth=options.levels,
+        norm="batch",
+        upsample="transpose",
+    )
+
+
+def _loss_fn(options: VolumeTraining, mesh: SpatialMesh) -> LossFn:
+    def cosmoflow(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> LossOutput:
+        x, y = batch
+        pred = model(x)
+        return {
+            "loss": nn.functional.mse_loss(pred, y),
+            "mae": (pred - y).abs().mean().detach(),
+        }
+
+    def unet3d(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> LossOutput:
+        x, labels = batch
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits, labels, reduction="none")
+        hits = (logits.argmax(1) == labels).to(logits.dtype)
+        return {"loss": spatial_mean(loss, mesh), "accuracy": spatial_mean(hits, mesh).detach()}
+
+    return cosmoflow if options.model == "cosmoflow" else unet3d
+
+
+def _datasets(
+    options: VolumeTraining, mesh: SpatialMesh, train: Path, val: Path | None, run_dir: Path
+) -> tuple[ShardedVolumes, ShardedVolumes | None]:
+    dtype = _DTYPES[options.dtype]
+    target = MODELS[options.model]
+    train_set = ShardedVolumes(train, mesh=mesh, target=target, dtype=dtype)
+    stats = run_stats(train_set, run_dir, replica=(mesh.data_index, mesh.data))
+    train_set.set_stats(stats)
+    if val is None:
+        return train_set, None
+    return train_set, ShardedVolumes(val, mesh=mesh, target=target, dtype=dtype, stats=stats)
+
+
+def train_volumes(
+    train: Path | str,
+    run_dir: Path | str,
+    options: VolumeTraining,
+    *,
+    val: Path | str | None = None,
+    device: torch.device | None = None,
+) -> TrainResult:
+    """Train on every rank of the initialised process group; see the module docstring.
+
+    Args:
+        train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
+        run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
+            ``norm_stats.json``); an interrupted run resumes from it.
+        options: The run's options.
+        val: Validation volumes, normalised with the training statistics.
+        device: Where the model runs (default: the CPU).
+
+    Raises:
+        ValueError: If the mesh does not match the number of processes, or the
+            files do not fit the model (named).
+    """
+    sizes = options.mesh
+    mesh = SpatialMesh(
+        data=sizes.get("data", 1),
+        depth=sizes.get("depth", 1),
+        height=sizes.get("height", 1),
+        width=sizes.get("width", 1),
+    )
+    run_dir = Path(run_dir)
+    train_set, val_set = _datasets(
+        options, mesh, Path(train), None if val is None else Path(val), run_dir
+    )
+    outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
+    torch.manual_seed(options.config.seed)
+    model = _model(options, len(train_set.channels()), outputs).to(_DTYPES[options.dtype])
+    model = parallelize(model.to(device or torch.device("cpu")), mesh)
+    if options.model == "cosmoflow":
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(
+            model.parameters(), lr=options.lr, momentum=0.9
+        )
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=options.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda epoch: learning_rate_factor(epoch, options)
+    )
+    return fit(
+        model,
+        optimizer,
+        train_set,
+        _loss_fn(options, mesh),
+        run_dir=run_dir,
+        config=options.config,
+        val_dataset=val_set,
+        scheduler=schedule,
+    )

@@ -1,0 +1,107 @@
+"""sciml.volumes.train: hybrid-parallel runs from files equal one process, across a resume."""
+
+import csv
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import sciml.volumes.train as volumes_train
+from sciml.checkpoint import read_checkpoint
+from sciml.distributed import init_distributed, spawn
+from sciml.training import TrainConfig
+from sciml.volumes.data import write_cosmology, write_segmentation
+from sciml.volumes.train import VolumeTraining, learning_rate_factor, train_volumes
+
+pytestmark = pytest.mark.xdist_group("volumes_train")
+
+CONFIG = TrainConfig(epochs=2, batch_size=2, seed=3, progress=False, tensorboard=False)
+OPTIONS = {
+    "cosmoflow": VolumeTraining(
+        "cosmoflow", config=CONFIG, lr=0.02, width=2, levels=1, dtype="float64"
+    ),
+    "unet3d": VolumeTraining("unet3d", config=CONFIG, lr=0.01, width=2, levels=1, dtype="float64"),
+}
+
+
+def _rows(run_dir: Path) -> list[tuple[str, str, float]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return [(r["split"], r["metric"], float(r["value"])) for r in csv.DictReader(handle)]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return read_checkpoint(run_dir / "checkpoints" / "last.pt")["model"]
+
+
+def _interrupted(data: str, run_dir: str, model: str, mesh: dict[str, int], at: int) -> list[str]:
+    """Rank function: train, SIGUSR1 on rank 0 at loss call ``at``, then resume."""
+    make_loss = volumes_train._loss_fn
+    calls = {"n": 0}
+
+    def counting(options: VolumeTraining, mesh: Any) -> Any:
+        loss_fn = make_loss(options, mesh)
+
+        def loss(model: torch.nn.Module, batch: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == at and torch.distributed.get_rank() == 0:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return loss_fn(model, batch)
+
+        return loss
+
+    volumes_train._loss_fn = counting  # type: ignore[assignment]
+    options = VolumeTraining(**{**vars(OPTIONS[model]), "mesh": mesh})
+    first = train_volumes(data, run_dir, options, val=data)
+    second = train_volumes(data, run_dir, options, val=data)
+    return [first.status, second.status, str(second.global_step)]
+
+
+def _compare(tmp_path: Path, data: Path, model: str, mesh: dict[str, int], ranks: int) -> None:
+    with init_distributed(backend="gloo"):
+        single = train_volumes(data, tmp_path / "single", OPTIONS[model], val=data)
+    assert single.global_step == 12
+    statuses = spawn(
+        _interrupted, ranks, str(data), str(tmp_path / "mesh"), model, mesh, 5, timeout=240
+    )
+    assert statuses == [["interrupted", "completed", "12"]] * ranks
+    expected, got = _rows(tmp_path / "single"), _rows(tmp_path / "mesh")
+    assert [r[:2] for r in got] == [r[:2] for r in expected]
+    for (split, name, value), (_, _, want) in zip(got, expected, strict=True):
+        assert value == pytest.approx(want, rel=1e-9, abs=1e-12), (split, name)
+    reference = _weights(tmp_path / "single")
+    for name, value in _weights(tmp_path / "mesh").items():
+        torch.testing.assert_close(value, reference[name], rtol=1e-9, atol=1e-12)
+
+
+def test_cosmoflow_on_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
+    data = write_cosmology(tmp_path / "c.zarr", samples=12, size=8, seed=2, chunk=4)
+    _compare(tmp_path, data, "cosmoflow", {"depth": 2}, 2)
+
+
+def test_unet_on_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
+    data = write_segmentation(tmp_path / "s.zarr", samples=12, size=8, seed=2, chunk=4)
+    _compare(tmp_path, data, "unet3d", {"depth": 2}, 2)
+
+
+def test_learning_rate_warms_up_then_decays() -> None:
+    options = VolumeTraining("cosmoflow", warmup_epochs=4, decay_epochs=(6, 9), decay=0.5)
+    factors = [learning_rate_factor(e, options) for e in range(10)]
+    assert factors == [0.25, 0.5, 0.75, 1, 1, 1, 0.5, 0.5, 0.5, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model": "resnet"}, "model must be one of \\['cosmoflow', 'unet3d'\\]"),
+        ({"mesh": {"depht": 2}}, "mesh axes \\['depht'\\] are unknown"),
+        ({"decay_epochs": (5, 3)}, "decay_epochs must be increasing epochs >= 1"),
+        ({"decay": 0.0}, "decay must be in \\(0, 1\\]"),
+        ({"dtype": "float16"}, "dtype must be one of"),
+    ],
+)
+def test_bad_options_are_named(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        VolumeTraining(**({"model": "cosmoflow"} | changes))
