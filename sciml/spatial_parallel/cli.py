@@ -8,6 +8,8 @@ import math
 
 from sciml.cli import Subparsers, non_negative_int, positive_int
 from sciml.spatial_parallel.mesh import MESH_AXES
+from sciml.spatial_parallel.planner import MODELS, parse_memory
+from sciml.spatial_parallel.planner_profile import PROFILES, Profile
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
 CHECK_DEPTH = 2
@@ -50,12 +52,48 @@ def parse_shape(text: str) -> tuple[int, int, int, int, int]:
     return shape  # type: ignore[return-value]
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
+def parse_plan_shape(text: str) -> tuple[int, ...]:
+    """``"4x512x512x512"`` (CxDxHxW) or ``"1x4x512x512x512"`` (NxCxDxHxW) -> sizes."""
+    parts = text.lower().split("x")
+    if len(parts) not in (4, 5):
+        raise argparse.ArgumentTypeError(
+            f"--shape expects 5 sizes NxCxDxHxW or 4 sizes CxDxHxW (N from --batch), got {text!r}"
+        )
+    try:
+        return tuple(int(positive_int(v.strip())) for v in parts)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(
+            f"--shape expects 5 positive sizes NxCxDxHxW (or 4, CxDxHxW), got {text!r}: {err}"
+        ) from None
+
+
+def memory_size(text: str) -> float:
+    """``--memory`` values: ``80GiB``, ``40GB``, ``512MiB`` -> bytes."""
+    try:
+        return parse_memory(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _plan_shape(args: argparse.Namespace) -> tuple[int, int, int, int, int]:
+    """The global ``(N, C, D, H, W)`` of ``--shape`` and ``--batch``."""
+    if len(args.shape) == 4:
+        return (args.batch or 1, *args.shape)
+    if args.batch is not None and args.batch != args.shape[0]:
+        raise ValueError(
+            f"--batch {args.batch} contradicts the batch {args.shape[0]} of --shape "
+            f"{'x'.join(map(str, args.shape))}; give one of them"
+        )
+    return args.shape
+
+
+def _print_blocks(args: argparse.Namespace, shape: tuple[int, ...]) -> None:
     from sciml.spatial_parallel.partition import DIM_NAMES, Window, window_plan
 
+    mesh = args.mesh or {"depth": 2}
     window = Window(args.kernel, args.stride, args.dilation, args.padding, args.padding)
-    for name, size in zip(DIM_NAMES, args.shape[2:], strict=True):
-        parts = args.mesh.get(name, 1)
+    for name, size in zip(DIM_NAMES, shape[2:], strict=True):
+        parts = mesh.get(name, 1)
         plan = window_plan(window, size, parts, layer="conv", dim=name)
         print(f"{name}: global {size} -> {plan.out_size} over {parts} rank(s)")
         for rank in range(parts):
@@ -65,7 +103,59 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 f"  rank {rank}: block [{lo}, {hi}) output {plan.out_blocks[rank]} "
                 f"reads [{a}, {b}): halo {max(0, lo - a)} before, {max(0, b - hi)} after"
             )
-    return 0
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    from sciml.spatial_parallel.planner_calibrate import calibrate
+    from sciml.spatial_parallel.planner_profile import get_profile, load_profile, save_profile
+
+    if args.calibrate:
+        profile = calibrate(device=args.device)
+        path = save_profile(profile, args.cache)
+        print(f"calibrated this machine ({args.device}); profile cached at {path}")
+        return profile
+    if args.profile == "calibrated" and args.cache is not None:
+        return load_profile(args.cache)
+    return get_profile(args.profile)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from sciml.spatial_parallel.planner import build_model, plan_graph
+    from sciml.spatial_parallel.planner_cost import estimate
+    from sciml.spatial_parallel.planner_graph import trace
+
+    shape = _plan_shape(args)
+    if args.model is None:
+        for option in ("world", "memory", "json"):
+            if getattr(args, option) not in (None, False):
+                raise ValueError(f"--{option} needs --model (the grid planner)")
+        if args.calibrate:
+            _profile(args)
+            return 0
+        _print_blocks(args, shape)
+        return 0
+    profile = _profile(args)
+    memory = args.memory if args.memory is not None else profile.memory
+    if memory is None:
+        raise ValueError(f"profile {profile.name!r} has no device memory: give --memory")
+    graph = trace(build_model(args.model, shape[1]), shape)
+    if args.mesh is not None:
+        grid = tuple(args.mesh.get(axis, 1) for axis in ("data", "depth", "height", "width"))
+        world = math.prod(grid)
+        if args.world is not None and args.world != world:
+            raise ValueError(f"--mesh {args.mesh} has {world} ranks but --world is {args.world}")
+        est = estimate(graph, grid, profile, optimizer=args.optimizer)
+        print(json.dumps(est.to_dict(memory), indent=1) if args.json else est.describe(memory))
+        return 0
+    if args.world is None:
+        raise ValueError("--model needs --world (the number of ranks to plan for) or --mesh")
+    plan = plan_graph(
+        graph, world=args.world, memory=memory, profile=profile, optimizer=args.optimizer
+    )
+    print(json.dumps(plan.to_dict(), indent=1) if args.json else plan.table(top=args.top))
+    return 0 if plan.fitting else 1
 
 
 def check_shape(mesh: dict[str, int], shape: tuple[int, ...]) -> None:
@@ -139,12 +229,77 @@ def register(subparsers: Subparsers) -> None:
         help="global input size NxCxDxHxW (five positive integers)",
     )
 
-    plan = sub.add_parser("plan", parents=[common], help="print blocks and halos of a conv layer")
-    plan.add_argument("--kernel", type=positive_int, default=3, help="kernel size")
-    plan.add_argument("--stride", type=positive_int, default=1, help="stride")
-    plan.add_argument("--dilation", type=positive_int, default=1, help="dilation")
+    plan = sub.add_parser(
+        "plan",
+        help="pick the process grid for a model (--model), or print the blocks and halos of "
+        "one convolution on --mesh",
+    )
     plan.add_argument(
-        "--padding", type=non_negative_int, default=1, help="zero padding on each side"
+        "--mesh",
+        type=parse_mesh,
+        default=None,
+        help="with --model: price this grid only; without: the grid whose conv blocks to "
+        "print (depth=2 when omitted)",
+    )
+    plan.add_argument(
+        "--shape",
+        type=parse_plan_shape,
+        default=(1, 2, 16, 16, 16),
+        help="global input CxDxHxW (one sample per --batch) or NxCxDxHxW",
+    )
+    plan.add_argument(
+        "--batch",
+        type=positive_int,
+        default=None,
+        help="global batch N when --shape gives CxDxHxW (1 when omitted)",
+    )
+    plan.add_argument("--model", choices=MODELS, default=None, help="the model to plan for")
+    plan.add_argument("--world", type=positive_int, default=None, help="ranks to plan for")
+    plan.add_argument(
+        "--memory",
+        type=memory_size,
+        default=None,
+        help="memory per rank, e.g. 80GiB or 40GB (the profile's device memory when omitted)",
+    )
+    plan.add_argument(
+        "--profile",
+        default="h100",
+        help=f"machine profile: {', '.join(PROFILES)}, 'calibrated' (the --calibrate cache) "
+        "or a profile .json",
+    )
+    plan.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's constants, cache them and plan with them",
+    )
+    plan.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="device --calibrate measures",
+    )
+    plan.add_argument(
+        "--cache",
+        default=None,
+        help="profile file --calibrate writes and --profile calibrated reads "
+        "(default: $SCIML_CACHE_DIR or $XDG_CACHE_HOME/sciml, planner_profile.json)",
+    )
+    plan.add_argument(
+        "--optimizer",
+        choices=("adam", "momentum", "sgd"),
+        default="adam",
+        help="optimizer whose state counts in memory",
+    )
+    plan.add_argument("--top", type=positive_int, default=5, help="grids shown in the table")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--kernel", type=positive_int, default=3, help="kernel size (no --model)")
+    plan.add_argument("--stride", type=positive_int, default=1, help="stride (no --model)")
+    plan.add_argument("--dilation", type=positive_int, default=1, help="dilation (no --model)")
+    plan.add_argument(
+        "--padding",
+        type=non_negative_int,
+        default=1,
+        help="zero padding on each side (no --model)",
     )
     plan.set_defaults(func=_cmd_plan)
 

@@ -62,7 +62,7 @@ def test_cli_check_help_examples(options: list[str], capsys: pytest.CaptureFixtu
         (["plan", "--dilation", "-1"], "--dilation: expected an integer >= 1, got '-1'"),
         (["plan", "--padding", "-1"], "--padding: expected an integer >= 0, got '-1'"),
         (["plan", "--shape", "1x0x4x4x4"], "--shape expects 5 positive sizes"),
-        (["plan", "--shape", "1x2x4x4"], "--shape expects 5 sizes NxCxDxHxW"),
+        (["plan", "--shape", "1x2x4"], "--shape expects 5 sizes NxCxDxHxW"),
         (["plan", "--shape", "1x2x4x4xa"], "--shape expects 5 positive sizes"),
         (["check", "--mesh", "depth=0"], "depth='0': expected an integer >= 1, got '0'"),
         (["check", "--mesh", "time=2"], "unknown axis 'time'; the axes are data, depth"),

@@ -1,0 +1,291 @@
+"""Pick the process grid: every ``data x depth x height x width`` grid of a world size, priced.
+
+Example::
+
+    from sciml.models import CosmoFlow
+    from sciml.spatial_parallel.planner import recommend
+
+    plan = recommend(CosmoFlow(), (4, 4, 512, 512, 512), world=2048, memory="80GiB",
+                     profile="h100")
+    plan.mesh            # {"data": 4, "depth": 8, ...}: SpatialMesh(**plan.mesh)
+    plan.best.time       # seconds per term: compute, halo, norm, allreduce, optimizer, read
+    print(plan.table())  # the recommendation, the runners-up, the grids that do not fit
+
+The model is traced once (:mod:`planner_graph`), each grid is priced by
+:mod:`planner_cost` with a :class:`~sciml.spatial_parallel.planner_profile.Profile`,
+and the fastest grid whose peak memory per rank fits the limit is recommended.
+Grids that cannot split the model (a block smaller than a halo, more replicas
+than samples) are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from sciml.spatial_parallel.planner_cost import (
+    MEMORY_TERMS,
+    OPTIMIZER_STATE,
+    TIME_TERMS,
+    Estimate,
+    Grid,
+    GridError,
+    estimate,
+)
+from sciml.spatial_parallel.planner_graph import Graph, trace
+from sciml.spatial_parallel.planner_profile import Profile, get_profile
+
+#: Models the command line knows by name.
+MODELS = ("cosmoflow", "unet")
+_UNITS = {
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_memory(text: str) -> float:
+    """``"80GiB"`` -> bytes; units B, kB, MB, GB, TB (powers of 1000) and KiB..TiB (of 1024).
+
+    Raises:
+        ValueError: If ``text`` is not a positive number with a known unit.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text.lower())
+    if not match or not match.group(2) or match.group(2) not in _UNITS:
+        raise ValueError(
+            f"memory must be a number with a unit such as 80GiB, 40GB or 512MiB, got {text!r}"
+        )
+    value = float(match.group(1)) * _UNITS[match.group(2)]
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"memory must be positive, got {text!r}")
+    return value
+
+
+def build_model(name: str, in_channels: int) -> nn.Module:
+    """The model the command line plans for: ``"cosmoflow"`` or ``"unet"`` (defaults).
+
+    ``cosmoflow`` is ``CosmoFlow(in_channels, 4)``, ``unet`` is
+    ``UNet(in_channels, 2)`` (3D, batch norm, 16 base channels, depth 3).
+    """
+    from sciml.models import CosmoFlow, UNet
+
+    if name == "cosmoflow":
+        return CosmoFlow(in_channels, 4)
+    if name == "unet":
+        return UNet(in_channels, 2)
+    raise ValueError(f"unknown model {name!r}: expected one of {', '.join(MODELS)}")
+
+
+def grids(world: int) -> list[Grid]:
+    """Every ``(data, depth, height, width)`` of positive integers whose product is ``world``."""
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ValueError(f"world must be a positive integer, got {world!r}")
+    divisors = [d for d in range(1, world + 1) if world % d == 0]
+    return [
+        (a, b, c, world // (a * b * c))
+        for a in divisors
+        for b in divisors
+        if (world // a) % b == 0
+        for c in divisors
+        if (world // (a * b)) % c == 0
+    ]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The priced grids of one model, sample shape, world size and memory limit.
+
+    Attributes:
+        graph: The traced model.
+        world: Ranks.
+        memory_limit: Bytes per rank.
+        profile: The machine.
+        fitting: Grids that fit, fastest first.
+        too_big: Grids that split the model but exceed the limit, smallest first.
+        unsplittable: ``(grid, reason)`` of grids that cannot split the model.
+    """
+
+    graph: Graph
+    world: int
+    memory_limit: float
+    profile: Profile
+    fitting: tuple[Estimate, ...]
+    too_big: tuple[Estimate, ...]
+    unsplittable: tuple[tuple[Grid, str], ...]
+
+    @property
+    def best(self) -> Estimate:
+        """The fastest grid that fits.
+
+        Raises:
+            ValueError: If no grid fits, naming the smallest memory needed.
+        """
+        if self.fitting:
+            return self.fitting[0]
+        if self.too_big:
+            least = self.too_big[0]
+            raise ValueError(
+                f"no grid of {self.world} ranks fits in {self.memory_limit / 2**30:.3g} GiB per "
+                f"rank for input {self.graph.sample_shape}: the smallest, {least.mesh}, needs "
+                f"{least.peak_memory / 2**30:.3g} GiB; use more ranks or a smaller sample"
+            )
+        reason = self.unsplittable[0][1] if self.unsplittable else "no grids"
+        raise ValueError(
+            f"no grid of {self.world} ranks can split input {self.graph.sample_shape}: {reason}"
+        )
+
+    @property
+    def mesh(self) -> dict[str, int]:
+        """The recommended grid as ``SpatialMesh`` keywords (what ``--mesh`` parses to)."""
+        return self.best.mesh
+
+    def table(self, *, top: int = 5) -> str:
+        """The recommendation and runners-up with a per-term breakdown, as text."""
+        head = (
+            f"{'grid d x D x H x W':>20} {'step ms':>9} "
+            + " ".join(f"{t:>9}" for t in TIME_TERMS)
+            + f" {'GiB/rank':>9}"
+        )
+        lines = [
+            f"{self.graph.sample_shape} on {self.world} ranks, "
+            f"{self.memory_limit / 2**30:.3g} GiB each, profile {self.profile.name}",
+            head,
+        ]
+        rows = list(self.fitting[:top])
+        for rank, est in enumerate(rows):
+            grid = " x ".join(str(v) for v in est.grid)
+            terms = " ".join(f"{est.time[t] * 1e3:>9.3g}" for t in TIME_TERMS)
+            mark = "*" if rank == 0 else " "
+            lines.append(
+                f"{mark}{grid:>19} {est.step_time * 1e3:>9.4g} {terms} "
+                f"{est.peak_memory / 2**30:>9.3g}"
+            )
+        if not rows:
+            lines.append("  no grid fits")
+        lines.append(
+            f"{len(self.fitting)} grid(s) fit, {len(self.too_big)} exceed the memory, "
+            f"{len(self.unsplittable)} cannot split the input"
+        )
+        if self.fitting:
+            best = self.fitting[0]
+            lines.append(
+                "memory of the recommendation (GiB): "
+                + ", ".join(f"{t} {best.memory[t] / 2**30:.3g}" for t in MEMORY_TERMS)
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        """The plan as plain JSON-ready values (every priced grid, every term)."""
+        return {
+            "sample_shape": list(self.graph.sample_shape),
+            "world": self.world,
+            "memory_limit_bytes": self.memory_limit,
+            "profile": self.profile.name,
+            "recommended": self.fitting[0].to_dict() if self.fitting else None,
+            "fitting": [e.to_dict() for e in self.fitting],
+            "too_big": [e.to_dict() for e in self.too_big],
+            "unsplittable": [{"grid": list(g), "reason": r} for g, r in self.unsplittable],
+        }
+
+
+def _check_options(*, world: object, memory: object, optimizer: object) -> None:
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ValueError(f"world must be a positive integer, got {world!r}")
+    if (
+        not isinstance(memory, int | float)
+        or isinstance(memory, bool)
+        or not (math.isfinite(memory) and memory > 0)
+    ):
+        raise ValueError(f"memory must be a positive number of bytes, got {memory!r}")
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE)}, got {optimizer!r}")
+
+
+def plan_graph(
+    graph: Graph,
+    *,
+    world: int,
+    memory: float,
+    profile: Profile,
+    optimizer: str = "adam",
+    bucket_mb: float = 25.0,
+) -> Plan:
+    """Price every grid of ``world`` ranks for a traced model (see :func:`recommend`)."""
+    _check_options(world=world, memory=memory, optimizer=optimizer)
+    fitting: list[Estimate] = []
+    too_big: list[Estimate] = []
+    unsplittable: list[tuple[Grid, str]] = []
+    for grid in grids(world):
+        try:
+            est = estimate(graph, grid, profile, optimizer=optimizer, bucket_mb=bucket_mb)
+        except GridError as err:
+            unsplittable.append((grid, str(err)))
+            continue
+        (fitting if est.peak_memory <= memory else too_big).append(est)
+
+    def split_axes(est: Estimate) -> tuple[int, Grid]:
+        return (sum(p > 1 for p in est.grid[1:]), est.grid)
+
+    fitting.sort(key=lambda e: (e.step_time, *split_axes(e)))
+    too_big.sort(key=lambda e: (e.peak_memory, e.step_time))
+    return Plan(
+        graph, world, float(memory), profile, tuple(fitting), tuple(too_big), tuple(unsplittable)
+    )
+
+
+def recommend(
+    model: nn.Module | str,
+    sample_shape: Sequence[int],
+    *,
+    world: int,
+    memory: float | str | None = None,
+    profile: Profile | str | Path = "h100",
+    optimizer: str = "adam",
+    bucket_mb: float = 25.0,
+) -> Plan:
+    """Price every grid of ``world`` ranks for ``model`` on a global batch of ``sample_shape``.
+
+    Args:
+        model: A module ``parallelize`` accepts, or a name of :data:`MODELS`.
+        sample_shape: Global input ``(N, C, D, H, W)`` of one training step.
+        world: Number of ranks.
+        memory: Bytes per rank (or a string such as ``"80GiB"``); ``None``: the profile's.
+        profile: A :class:`Profile`, a name of ``PROFILES``, ``"calibrated"`` or a JSON path.
+        optimizer: ``"adam"``, ``"momentum"`` or ``"sgd"`` (its state counts in memory).
+        bucket_mb: Gradient bucket size of ``parallelize``, MiB.
+
+    Returns:
+        The :class:`Plan`; ``plan.mesh`` is the recommended grid (it raises if none fits).
+
+    Raises:
+        ValueError: On a bad shape, world, memory, profile or optimizer, or a
+            layer ``parallelize`` cannot split.
+    """
+    prof = profile if isinstance(profile, Profile) else get_profile(profile)
+    if isinstance(memory, str):
+        memory = parse_memory(memory)
+    if memory is None:
+        if prof.memory is None:
+            raise ValueError(f"profile {prof.name!r} has no device memory: give memory=")
+        memory = prof.memory
+    _check_options(world=world, memory=memory, optimizer=optimizer)
+    if isinstance(model, str):
+        shape = tuple(sample_shape)
+        if len(shape) != 5:
+            raise ValueError(f"sample_shape must be 5 sizes (N, C, D, H, W), got {shape}")
+        model = build_model(model, shape[1])
+    graph = trace(model, sample_shape)
+    return plan_graph(
+        graph, world=world, memory=memory, profile=prof, optimizer=optimizer, bucket_mb=bucket_mb
+    )

@@ -1,0 +1,166 @@
+"""Measure this machine's planner constants (``sciml spatial plan --calibrate``).
+
+Times, on the CPU (or the current CUDA device when ``device="cuda"``):
+
+* a ``Conv3d(16, 16, 3, padding=1)`` forward and backward at three cube
+  sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares), so
+  that small local blocks pay the fixed cost a rate alone would miss;
+* an elementwise multiply on 32 MiB (read + write bandwidth);
+* point-to-point messages and all-reduces between two local gloo processes
+  at two sizes (latency and bandwidth by the two-point fit);
+* reading a 64 MiB file just written (so from the page cache: an upper bound
+  of what a file system gives).
+
+The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
+named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`
+caches it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sciml.spatial_parallel.planner_profile import Profile
+
+SIZES = (12, 20, 28)
+CHANNELS = 16
+SMALL, LARGE = 2**10, 2**24  # message sizes, bytes
+
+
+def _median_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _fit(work: list[float], seconds: list[float]) -> tuple[float, float]:
+    """``(overhead, rate)`` of ``seconds = overhead + work / rate`` (least squares)."""
+    slope, intercept = np.polyfit(np.asarray(work), np.asarray(seconds), 1)
+    slope = max(float(slope), 1e-30)
+    return max(float(intercept), 0.0), 1.0 / slope
+
+
+def conv_constants(*, device: str = "cpu") -> dict[str, float]:
+    """Forward and backward FLOP rates and the per-call overhead of a 3D convolution."""
+    torch.manual_seed(0)
+    conv = nn.Conv3d(CHANNELS, CHANNELS, 3, padding=1).to(device)
+    flops, fwd, bwd = [], [], []
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for size in SIZES:
+        x = torch.randn(1, CHANNELS, size, size, size, device=device, requires_grad=True)
+        flops.append(2.0 * CHANNELS * 27 * CHANNELS * size**3)
+
+        def forward(x: torch.Tensor = x) -> None:
+            with torch.no_grad():
+                conv(x)
+            sync()
+
+        def both(x: torch.Tensor = x) -> None:
+            conv(x).sum().backward()
+            sync()
+
+        fwd.append(_median_seconds(forward))
+        bwd.append(max(_median_seconds(both) - fwd[-1], 1e-9))
+    overhead, rate = _fit(flops, fwd)
+    bwd_overhead, bwd_rate = _fit([2 * f for f in flops], bwd)
+    return {
+        "conv_rate": rate,
+        "conv_bwd_rate": bwd_rate,
+        "op_overhead": (overhead + bwd_overhead / 2) / 2,
+    }
+
+
+def memory_bandwidth(*, device: str = "cpu") -> float:
+    """Bytes/s of ``y = 2 x`` on 32 MiB (one read, one write)."""
+    x = torch.ones(2**23, device=device)
+    seconds = _median_seconds(lambda: torch.mul(x, 2.0))
+    return 2 * x.numel() * 4 / seconds
+
+
+def read_bandwidth() -> float:
+    """Bytes/s of reading a 64 MiB file just written (page cache: an upper bound)."""
+    data = np.ones(2**24, dtype=np.float32)
+    with tempfile.TemporaryDirectory(prefix="sciml-calibrate-") as folder:
+        path = os.path.join(folder, "block.bin")
+        data.tofile(path)
+        seconds = _median_seconds(lambda: np.fromfile(path, dtype=np.float32), repeats=3)
+    return data.nbytes / seconds
+
+
+def _pingpong(nbytes: int) -> float:
+    """One-way seconds of an ``nbytes`` message between ranks 0 and 1."""
+    buf = torch.zeros(nbytes // 4)
+
+    def once() -> None:
+        if dist.get_rank() == 0:
+            dist.send(buf, 1)
+            dist.recv(buf, 1)
+        else:
+            dist.recv(buf, 0)
+            dist.send(buf, 0)
+
+    return _median_seconds(once, repeats=9) / 2
+
+
+def _allreduce(nbytes: int) -> float:
+    buf = torch.zeros(nbytes // 4)
+    return _median_seconds(lambda: dist.all_reduce(buf), repeats=9)
+
+
+def network_constants() -> dict[str, float]:
+    """Latency and bandwidth of messages and all-reduces (run on 2 ranks by ``spawn``)."""
+    small, large = _pingpong(SMALL), _pingpong(LARGE)
+    latency = small  # a 1 KiB message is all latency
+    bandwidth = LARGE / max(large - latency, large / 2)
+    # two ranks: a ring all-reduce is 2 steps of nbytes / 2 each
+    reduce_small = _allreduce(SMALL)
+    reduce_latency = max(reduce_small / 2 - SMALL / 2 / bandwidth, 0.0)
+    return {"latency": latency, "bandwidth": bandwidth, "allreduce_latency": reduce_latency}
+
+
+def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
+    """Measure this machine (a few seconds) and return its profile.
+
+    ``threads`` intra-op threads time the kernels: one, as ``sciml.spawn`` gives each rank.
+    """
+    from sciml.distributed import spawn, torch_threads
+
+    with torch_threads(threads):
+        conv = conv_constants(device=device)
+        mem_bw = memory_bandwidth(device=device)
+    net = spawn(network_constants, 2)[0]
+    pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = float(torch.cuda.get_device_properties(0).total_memory) if device == "cuda" else None
+    return Profile(
+        name="calibrated",
+        conv_rate=conv["conv_rate"],
+        conv_bwd_rate=conv["conv_bwd_rate"],
+        mem_bw=mem_bw,
+        op_overhead=conv["op_overhead"],
+        memory=memory if memory is not None else float(pages),
+        reserved=0.0,
+        intra_latency=net["latency"],
+        intra_bw=net["bandwidth"],
+        inter_latency=net["latency"],
+        inter_bw=net["bandwidth"],
+        ranks_per_node=2**20,  # local processes: one node
+        concurrency=max(1, (os.cpu_count() or 1) // threads),
+        allreduce_latency=net["allreduce_latency"],
+        read_bw=read_bandwidth(),
+        overlap=device == "cuda",
+        source=f"measured by sciml spatial plan --calibrate on {device} "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__})",
+    )

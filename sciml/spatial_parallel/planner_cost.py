@@ -1,0 +1,339 @@
+"""The planner's cost model: memory and step time of one rank for one process grid.
+
+Every rank of a grid ``(data, depth, height, width)`` holds a block of each
+activation (:func:`~sciml.spatial_parallel.partition.block_bounds`: the first
+ranks along a dim hold the extra element, so rank 0's block is the largest);
+the model prices the slowest, fullest rank: the largest block together with
+the widest halo any rank of that dim receives.
+
+Memory (bytes): parameters, gradients, optimizer state (Adam 2, momentum 1,
+SGD 0 copies), the gradient buckets (a flat copy of every gradient), the
+tensors autograd keeps for backward (from :mod:`planner_graph`, each scaled to
+its block), the halo part of every window layer's assembled input, and the
+largest backward working set (one layer's input and output gradients).
+
+Step time (seconds): per layer, forward and backward compute on the roofline
+``overhead + max(FLOP / rate, bytes / bandwidth)`` (a convolution's backward
+does its data and weight gradients: twice its forward FLOPs, once for the
+first layer whose input needs no gradient); the halo exchange along each
+split dim in turn (``latency + bytes / bandwidth`` per neighbour), hidden
+behind the interior's compute when the profile overlaps (then the boundary
+shells run after it) and added to it otherwise, in both directions; two
+all-reduces forward and two backward per normalisation layer; the gradient
+buckets' ring all-reduces, issued as their last gradient is ready in the
+backward pass and serialised, of which only what outlasts the backward is
+exposed; the optimizer's pass over the parameters; reading the rank's block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sciml.spatial_parallel.partition import DIM_NAMES
+from sciml.spatial_parallel.planner_graph import NORM_KINDS, Graph, Layer
+from sciml.spatial_parallel.planner_halo import (
+    Grid,
+    GridError,
+    Halo,
+    halo_bytes,
+    largest,
+    layer_halo,
+    local_numel,
+)
+from sciml.spatial_parallel.planner_layers import ConvCost, LocalConv, local_conv
+from sciml.spatial_parallel.planner_profile import Profile
+
+#: Copies of the parameters an optimizer keeps.
+OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+#: Bytes read and written per parameter element by an optimizer step (in parameter sizes).
+OPTIMIZER_PASSES = {"sgd": 3, "momentum": 5, "adam": 7}
+CONV_KINDS = ("Conv3d", "ConvTranspose3d", "Linear")
+#: Output-sized tensors the split normalisations keep beyond PyTorch's fused
+#: kernels (two-pass statistics keep the centred input and the normalised
+#: output where the fused kernel keeps the input): measured, see
+#: ``tests/spatial_parallel/test_planner_cost.py::test_step_memory_matches_measured``.
+SPLIT_NORM_EXTRA = 1
+MEMORY_TERMS = (
+    "params",
+    "grads",
+    "optimizer",
+    "buckets",
+    "input",
+    "activations",
+    "halos",
+    "workspace",
+    "reserved",
+)
+TIME_TERMS = ("compute", "halo", "norm", "allreduce", "optimizer", "read")
+
+
+def conv_of(layer: Layer, grid: Grid, halo: Halo, *, first: bool) -> LocalConv | None:
+    """The local convolution the fullest rank runs for ``layer`` (``None``: not a convolution)."""
+    if layer.kind not in ("Conv3d", "ConvTranspose3d") or layer.windows is None:
+        return None
+    n, c, *spatial = layer.in_shape
+    block = (
+        largest(n, grid[0]),
+        c,
+        *(largest(s, p) for s, p in zip(spatial, grid[1:], strict=True)),
+    )
+    return local_conv(
+        layer.kind,
+        layer.windows,
+        block,  # type: ignore[arg-type]
+        layer.out_shape[1],
+        halo.received,
+        groups=layer.groups,
+        first=first,
+    )
+
+
+def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, first: bool) -> float:
+    """Roofline seconds of one layer's forward or backward on the largest block."""
+    out = local_numel(layer.out_shape, grid)
+    moved = (local_numel(layer.in_shape, grid) + out) * layer.itemsize
+    if layer.kind in NORM_KINDS:
+        moved *= 2  # statistics, then normalisation
+    if layer.kind in CONV_KINDS:
+        flops = layer.flops * out / math.prod(layer.out_shape)
+        if backward:
+            calls = 1 if first else 2  # weight gradient, and data gradient unless first
+            return calls * (profile.op_overhead + flops / profile.conv_bwd_rate)
+        return profile.op_overhead + max(flops / profile.conv_rate, moved / profile.mem_bw)
+    return profile.op_overhead + (2 if backward else 1) * moved / profile.mem_bw
+
+
+def _exchange(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
+    strides = (grid[2] * grid[3], grid[3], 1)
+    seconds = 0.0
+    for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
+        if halo.received[k]:
+            messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
+            seconds += messages * profile.p2p(nbytes / messages, stride=strides[k])
+    return seconds
+
+
+def _overlapped(
+    compute: float, exchange: float, layer: Layer, halo: Halo, grid: Grid, profile: Profile
+) -> float:
+    if not exchange:
+        return compute
+    if not profile.overlap:
+        return compute + exchange
+    out = [largest(s, p) for s, p in zip(layer.out_shape[2:], grid[1:], strict=True)]
+    inner = math.prod(max(0, o - b) for o, b in zip(out, halo.boundary, strict=True))
+    interior = inner / max(1, math.prod(out))
+    shells = 2 * sum(1 for r in halo.received if r)
+    return (
+        max(exchange, compute * interior) + compute * (1 - interior) + shells * profile.op_overhead
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Memory and step time of the fullest, slowest rank of one grid.
+
+    Attributes:
+        grid: ``(data, depth, height, width)``.
+        memory: Bytes per term of :data:`MEMORY_TERMS`.
+        time: Seconds per term of :data:`TIME_TERMS`.
+    """
+
+    grid: Grid
+    memory: dict[str, float]
+    time: dict[str, float]
+
+    @property
+    def peak_memory(self) -> float:
+        """Bytes per rank, all terms."""
+        return sum(self.memory.values())
+
+    @property
+    def step_memory(self) -> float:
+        """Bytes a training step allocates and frees: activations, halos, workspace."""
+        return sum(self.memory[t] for t in ("activations", "halos", "workspace"))
+
+    @property
+    def step_time(self) -> float:
+        """Seconds per training step, all terms."""
+        return sum(self.time.values())
+
+    @property
+    def mesh(self) -> dict[str, int]:
+        """The grid as ``SpatialMesh`` keywords (the dict ``--mesh`` parses to)."""
+        return dict(zip(("data", *DIM_NAMES), self.grid, strict=True))
+
+    def to_dict(self, memory_limit: float | None = None) -> dict[str, object]:
+        """JSON-ready values: the mesh, the totals and every term (and ``fits`` given a limit)."""
+        out: dict[str, object] = {
+            "mesh": self.mesh,
+            "step_time_s": self.step_time,
+            "peak_memory_bytes": self.peak_memory,
+            "time_s": self.time,
+            "memory_bytes": self.memory,
+        }
+        if memory_limit is not None:
+            out["fits"] = self.peak_memory <= memory_limit
+        return out
+
+    def describe(self, memory_limit: float) -> str:
+        """Step time and memory per term, as text."""
+        fits = "fits" if self.peak_memory <= memory_limit else "does NOT fit"
+        lines = [
+            f"grid {self.mesh}: step {self.step_time * 1e3:.4g} ms, "
+            f"{self.peak_memory / 2**30:.3g} GiB per rank ({fits} in "
+            f"{memory_limit / 2**30:.3g} GiB)"
+        ]
+        lines += [f"  time {t:>11} {self.time[t] * 1e3:>10.4g} ms" for t in TIME_TERMS]
+        lines += [f"  memory {t:>9} {self.memory[t] / 2**30:>10.4g} GiB" for t in MEMORY_TERMS]
+        return "\n".join(lines)
+
+
+def _activations(
+    graph: Graph, grid: Grid, scratch: list[tuple[float, float]]
+) -> tuple[float, float]:
+    """Bytes kept for backward, and the largest working set on top of them.
+
+    Layer ``i``'s forward holds the tensors saved by the layers before it, its
+    output and its scratch; its backward (which frees the tensors of the
+    layers after it) those saved by layers ``0..i``, its output and input
+    gradients and its scratch. ``scratch`` is ``(forward, backward)`` bytes per layer.
+    """
+    kept = [0.0] * len(graph.layers)
+    for s in graph.saved:
+        index = min(s.layer, len(kept) - 1)
+        kept[index] += (local_numel(s.shape, grid) if s.split else math.prod(s.shape)) * s.itemsize
+    for index, layer in enumerate(graph.layers):
+        if layer.kind in NORM_KINDS:
+            kept[index] += SPLIT_NORM_EXTRA * local_numel(layer.out_shape, grid) * layer.itemsize
+    total, running, peak = sum(kept), 0.0, 0.0
+    for layer, nbytes, (fwd, bwd) in zip(graph.layers, kept, scratch, strict=True):
+        out = local_numel(layer.out_shape, grid) * layer.itemsize
+        peak = max(peak, running + out + fwd)
+        running += nbytes
+        peak = max(peak, running + out + local_numel(layer.in_shape, grid) * layer.itemsize + bwd)
+    return total, max(0.0, peak - total)
+
+
+def _allreduce_exposed(
+    graph: Graph, grid: Grid, profile: Profile, backward: list[float], bucket_bytes: float
+) -> float:
+    """Bucketed gradient all-reduce left over after the backward pass (bucket by bucket)."""
+    ranks = math.prod(grid)
+    if ranks == 1:
+        return 0.0
+    clock, ready, buckets, size = 0.0, 0.0, [], 0.0
+    for layer, seconds in zip(reversed(graph.layers), reversed(backward), strict=True):
+        clock += seconds
+        nbytes = layer.params * 4.0
+        if size and size + nbytes > bucket_bytes:
+            buckets.append((ready, size))
+            size = 0.0
+        if nbytes:
+            size, ready = size + nbytes, clock
+    if size:
+        buckets.append((ready, size))
+    end = 0.0
+    for ready, nbytes in buckets:
+        end = max(end, ready) + profile.allreduce(nbytes, ranks)
+    return max(0.0, end - clock)
+
+
+def _layer_costs(
+    layer: Layer,
+    grid: Grid,
+    halo: Halo,
+    profile: Profile,
+    costs: Mapping[str, ConvCost],
+    *,
+    first: bool,
+) -> tuple[float, float, float, float]:
+    """Forward and backward seconds and scratch bytes: measured where known, else roofline."""
+    conv = conv_of(layer, grid, halo, first=first)
+    cost = costs.get(conv.key) if conv is not None else None
+    slow = profile.contention(math.prod(grid))
+    if cost is not None:
+        return (
+            cost.forward_s * slow,
+            cost.backward_s * slow,
+            cost.forward_bytes,
+            cost.backward_bytes,
+        )
+    fwd = _roofline(layer, grid, profile, backward=False, first=first)
+    bwd = _roofline(layer, grid, profile, backward=True, first=first)
+    return fwd * slow, bwd * slow, 0.0, 0.0
+
+
+def estimate(
+    graph: Graph,
+    grid: Grid,
+    profile: Profile,
+    *,
+    optimizer: str = "adam",
+    bucket_mb: float = 25.0,
+    costs: Mapping[str, ConvCost] | None = None,
+) -> Estimate:
+    """Memory and step time per rank of ``graph`` on ``grid``.
+
+    Args:
+        graph: The traced model.
+        grid: ``(data, depth, height, width)``.
+        profile: The machine.
+        optimizer: ``"adam"``, ``"momentum"`` or ``"sgd"``.
+        bucket_mb: Gradient bucket size, MiB.
+        costs: Measured local convolutions (:mod:`planner_layers`), by key; the
+            times are of one rank alone, so they are scaled by the profile's contention.
+
+    Raises:
+        GridError: If the grid cannot split the activations (more replicas than
+            samples, or a block smaller than a halo).
+    """
+    if grid[0] > graph.sample_shape[0]:
+        raise GridError(
+            f"data={grid[0]} replicas but the batch has {graph.sample_shape[0]} samples"
+        )
+    halos = [layer_halo(layer, grid) for layer in graph.layers]
+    params = graph.params * 4.0
+    forward, backward, scratch = [], [], []
+    halo_mem = halo_time = norm = 0.0
+    spatial = math.prod(grid[1:])
+    for index, (layer, halo) in enumerate(zip(graph.layers, halos, strict=True)):
+        fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
+            layer, grid, halo, profile, costs or {}, first=index == 0
+        )
+        scratch.append((fwd_bytes, bwd_bytes))
+        exchange = _exchange(layer, grid, halo, profile) if any(halo.received) else 0.0
+        halo_mem += sum(halo_bytes(layer, grid, halo)) if any(halo.received) else 0.0
+        forward.append(_overlapped(fwd, exchange, layer, halo, grid, profile))
+        backward.append(_overlapped(bwd, exchange, layer, halo, grid, profile))
+        halo_time += forward[-1] - fwd + backward[-1] - bwd
+        if layer.kind in NORM_KINDS:
+            ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
+            norm += 4 * profile.allreduce(2 * layer.channels * 4.0, ranks)
+    saved, work = _activations(graph, grid, scratch)
+    compute = sum(forward) + sum(backward) - halo_time
+    block = local_numel(graph.sample_shape, grid) * graph.layers[0].itemsize
+    memory = {
+        "params": params,
+        "grads": params,
+        "optimizer": OPTIMIZER_STATE[optimizer] * params,
+        "buckets": params,
+        "input": float(block),
+        "activations": float(saved),
+        "halos": halo_mem,
+        "workspace": work,
+        "reserved": profile.reserved,
+    }
+    read = block / profile.read_bw
+    step = sum(forward) + sum(backward) + norm
+    time = {
+        "compute": compute,
+        "halo": halo_time,
+        "norm": norm,
+        "allreduce": _allreduce_exposed(graph, grid, profile, backward, bucket_mb * 2**20),
+        "optimizer": OPTIMIZER_PASSES[optimizer] * params / profile.mem_bw + profile.op_overhead,
+        "read": max(0.0, read - step),  # the loader reads the next block during this step
+    }
+    return Estimate(grid, memory, time)

@@ -1,0 +1,246 @@
+"""The layers of a model as the planner sees them: global shapes, windows, FLOPs, saved tensors.
+
+:func:`trace` runs the single-device model once on PyTorch's ``meta`` device
+(no memory, no arithmetic) with a sample of the global input shape and
+records, for every leaf module in execution order, its type, global input
+and output shapes, the sliding-window geometry of each spatial dim (the
+:mod:`~sciml.spatial_parallel.partition` objects the parallel layers plan
+with), its forward FLOPs and its parameters. Tensors that autograd keeps for
+the backward pass are caught with :func:`torch.autograd.graph.saved_tensors_hooks`
+and counted once per storage (an in-place ReLU's output is its input), so the
+activation memory follows PyTorch itself rather than a table.
+
+The walk uses only public things: module types and hyper-parameters (the
+tables of :mod:`~sciml.spatial_parallel.parallelize` say which layers split),
+shape propagation and autograd's saved tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from sciml.spatial_parallel.parallelize import ELEMENTWISE, REPLICATED, SWAPS
+from sciml.spatial_parallel.partition import TransposeWindow, Window
+
+#: Geometry of one layer along the three spatial dims (``None``: no halo).
+Windows = tuple[Window | TransposeWindow, ...] | None
+
+#: Layers whose halo comes from a sliding window (convolution, pooling).
+WINDOW_KINDS = ("Conv3d", "MaxPool3d", "AvgPool3d")
+#: Normalisation layers that reduce statistics over the split volume.
+NORM_KINDS = ("BatchNorm3d", "GroupNorm")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A tensor autograd keeps for backward: global shape, bytes per element, layer."""
+
+    shape: tuple[int, ...]
+    itemsize: int
+    layer: int
+
+    @property
+    def split(self) -> bool:
+        """Whether it is an ``(N, C, D, H, W)`` block, split like the activations."""
+        return len(self.shape) == 5
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One leaf module of the traced model (global sizes).
+
+    Attributes:
+        name: Qualified module name.
+        kind: Module class name (``"Conv3d"``, ``"ReLU"``...).
+        in_shape: Global input shape.
+        out_shape: Global output shape.
+        windows: Per-dim geometry of window and transposed-convolution layers.
+        flops: Forward floating-point operations on the global input.
+        params: Trainable parameter elements.
+        channels: Channels whose statistics a normalisation layer reduces (else 0).
+        itemsize: Bytes per activation element.
+        groups: Convolution groups (1 for other layers).
+    """
+
+    name: str
+    kind: str
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    windows: Windows
+    flops: float
+    params: int
+    channels: int
+    itemsize: int
+    groups: int = 1
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A traced model: its layers in execution order and the tensors kept for backward."""
+
+    sample_shape: tuple[int, int, int, int, int]
+    layers: tuple[Layer, ...]
+    saved: tuple[Saved, ...]
+
+    @property
+    def params(self) -> int:
+        """Trainable parameter elements of the whole model."""
+        return sum(layer.params for layer in self.layers)
+
+
+def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        return (value, value, value)
+    first, second, third = (int(v) for v in value)
+    return (first, second, third)
+
+
+def _windows(module: nn.Module) -> Windows:
+    if isinstance(module, nn.Conv3d):
+        kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
+        if module.padding == "same":
+            pads = [
+                ((d * (k - 1)) // 2, d * (k - 1) - (d * (k - 1)) // 2)
+                for k, d in zip(kernel, dilation, strict=True)
+            ]
+        elif module.padding == "valid":
+            pads = [(0, 0)] * 3
+        else:
+            pads = [(int(p), int(p)) for p in module.padding]
+        return tuple(Window(kernel[k], stride[k], dilation[k], *pads[k]) for k in range(3))
+    if isinstance(module, nn.ConvTranspose3d):
+        return tuple(
+            TransposeWindow(
+                module.kernel_size[k],
+                module.stride[k],
+                module.dilation[k],
+                int(module.padding[k]),
+                int(module.output_padding[k]),
+            )
+            for k in range(3)
+        )
+    if isinstance(module, nn.MaxPool3d | nn.AvgPool3d):
+        kernel = _triple(module.kernel_size)
+        stride = _triple(module.stride or module.kernel_size)
+        padding = _triple(module.padding)
+        dilation = _triple(getattr(module, "dilation", 1))
+        return tuple(
+            Window(kernel[k], stride[k], dilation[k], padding[k], padding[k], module.ceil_mode)
+            for k in range(3)
+        )
+    return None
+
+
+def _flops(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Forward FLOPs (a multiply-add counts 2) of ``module`` from ``x`` to ``y``."""
+    if isinstance(module, nn.Conv3d):
+        fan_in = module.in_channels // module.groups * math.prod(module.kernel_size)
+        return 2.0 * y.numel() * fan_in
+    if isinstance(module, nn.ConvTranspose3d):
+        fan_out = module.out_channels // module.groups * math.prod(module.kernel_size)
+        return 2.0 * x.numel() * fan_out
+    if isinstance(module, nn.Linear):
+        return 2.0 * y.numel() * module.in_features
+    if isinstance(module, nn.MaxPool3d | nn.AvgPool3d):
+        return float(y.numel() * math.prod(_triple(module.kernel_size)))
+    if isinstance(module, nn.BatchNorm3d | nn.GroupNorm):
+        return 8.0 * x.numel()  # two passes of statistics, normalise, scale and shift
+    return float(max(x.numel(), y.numel()))  # elementwise, pooling to one voxel, upsampling
+
+
+def _check_supported(model: nn.Module) -> None:
+    """Raise naming the first leaf layer that ``parallelize`` would refuse."""
+    known = (*SWAPS, *ELEMENTWISE, *REPLICATED)
+    for name, module in model.named_modules():
+        leaf = not list(module.children()) and not isinstance(module, known)
+        if leaf and (
+            list(module.parameters(recurse=False)) or type(module).__module__.startswith("torch.nn")
+        ):
+            raise ValueError(
+                f"planner: layer '{name}' ({type(module).__name__}) cannot be split in "
+                f"space (parallelize refuses it); the planner models the layers of "
+                f"sciml.spatial_parallel.parallelize.SWAPS and elementwise activations"
+            )
+
+
+def trace(
+    model: nn.Module, sample_shape: Sequence[int], *, dtype: torch.dtype = torch.float32
+) -> Graph:
+    """The layers of ``model`` on a global input of ``sample_shape`` ``(N, C, D, H, W)``.
+
+    ``model`` is copied to the ``meta`` device (it is not modified) and run forward once.
+
+    Raises:
+        ValueError: If the shape is not five positive sizes, a layer cannot be split
+            in space, or the model rejects the shape (its own message is kept).
+    """
+    shape = tuple(sample_shape)
+    if len(shape) != 5 or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape
+    ):
+        raise ValueError(
+            f"planner: sample_shape must be 5 positive sizes (N, C, D, H, W), got {shape}"
+        )
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"planner: expected a torch.nn.Module, got {type(model).__name__}")
+    _check_supported(model)
+    meta = copy.deepcopy(model).to(device="meta", dtype=dtype)
+    meta.train()
+    x = torch.empty(shape, device="meta", dtype=dtype)
+    # the input block is held by the loader anyway: a memory term of its own
+    weights = {t.untyped_storage()._cdata for t in [*meta.parameters(), *meta.buffers(), x]}
+    layers: list[Layer] = []
+    saved: dict[int, Saved] = {}
+    keep: list[torch.Tensor] = []  # storages stay alive, so their addresses stay unique
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage()._cdata
+        if key not in weights and key not in saved:
+            keep.append(t)
+            full = t.untyped_storage().nbytes() // t.element_size()
+            shp = tuple(t.shape) if t.numel() == full else (full,)
+            saved[key] = Saved(shp, t.element_size(), len(layers))
+        return t
+
+    def record(name: str):  # noqa: ANN202
+        def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            x = args[0]
+            layers.append(
+                Layer(
+                    name=name,
+                    kind=type(module).__name__,
+                    in_shape=tuple(x.shape),
+                    out_shape=tuple(out.shape),
+                    windows=_windows(module),
+                    flops=_flops(module, x, out),
+                    params=sum(p.numel() for p in module.parameters() if p.requires_grad),
+                    channels=x.shape[1] if isinstance(module, nn.BatchNorm3d | nn.GroupNorm) else 0,
+                    itemsize=x.element_size(),
+                    groups=int(getattr(module, "groups", 1)),
+                )
+            )
+
+        return hook
+
+    handles = [
+        module.register_forward_hook(record(name))
+        for name, module in meta.named_modules()
+        if not list(module.children())
+    ]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            meta(x)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(
+            f"planner: {type(model).__name__} rejects input shape {shape}: {err}"
+        ) from None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return Graph(shape, tuple(layers), tuple(saved.values()))

@@ -1,0 +1,171 @@
+"""Per-shape calibration: time and workspace of each rank's local convolutions, measured.
+
+A profile's rates price a convolution by its FLOPs; on a CPU the library
+picks a different algorithm per shape (an unfolded ``vol2col`` matrix, or
+oneDNN), with times and scratch memory a single rate cannot follow. As in
+Dryden et al.'s performance model, :func:`measure_convs` times the very
+convolutions the ranks run (:func:`local_conv`: the largest block with its
+halos, the native padding left on unsplit dims) forward and backward, and
+the resident-set growth beyond their outputs; the planner uses these
+:class:`ConvCost` entries instead of the roofline where it has them.
+:func:`load_costs` / :func:`save_costs` keep them next to the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from sciml.io_utils import atomic_write_text
+from sciml.spatial_parallel.partition import TransposeWindow, Window
+from sciml.spatial_parallel.planner_measure import mmap_large_allocations, reset_peak, status_bytes
+
+Triple = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class LocalConv:
+    """One rank's convolution: its input block (with halos) and the layer's geometry."""
+
+    kind: str
+    in_shape: tuple[int, int, int, int, int]
+    out_channels: int
+    kernel: Triple
+    stride: Triple
+    dilation: Triple
+    padding: Triple
+    groups: int
+    first: bool
+
+    @property
+    def key(self) -> str:
+        """A string naming the shape (the cache key)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ConvCost:
+    """Measured seconds and scratch bytes of a local convolution, forward and backward."""
+
+    forward_s: float
+    backward_s: float
+    forward_bytes: float
+    backward_bytes: float
+
+
+def local_conv(
+    kind: str,
+    windows: Iterable[Window | TransposeWindow],
+    in_block: tuple[int, int, int, int, int],
+    out_channels: int,
+    received: Triple,
+    *,
+    groups: int,
+    first: bool,
+) -> LocalConv:
+    """The convolution a rank runs on ``in_block`` plus ``received`` halo elements per dim.
+
+    Split dims (``received > 0``) are assembled explicitly, so they carry no padding.
+    """
+    w = list(windows)
+    n, c, *spatial = in_block
+    if kind == "Conv3d":
+        pads = tuple(0 if r else wk.pad_lo for wk, r in zip(w, received, strict=True))  # type: ignore[union-attr]
+    else:
+        pads = tuple(wk.padding for wk in w)  # type: ignore[union-attr]
+    return LocalConv(
+        kind=kind,
+        in_shape=(n, c, *(s + r for s, r in zip(spatial, received, strict=True))),  # type: ignore[arg-type]
+        out_channels=out_channels,
+        kernel=tuple(wk.kernel for wk in w),  # type: ignore[arg-type]
+        stride=tuple(wk.stride for wk in w),  # type: ignore[arg-type]
+        dilation=tuple(wk.dilation for wk in w),  # type: ignore[arg-type]
+        padding=pads,  # type: ignore[arg-type]
+        groups=groups,
+        first=first,
+    )
+
+
+def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if conv.kind == "Conv3d":
+        return F.conv3d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return F.conv_transpose3d(
+        x, weight, None, conv.stride, conv.padding, 0, conv.groups, conv.dilation
+    )
+
+
+def _measure_one(conv: LocalConv, *, repeats: int) -> ConvCost:
+    c = conv.in_shape[1]
+    if conv.kind == "Conv3d":
+        shape = (conv.out_channels, c // conv.groups, *conv.kernel)
+    else:
+        shape = (c, conv.out_channels // conv.groups, *conv.kernel)
+    weight = torch.randn(shape, requires_grad=True)
+    x = torch.randn(conv.in_shape, requires_grad=not conv.first)
+    grad = torch.ones_like(_run(conv, x, weight))
+    fwd, bwd, fwd_bytes, bwd_bytes = [], [], [], []
+    cpu = torch.device("cpu")
+    for _ in range(repeats + 1):
+        before = status_bytes("VmRSS")
+        reset_peak(cpu)
+        start = time.perf_counter()
+        y = _run(conv, x, weight)
+        fwd.append(time.perf_counter() - start)
+        fwd_bytes.append(status_bytes("VmHWM") - before - y.numel() * y.element_size())
+        before = status_bytes("VmRSS")
+        reset_peak(cpu)
+        start = time.perf_counter()
+        y.backward(grad)
+        bwd.append(time.perf_counter() - start)
+        grads = (0 if conv.first else x.numel()) * x.element_size()
+        bwd_bytes.append(status_bytes("VmHWM") - before - grads)
+        x.grad = weight.grad = None
+        del y
+    return ConvCost(
+        forward_s=statistics.median(fwd[1:]),
+        backward_s=statistics.median(bwd[1:]),
+        forward_bytes=max(0.0, statistics.median(fwd_bytes[1:])),
+        backward_bytes=max(0.0, statistics.median(bwd_bytes[1:])),
+    )
+
+
+def measure_convs(convs: Iterable[LocalConv], *, repeats: int = 3) -> dict[str, ConvCost]:
+    """Time (and measure the scratch memory of) each distinct local convolution on the CPU."""
+    mmap_large_allocations()
+    costs = {}
+    for conv in {c.key: c for c in convs}.values():
+        if math.prod(conv.in_shape) == 0:
+            continue
+        costs[conv.key] = _measure_one(conv, repeats=repeats)
+    return costs
+
+
+def save_costs(costs: Mapping[str, ConvCost], path: Path | str) -> Path:
+    """Merge ``costs`` into the JSON cache at ``path`` (atomic write)."""
+    path = Path(path)
+    merged = {key: asdict(cost) for key, cost in load_costs(path).items()} if path.exists() else {}
+    merged.update({key: asdict(cost) for key, cost in costs.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(merged, indent=0, sort_keys=True))
+    return path
+
+
+def load_costs(path: Path | str) -> dict[str, ConvCost]:
+    """The measured costs cached at ``path``.
+
+    Raises:
+        ValueError: If the file is not such a cache.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+        return {key: ConvCost(**value) for key, value in data.items()}
+    except (OSError, json.JSONDecodeError, TypeError, AttributeError) as err:
+        raise ValueError(f"cannot read the convolution costs {path}: {err}") from None

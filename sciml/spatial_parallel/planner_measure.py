@@ -1,0 +1,107 @@
+"""Measure what the planner predicts: a training step's time and peak memory on this rank.
+
+:func:`measure_step` is a rank function for :func:`sciml.spawn.spawn`: it
+parallelises a model on a mesh, runs Adam training steps on a random global
+batch and returns the median step time and the memory the step adds to what
+it starts with. On CUDA the peak is the allocator's
+(``torch.cuda.max_memory_allocated``); on the CPU it is the growth of the
+resident set from before the timed steps to its high-water mark in them
+(Linux ``/proc/self/status``, reset through ``/proc/self/clear_refs``), which
+follows the live tensors because :func:`mmap_large_allocations` sends every
+allocation over 64 KiB to its own mapping, returned when freed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.parallelize import parallelize
+from sciml.spatial_parallel.sharding import shard
+
+
+def mmap_large_allocations() -> None:
+    """Route C allocations over 64 KiB through mmap (glibc), so freed tensors leave RSS."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS is then an upper bound
+        ctypes.CDLL("libc.so.6").mallopt(-3, 65536)  # M_MMAP_THRESHOLD
+
+
+def status_bytes(field: str) -> float:
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in bytes."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024.0
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak(device: torch.device) -> None:
+    """Restart the high-water mark (CUDA allocator's, or the process's resident set)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+
+
+def _peak(device: torch.device, baseline: float) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device)) - baseline
+    return status_bytes("VmHWM") - baseline
+
+
+def measure_step(
+    model: nn.Module,
+    mesh_shape: dict[str, int],
+    sample_shape: Sequence[int],
+    *,
+    repeats: int = 3,
+    device: str = "cpu",
+) -> dict[str, float]:
+    """Median seconds of an Adam step of ``model`` on this rank's block, and its peak memory.
+
+    ``peak_bytes`` is the growth over the memory held between steps (parameters,
+    gradients, optimizer state, buckets, the input block): what the step itself
+    allocates, to compare with the planner's activations, halos and workspace.
+
+    Args:
+        model: The single-device model (parallelised here for ``mesh_shape``).
+        mesh_shape: ``SpatialMesh`` keywords; their product is the world size.
+        sample_shape: Global batch ``(N, C, D, H, W)`` (random normal values).
+        repeats: Timed steps after one warm-up step.
+        device: ``"cpu"`` or ``"cuda"`` (this rank's current device).
+    """
+    where = torch.device(device)
+    mmap_large_allocations()
+    torch.manual_seed(0)
+    mesh = SpatialMesh(**mesh_shape)  # type: ignore[arg-type]
+    pmodel = parallelize(model.to(where), mesh)
+    x = shard(torch.randn(tuple(sample_shape), device=where), mesh)
+    optimizer = torch.optim.Adam(pmodel.parameters(), lr=1e-6)
+
+    def step() -> float:
+        if dist.is_initialized():
+            dist.barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=False)
+        pmodel(x).square().sum().backward()
+        optimizer.step()
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+        return time.perf_counter() - start
+
+    step()  # warm-up: gradients, optimizer state, buckets, library workspaces
+    baseline = (
+        float(torch.cuda.memory_allocated(where)) if where.type == "cuda" else status_bytes("VmRSS")
+    )
+    reset_peak(where)
+    times = [step() for _ in range(repeats)]
+    return {"seconds": statistics.median(times), "peak_bytes": _peak(where, baseline)}

@@ -1,0 +1,112 @@
+"""The planner's memory and step-time model: closed forms, and memory against measured peaks."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from torch import nn
+
+from sciml.distributed import spawn
+from sciml.models import CosmoFlow
+from sciml.spatial_parallel.planner_cost import conv_of, estimate
+from sciml.spatial_parallel.planner_graph import trace
+from sciml.spatial_parallel.planner_halo import GridError, layer_halo
+from sciml.spatial_parallel.planner_layers import measure_convs
+from sciml.spatial_parallel.planner_measure import measure_step
+from sciml.spatial_parallel.planner_profile import Profile
+
+PROFILE = Profile(
+    name="test",
+    conv_rate=1e9,
+    conv_bwd_rate=5e8,
+    mem_bw=1e9,
+    op_overhead=1e-3,
+    memory=None,
+    reserved=0.0,
+    intra_latency=1e-4,
+    intra_bw=1e8,
+    inter_latency=1e-4,
+    inter_bw=1e8,
+    ranks_per_node=64,
+    concurrency=64,
+    allreduce_latency=1e-5,
+    read_bw=1e12,
+    overlap=False,
+    source="test",
+)
+CONV = trace(nn.Conv3d(2, 4, 3, padding=1), (1, 2, 8, 8, 8))
+FLOPS = 2 * (4 * 8**3) * (2 * 27)
+PARAMS = 4 * 2 * 27 + 4
+
+
+def test_one_rank_closed_form() -> None:
+    est = estimate(CONV, (1, 1, 1, 1), PROFILE)
+    forward = 1e-3 + max(FLOPS / 1e9, (2 + 4) * 8**3 * 4 / 1e9)
+    backward = 1e-3 + FLOPS / 5e8  # weight gradient only: the input needs none
+    assert est.time["compute"] == pytest.approx(forward + backward, rel=1e-12)
+    assert est.time["optimizer"] == pytest.approx(7 * PARAMS * 4 / 1e9 + 1e-3, rel=1e-12)
+    assert est.time["halo"] == est.time["allreduce"] == est.time["norm"] == 0
+    assert est.time["read"] == 0  # read while the step runs
+    assert est.memory == {
+        "params": PARAMS * 4,
+        "grads": PARAMS * 4,
+        "optimizer": 2 * PARAMS * 4,
+        "buckets": PARAMS * 4,
+        "input": 2 * 8**3 * 4,
+        "activations": 0,
+        "halos": 0,
+        "workspace": (4 + 2) * 8**3 * 4,  # the output and input gradients
+        "reserved": 0,
+    }
+
+
+def test_two_ranks_closed_form() -> None:
+    est = estimate(CONV, (1, 2, 1, 1), PROFILE, optimizer="sgd")
+    face = 2 * 8 * 8 * 4  # one plane of the 2-channel input
+    exchange = 1e-4 + face / 1e8  # one neighbour, one message each way
+    assert est.time["halo"] == pytest.approx(2 * exchange, rel=1e-12)  # forward and backward
+    forward = 1e-3 + FLOPS / 2 / 1e9
+    backward = 1e-3 + FLOPS / 2 / 5e8
+    assert est.time["compute"] == pytest.approx(forward + backward, rel=1e-12)
+    # one bucket, ready when the backward ends: all exposed; ring on 2 ranks beats the tree
+    ring = 2 * (1e-5 + PARAMS * 4 / 2 / 1e8)
+    assert est.time["allreduce"] == pytest.approx(ring, rel=1e-12)
+    assert est.memory["halos"] == face and est.memory["optimizer"] == 0
+    assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
+
+
+def test_overlap_hides_the_halo_behind_the_interior() -> None:
+    slow = Profile(**{**PROFILE.__dict__, "overlap": True, "conv_rate": 1e6})
+    est = estimate(trace(nn.Conv3d(2, 4, 3, padding=1), (1, 2, 16, 8, 8)), (1, 2, 1, 1), slow)
+    # the interior (6 of 8 output planes) outlasts the message: only the two boundary
+    # shells' calls show, forward and backward
+    assert est.time["halo"] == pytest.approx(2 * 2 * 1e-3, rel=1e-12)
+
+
+def test_more_replicas_than_samples_is_refused() -> None:
+    with pytest.raises(GridError, match="data=2 replicas but the batch has 1 samples"):
+        estimate(CONV, (2, 1, 1, 1), PROFILE)
+
+
+def _predicted_step_memory(model: nn.Module, shape: tuple[int, ...], mesh: dict[str, int]) -> float:
+    graph = trace(model, shape)
+    grid = tuple(mesh.get(a, 1) for a in ("data", "depth", "height", "width"))
+    convs = [
+        conv_of(layer, grid, layer_halo(layer, grid), first=i == 0)  # type: ignore[arg-type]
+        for i, layer in enumerate(graph.layers)
+    ]
+    costs = measure_convs([c for c in convs if c is not None], repeats=1)
+    return estimate(graph, grid, PROFILE, costs=costs).step_memory  # type: ignore[arg-type]
+
+
+@pytest.mark.xdist_group("spawn")
+@pytest.mark.parametrize("mesh", [{"depth": 1}, {"depth": 2}], ids=["1 rank", "2 ranks"])
+def test_step_memory_matches_measured(mesh: dict[str, int]) -> None:
+    model = CosmoFlow(4, 4, base_filters=4, n_conv=2)
+    shape = (1, 4, 32, 32, 32)
+    predicted = _predicted_step_memory(model, shape, mesh)
+    ranks = 2 if mesh["depth"] == 2 else 1
+    run = functools.partial(measure_step, repeats=1)
+    measured = max(r["peak_bytes"] for r in spawn(run, ranks, model, mesh, shape))
+    assert measured == pytest.approx(predicted, rel=0.15)
