@@ -38,6 +38,7 @@ WORKFLOW_CLIS: tuple[str, ...] = (
     "sciml.weather.cli",
     "sciml.geo.cli",
     "sciml.spatial_parallel.cli",
+    "sciml.volumes.cli",
 )
 
 

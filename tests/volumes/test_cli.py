@@ -1,0 +1,85 @@
+"""sciml cosmoflow|unet3d data|train: the command line, one process and under torchrun."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sciml.cli import main
+
+pytestmark = pytest.mark.xdist_group("volumes_cli")
+
+TINY = ["--epochs", "1", "--batch-size", "2", "--width", "2", "--levels", "1", "--workers", "0"]
+
+
+def _steps(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return [r for r in csv.DictReader(handle) if r["split"] == "train_step"]
+
+
+def test_data_then_train_in_one_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "seg.zarr"
+    assert main(["unet3d", "data", str(data), "--samples", "4", "--size", "8", "--seed", "1"]) == 0
+    assert "wrote 4 samples of 8^3 voxels" in capsys.readouterr().out
+    run = tmp_path / "run"
+    assert main(["unet3d", "train", str(data), "--run-dir", str(run), "--no-progress", *TINY]) == 0
+    assert "completed after 2 steps" in capsys.readouterr().out
+    assert {r["metric"] for r in _steps(run)} == {"loss", "accuracy"}
+    assert (run / "norm_stats.json").exists() and (run / "perf.csv").exists()
+
+
+def test_bad_command_lines_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "c.zarr"
+    assert main(["cosmoflow", "data", str(data), "--samples", "2", "--size", "4"]) == 0
+    with pytest.raises(SystemExit):
+        main(["cosmoflow", "train", str(data), "--run-dir", "r", "--mesh", "auto"])
+    assert "--mesh auto needs the planner" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["cosmoflow", "train", str(data), "--run-dir", "r", "--decay-epochs", "3,x"])
+    assert "expected comma-separated epochs >= 1" in capsys.readouterr().err
+    run = ["cosmoflow", "train", str(data), "--run-dir", str(tmp_path / "r"), *TINY]
+    assert main([*run, "--mesh", "depth=2"]) == 1
+    assert "has 2 ranks but the world size is 1" in capsys.readouterr().err
+    assert main(["cosmoflow", "data", str(data), "--samples", "2", "--size", "4"]) == 1
+    assert "c.zarr exists" in capsys.readouterr().err
+    assert main(["cosmoflow", "train", str(tmp_path / "none.zarr"), "--run-dir", "r"]) == 1
+    assert "no such file or Zarr store" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not Path(sys.prefix, "bin", "torchrun").exists(),
+    reason="no torchrun",
+)
+def test_cosmoflow_train_under_torchrun_on_depth_2(tmp_path: Path) -> None:
+    data = tmp_path / "c.zarr"
+    assert main(["cosmoflow", "data", str(data), "--samples", "4", "--size", "8"]) == 0
+    torchrun = Path(sys.prefix, "bin", "torchrun")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLURM_"))}
+    command = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--no-python",
+        str(Path(sys.prefix, "bin", "sciml")),
+    ]
+    run = tmp_path / "run"
+    args = [
+        "cosmoflow",
+        "train",
+        str(data),
+        "--run-dir",
+        str(run),
+        "--mesh",
+        "depth=2",
+        "--no-progress",
+        *TINY,
+    ]
+    done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "completed after 2 steps" in done.stdout
+    assert len(_steps(run)) == 4  # loss and mae, 2 steps
