@@ -9,6 +9,9 @@ import math
 from sciml.cli import Subparsers, non_negative_int, positive_int
 from sciml.spatial_parallel.mesh import MESH_AXES
 from sciml.spatial_parallel.planner import MODELS, parse_memory
+from sciml.spatial_parallel.planner_cost import Grid
+from sciml.spatial_parallel.planner_graph import Graph
+from sciml.spatial_parallel.planner_layers import ConvCost
 from sciml.spatial_parallel.planner_profile import PROFILES, Profile
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
@@ -119,10 +122,26 @@ def _profile(args: argparse.Namespace) -> Profile:
     return get_profile(args.profile)
 
 
+def _conv_costs(
+    args: argparse.Namespace, graph: Graph, grid_list: list[Grid]
+) -> dict[str, ConvCost]:
+    """Measured convolutions for a calibrated profile (measured now with --calibrate)."""
+    from sciml.spatial_parallel.planner import costs_path, measure_costs
+    from sciml.spatial_parallel.planner_layers import load_costs
+    from sciml.spatial_parallel.planner_profile import default_cache
+
+    if not args.calibrate and args.profile != "calibrated":
+        return {}
+    path = costs_path(args.cache or default_cache())
+    if args.calibrate:
+        return measure_costs(graph, grid_list, cache=path)
+    return load_costs(path) if path.exists() else {}
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from sciml.spatial_parallel.planner import build_model, plan_graph
+    from sciml.spatial_parallel.planner import build_model, grids, plan_graph
     from sciml.spatial_parallel.planner_cost import estimate
     from sciml.spatial_parallel.planner_graph import trace
 
@@ -136,23 +155,32 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             return 0
         _print_blocks(args, shape)
         return 0
+    grid = None
+    if args.mesh is not None:
+        grid = tuple(args.mesh.get(axis, 1) for axis in ("data", "depth", "height", "width"))
+        if args.world is not None and args.world != math.prod(grid):
+            raise ValueError(
+                f"--mesh {args.mesh} has {math.prod(grid)} ranks but --world is {args.world}"
+            )
+    elif args.world is None:
+        raise ValueError("--model needs --world (the number of ranks to plan for) or --mesh")
     profile = _profile(args)
     memory = args.memory if args.memory is not None else profile.memory
     if memory is None:
         raise ValueError(f"profile {profile.name!r} has no device memory: give --memory")
     graph = trace(build_model(args.model, shape[1]), shape)
-    if args.mesh is not None:
-        grid = tuple(args.mesh.get(axis, 1) for axis in ("data", "depth", "height", "width"))
-        world = math.prod(grid)
-        if args.world is not None and args.world != world:
-            raise ValueError(f"--mesh {args.mesh} has {world} ranks but --world is {args.world}")
-        est = estimate(graph, grid, profile, optimizer=args.optimizer)
+    costs = _conv_costs(args, graph, [grid] if grid else grids(args.world))
+    if grid is not None:
+        est = estimate(graph, grid, profile, optimizer=args.optimizer, costs=costs)
         print(json.dumps(est.to_dict(memory), indent=1) if args.json else est.describe(memory))
         return 0
-    if args.world is None:
-        raise ValueError("--model needs --world (the number of ranks to plan for) or --mesh")
     plan = plan_graph(
-        graph, world=args.world, memory=memory, profile=profile, optimizer=args.optimizer
+        graph,
+        world=args.world,
+        memory=memory,
+        profile=profile,
+        optimizer=args.optimizer,
+        costs=costs,
     )
     print(json.dumps(plan.to_dict(), indent=1) if args.json else plan.table(top=args.top))
     return 0 if plan.fitting else 1

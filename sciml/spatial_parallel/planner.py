@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +35,12 @@ from sciml.spatial_parallel.planner_cost import (
     Estimate,
     Grid,
     GridError,
+    conv_of,
     estimate,
 )
 from sciml.spatial_parallel.planner_graph import Graph, trace
+from sciml.spatial_parallel.planner_halo import layer_halo
+from sciml.spatial_parallel.planner_layers import ConvCost, load_costs, measure_convs, save_costs
 from sciml.spatial_parallel.planner_profile import Profile, get_profile
 
 #: Models the command line knows by name.
@@ -199,6 +202,38 @@ class Plan:
         }
 
 
+def costs_path(profile_path: Path | str) -> Path:
+    """Where the measured convolutions of a calibrated profile are cached (next to it)."""
+    path = Path(profile_path)
+    return path.with_name(path.stem + "_convs.json")
+
+
+def measure_costs(
+    graph: Graph, grid_list: Iterable[Grid], *, cache: Path | str | None = None, repeats: int = 3
+) -> dict[str, ConvCost]:
+    """Time every local convolution ``graph`` runs on the grids of ``grid_list``, on this CPU.
+
+    Shapes already in ``cache`` (a :func:`costs_path` file) are not measured again; the
+    new ones are added to it. Grids that cannot split the model are skipped.
+    """
+    known = load_costs(cache) if cache is not None and Path(cache).exists() else {}
+    wanted = []
+    for grid in grid_list:
+        try:
+            for layer in graph.layers:
+                layer_halo(layer, grid)
+        except GridError:
+            continue
+        for index, layer in enumerate(graph.layers):
+            conv = conv_of(layer, grid, first=index == 0)
+            if conv is not None and conv.key not in known:
+                wanted.append(conv)
+    fresh = measure_convs(wanted, repeats=repeats)
+    if cache is not None and fresh:
+        save_costs(fresh, cache)
+    return {**known, **fresh}
+
+
 def _check_options(*, world: object, memory: object, optimizer: object) -> None:
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"world must be a positive integer, got {world!r}")
@@ -220,15 +255,22 @@ def plan_graph(
     profile: Profile,
     optimizer: str = "adam",
     bucket_mb: float = 25.0,
+    costs: Mapping[str, ConvCost] | None = None,
 ) -> Plan:
-    """Price every grid of ``world`` ranks for a traced model (see :func:`recommend`)."""
+    """Price every grid of ``world`` ranks for a traced model (see :func:`recommend`).
+
+    ``costs`` are measured local convolutions (:func:`measure_costs`) used instead of the
+    profile's rates where they match.
+    """
     _check_options(world=world, memory=memory, optimizer=optimizer)
     fitting: list[Estimate] = []
     too_big: list[Estimate] = []
     unsplittable: list[tuple[Grid, str]] = []
     for grid in grids(world):
         try:
-            est = estimate(graph, grid, profile, optimizer=optimizer, bucket_mb=bucket_mb)
+            est = estimate(
+                graph, grid, profile, optimizer=optimizer, bucket_mb=bucket_mb, costs=costs
+            )
         except GridError as err:
             unsplittable.append((grid, str(err)))
             continue
@@ -253,6 +295,7 @@ def recommend(
     profile: Profile | str | Path = "h100",
     optimizer: str = "adam",
     bucket_mb: float = 25.0,
+    costs: Mapping[str, ConvCost] | None = None,
 ) -> Plan:
     """Price every grid of ``world`` ranks for ``model`` on a global batch of ``sample_shape``.
 
@@ -264,6 +307,7 @@ def recommend(
         profile: A :class:`Profile`, a name of ``PROFILES``, ``"calibrated"`` or a JSON path.
         optimizer: ``"adam"``, ``"momentum"`` or ``"sgd"`` (its state counts in memory).
         bucket_mb: Gradient bucket size of ``parallelize``, MiB.
+        costs: Measured local convolutions (:func:`measure_costs`), for a calibrated profile.
 
     Returns:
         The :class:`Plan`; ``plan.mesh`` is the recommended grid (it raises if none fits).
@@ -287,5 +331,11 @@ def recommend(
         model = build_model(model, shape[1])
     graph = trace(model, sample_shape)
     return plan_graph(
-        graph, world=world, memory=memory, profile=prof, optimizer=optimizer, bucket_mb=bucket_mb
+        graph,
+        world=world,
+        memory=memory,
+        profile=prof,
+        optimizer=optimizer,
+        bucket_mb=bucket_mb,
+        costs=costs,
     )

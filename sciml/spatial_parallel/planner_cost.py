@@ -69,22 +69,21 @@ MEMORY_TERMS = (
 TIME_TERMS = ("compute", "halo", "norm", "allreduce", "optimizer", "read")
 
 
-def conv_of(layer: Layer, grid: Grid, halo: Halo, *, first: bool) -> LocalConv | None:
+def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
     """The local convolution the fullest rank runs for ``layer`` (``None``: not a convolution)."""
     if layer.kind not in ("Conv3d", "ConvTranspose3d") or layer.windows is None:
         return None
     n, c, *spatial = layer.in_shape
-    block = (
-        largest(n, grid[0]),
-        c,
-        *(largest(s, p) for s, p in zip(spatial, grid[1:], strict=True)),
-    )
+    parts = grid[1:]
+    block = (largest(n, grid[0]), c, *(largest(s, p) for s, p in zip(spatial, parts, strict=True)))
+    out = tuple(largest(s, p) for s, p in zip(layer.out_shape[2:], parts, strict=True))
     return local_conv(
         layer.kind,
         layer.windows,
         block,  # type: ignore[arg-type]
         layer.out_shape[1],
-        halo.received,
+        out,  # type: ignore[arg-type]
+        parts,
         groups=layer.groups,
         first=first,
     )
@@ -251,7 +250,7 @@ def _layer_costs(
     first: bool,
 ) -> tuple[float, float, float, float]:
     """Forward and backward seconds and scratch bytes: measured where known, else roofline."""
-    conv = conv_of(layer, grid, halo, first=first)
+    conv = conv_of(layer, grid, first=first)
     cost = costs.get(conv.key) if conv is not None else None
     slow = profile.contention(math.prod(grid))
     if cost is not None:

@@ -17,7 +17,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,32 +63,42 @@ class ConvCost:
 
 def local_conv(
     kind: str,
-    windows: Iterable[Window | TransposeWindow],
+    windows: Sequence[Window | TransposeWindow],
     in_block: tuple[int, int, int, int, int],
     out_channels: int,
-    received: Triple,
+    out_block: Triple,
+    parts: Triple,
     *,
     groups: int,
     first: bool,
 ) -> LocalConv:
-    """The convolution a rank runs on ``in_block`` plus ``received`` halo elements per dim.
+    """The convolution a rank runs to make ``out_block`` from ``in_block`` and its halos.
 
-    Split dims (``received > 0``) are assembled explicitly, so they carry no padding.
+    Along a split dim (``parts > 1``) a convolution reads the whole range its
+    output block needs, halos and padding assembled, and pads no more; along
+    the others it keeps its own padding. A transposed convolution is priced
+    on its input block with its own padding.
     """
-    w = list(windows)
     n, c, *spatial = in_block
-    if kind == "Conv3d":
-        pads = tuple(0 if r else wk.pad_lo for wk, r in zip(w, received, strict=True))  # type: ignore[union-attr]
-    else:
-        pads = tuple(wk.padding for wk in w)  # type: ignore[union-attr]
+    extents, pads = [], []
+    for window, size, out, split in zip(windows, spatial, out_block, parts, strict=True):
+        if isinstance(window, Window) and split > 1:
+            extents.append((out - 1) * window.stride + window.reach if out else 0)
+            pads.append(0)
+        elif isinstance(window, Window):
+            extents.append(size)
+            pads.append(window.pad_lo)
+        else:
+            extents.append(size)
+            pads.append(window.padding)
     return LocalConv(
         kind=kind,
-        in_shape=(n, c, *(s + r for s, r in zip(spatial, received, strict=True))),  # type: ignore[arg-type]
+        in_shape=(n, c, *extents),  # type: ignore[arg-type]
         out_channels=out_channels,
-        kernel=tuple(wk.kernel for wk in w),  # type: ignore[arg-type]
-        stride=tuple(wk.stride for wk in w),  # type: ignore[arg-type]
-        dilation=tuple(wk.dilation for wk in w),  # type: ignore[arg-type]
-        padding=pads,  # type: ignore[arg-type]
+        kernel=tuple(w.kernel for w in windows),  # type: ignore[arg-type]
+        stride=tuple(w.stride for w in windows),  # type: ignore[arg-type]
+        dilation=tuple(w.dilation for w in windows),  # type: ignore[arg-type]
+        padding=tuple(pads),  # type: ignore[arg-type]
         groups=groups,
         first=first,
     )

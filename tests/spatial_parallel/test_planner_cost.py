@@ -11,7 +11,7 @@ from sciml.distributed import spawn
 from sciml.models import CosmoFlow
 from sciml.spatial_parallel.planner_cost import conv_of, estimate
 from sciml.spatial_parallel.planner_graph import trace
-from sciml.spatial_parallel.planner_halo import GridError, layer_halo
+from sciml.spatial_parallel.planner_halo import GridError
 from sciml.spatial_parallel.planner_layers import measure_convs
 from sciml.spatial_parallel.planner_measure import measure_step
 from sciml.spatial_parallel.planner_profile import Profile
@@ -93,7 +93,7 @@ def _predicted_step_memory(model: nn.Module, shape: tuple[int, ...], mesh: dict[
     graph = trace(model, shape)
     grid = tuple(mesh.get(a, 1) for a in ("data", "depth", "height", "width"))
     convs = [
-        conv_of(layer, grid, layer_halo(layer, grid), first=i == 0)  # type: ignore[arg-type]
+        conv_of(layer, grid, first=i == 0)  # type: ignore[arg-type]
         for i, layer in enumerate(graph.layers)
     ]
     costs = measure_convs([c for c in convs if c is not None], repeats=1)
