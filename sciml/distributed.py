@@ -3,7 +3,8 @@
 :func:`init_distributed` reads the launcher's variables (:mod:`sciml.launch`),
 picks NCCL on GPUs and gloo on CPU, binds each process to its local GPU and
 sets a timeout so that a rank that dies makes the others fail with a clear
-message instead of hanging::
+message instead of hanging. Under NCCL the groups are device-aware
+(``cpu:gloo,cuda:nccl``): CUDA tensors travel over NCCL, CPU tensors over gloo::
 
     with init_distributed(timeout=300) as ctx:
         print0(f"{ctx.world_size} ranks on {ctx.backend}")
@@ -11,7 +12,8 @@ message instead of hanging::
 
 The small collectives of the spine live here too: :func:`world`,
 :func:`check_replica`, :func:`all_reduce_cpu` (a small CPU tensor on any
-backend, through :func:`collective_device`) and :func:`all_reduce_sums`.
+backend and group, through :func:`collective_device`; every module's small
+metadata reductions use it), :func:`backend_devices` and :func:`all_reduce_sums`.
 :class:`PreemptionFlag` records SIGTERM/SIGUSR1 (Slurm's preemption and
 time-limit signals) so that long work can checkpoint and stop on every rank
 together. :func:`spawn` (:mod:`sciml.spawn`) runs a function on a few local
@@ -20,7 +22,7 @@ processes (tests, notebooks); :func:`detect_launch`, :class:`LaunchInfo` and
 :func:`torch_threads` bounds a block's intra-op threads.
 
 One job, the process group and what runs over it (start, collectives,
-signals, threads), which is why this module is a little over 350 lines.
+signals, threads), which is why this module is over 350 lines.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from sciml.launch import LaunchInfo, Source, detect_launch, expand_nodelist
 from sciml.spawn import spawn
 
 __all__ = [
+    "DEVICE_AWARE",
     "DistributedContext",
     "DistributedError",
     "LaunchInfo",
@@ -51,6 +54,8 @@ __all__ = [
     "all_reduce_cpu",
     "all_reduce_sums",
     "check_replica",
+    "backend_devices",
+    "backend_name",
     "collective_device",
     "default_backend",
     "detect_launch",
@@ -126,6 +131,16 @@ def _is_distributed_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(marker in text for marker in markers)
 
 
+#: The process-group backends :func:`init_distributed` creates for a backend name: under
+#: NCCL, CPU tensors (small metadata, the CPU side of a mixed program) go over gloo.
+DEVICE_AWARE = {"nccl": "cpu:gloo,cuda:nccl", "gloo": "gloo"}
+
+
+def backend_name(config: str) -> str:
+    """``"nccl"`` for a backend configuration that sends CUDA tensors over NCCL, else ``"gloo"``."""
+    return "nccl" if "nccl" in config else "gloo"
+
+
 def default_backend() -> str:
     """``"nccl"`` when CUDA GPUs and NCCL are available, else ``"gloo"``."""
     if torch.cuda.is_available() and dist.is_nccl_available():
@@ -150,6 +165,9 @@ def init_distributed(
 
     Args:
         backend: ``"nccl"``, ``"gloo"`` or ``None`` for :func:`default_backend`.
+            ``"nccl"`` creates device-aware groups (``cpu:gloo,cuda:nccl``,
+            :data:`DEVICE_AWARE`): CUDA tensors travel over NCCL, CPU tensors
+            over gloo, so no collective fails for its tensor's device.
         timeout: Seconds a collective (and the rendezvous) may wait for the
             other ranks before failing.
         master_addr: Rendezvous host (see :func:`detect_launch`).
@@ -179,17 +197,18 @@ def init_distributed(
             dist.get_rank(),
             dist.get_world_size(),
             launch.local_rank,
-            dist.get_backend(),
+            backend_name(dist.get_backend()),
             device,
             timeout,
         )
     delta = datetime.timedelta(seconds=timeout)
+    groups = DEVICE_AWARE.get(backend, backend)
     if launch.world_size == 1:
         store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=delta)
+        dist.init_process_group(groups, store=store, rank=0, world_size=1, timeout=delta)
     elif init_method is not None:
         dist.init_process_group(
-            backend,
+            groups,
             init_method=init_method,
             rank=launch.rank,
             world_size=launch.world_size,
@@ -199,10 +218,10 @@ def init_distributed(
         # env:// reuses the store that torchrun's agent already hosts
         os.environ.setdefault("MASTER_ADDR", launch.master_addr)
         os.environ.setdefault("MASTER_PORT", str(launch.master_port))
-        dist.init_process_group(backend, init_method="env://", timeout=delta)
+        dist.init_process_group(groups, init_method="env://", timeout=delta)
     else:
         dist.init_process_group(
-            backend,
+            groups,
             init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
             rank=launch.rank,
             world_size=launch.world_size,
@@ -248,28 +267,52 @@ def check_replica(replica: object) -> tuple[int, int]:
     raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
 
 
-def all_reduce_cpu(tensor: torch.Tensor, op: Any = None) -> torch.Tensor:
-    """All-reduce a small CPU tensor over every rank and return the result on the CPU.
+def all_reduce_cpu(
+    tensor: torch.Tensor, op: Any = None, *, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """All-reduce a small CPU tensor over ``group`` (every rank) and return it on the CPU.
 
-    Works on any backend: under NCCL the values travel through this rank's
-    GPU. Without a process group (or with one rank) ``tensor`` is returned
-    unchanged.
+    Works on any backend: under NCCL alone the values travel through this rank's
+    GPU (:func:`collective_device`). Without a process group (or with one rank
+    in ``group``) ``tensor`` is returned unchanged.
     """
-    if world()[1] == 1:
+    if world()[1] == 1 or dist.get_world_size(group) == 1:
         return tensor
-    moved = tensor.to(collective_device(), copy=True)
-    dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op)
+    moved = tensor.to(collective_device(group), copy=True)
+    dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op, group=group)
     return moved.cpu()
 
 
-def collective_device() -> torch.device:
-    """The device whose tensors the process group's collectives take.
+def collective_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """The device for small collectives over ``group`` (default: every rank).
 
-    This rank's GPU under NCCL, else the CPU (also without a process group).
+    The CPU when the group has a CPU backend (gloo, also in a device-aware
+    ``cpu:gloo,cuda:nccl`` group) or without a process group; this rank's GPU
+    under NCCL alone.
     """
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.device("cpu")
+    if "cpu" in backend_devices(group):
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def backend_devices(group: dist.ProcessGroup | None = None) -> set[str]:
+    """The device types whose tensors ``group``'s collectives take (``{"cpu", "cuda"}`` ...).
+
+    Read from the group's backend configuration: gloo is ``cpu:gloo,cuda:gloo``
+    (its collectives take CUDA tensors too, its point-to-point messages do not),
+    NCCL ``cuda:nccl``, a device-aware group ``cpu:gloo,cuda:nccl``.
+    """
+    config = dist.get_backend_config(group)
+    devices = set()
+    for part in config.split(","):
+        device, _, backend = part.rpartition(":")
+        if device:
+            devices.add(device)
+        else:
+            devices.add("cuda" if backend == "nccl" else "cpu")
+    return devices
 
 
 def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, float], int]:

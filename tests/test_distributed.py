@@ -13,9 +13,13 @@ import torch
 import torch.distributed as dist
 
 from sciml.distributed import (
+    DEVICE_AWARE,
     DistributedError,
     PreemptionFlag,
+    all_reduce_cpu,
     all_reduce_sums,
+    backend_devices,
+    backend_name,
     check_replica,
     collective_device,
     detect_launch,
@@ -286,6 +290,16 @@ def test_collective_device_and_to_device_on_cpu() -> None:
     moved = to_device(batch, cpu)
     assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
     assert moved["name"] == "a" and torch.equal(moved["x"], batch["x"])
+
+
+def test_nccl_groups_are_device_aware() -> None:
+    """NCCL runs get cpu:gloo,cuda:nccl groups, so CPU tensors never reach NCCL."""
+    assert DEVICE_AWARE["nccl"] == "cpu:gloo,cuda:nccl"
+    assert backend_name("cpu:gloo,cuda:nccl") == "nccl" and backend_name("gloo") == "gloo"
+    with init_distributed(backend="gloo", env={}):
+        assert backend_devices() == {"cpu", "cuda"}  # gloo: cpu:gloo,cuda:gloo
+        assert collective_device() == torch.device("cpu")
+        assert all_reduce_cpu(torch.ones(2), group=dist.new_group([0])).tolist() == [1.0, 1.0]
 
 
 def test_torch_threads_restores_the_count_and_rejects_bad_counts() -> None:

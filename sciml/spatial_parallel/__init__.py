@@ -23,6 +23,16 @@ Conventions:
   all-reduce overlapped with the backward pass), and each rank's input
   gradient is its block of the global input gradient. BatchNorm statistics
   and running statistics are those of the whole global batch.
+* Global shapes: :func:`shard` marks its block with the global shape, and
+  the parallel model traces the single-device model on the ``meta`` device
+  for it, so its layers know their global shapes without communicating
+  (``parallelize(..., input_shape=(D, H, W))`` declares it for unmarked
+  inputs; otherwise one small all-reduce starts each forward pass; see
+  :mod:`sciml.spatial_parallel.shapes`).
+* Devices: ``parallelize(..., device=...)`` moves the model before rank 0's
+  parameters are broadcast and refuses parameters on a device the process
+  group cannot take. ``torch.autocast`` works as on one device (bfloat16
+  results, normalisation statistics in float32).
 * Dropout draws the single-device mask of the global tensor from the shared
   random state (seed every rank alike) and keeps its block.
 

@@ -10,11 +10,13 @@ through (:func:`replicated_sum`, :func:`gather_replicated`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from sciml.distributed import collective_device
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import block_bounds
 
@@ -91,6 +93,7 @@ def _check_blocks(x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool, batch: b
     mine = torch.zeros(11, dtype=torch.int64)
     mine[:3] = torch.tensor([spatial, batch, x.dim()])
     mine[3 : 3 + x.dim()] = torch.tensor(x.shape)
+    mine = mine.to(collective_device())
     shapes = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(shapes, mine)
     rows = [row.tolist() for row in shapes]
@@ -138,25 +141,36 @@ def _check_blocks(x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool, batch: b
 
 
 def gather_replicated(
-    x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool = True, batch: bool = True
+    x: torch.Tensor,
+    mesh: SpatialMesh,
+    *,
+    spatial: bool = True,
+    batch: bool = True,
+    shape: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """The whole tensor of which ``x`` is this rank's block, on every rank.
 
     ``spatial`` gathers the last three axes over the spatial group, ``batch`` the
     first axis over the data group. The backward returns this rank's block of
     the gradient (the result is replicated: each rank's loss is the global one).
+    ``shape``, the gathered shape when the caller knows it (a layer from its
+    model's shape trace), skips the collectives that check the blocks and find
+    the global shape.
     """
     if spatial and x.dim() < 3:
         raise ValueError(f"cannot gather a {x.dim()}-D tensor over the spatial axes")
-    if dist.get_world_size() > 1:
+    if shape is None and dist.get_world_size() > 1:
         _check_blocks(x, mesh, spatial=spatial, batch=batch)
-    shape = list(x.shape)
+    known = shape is not None
+    shape = list(x.shape) if shape is None else list(shape)
     index: list[slice] = [slice(None)] * x.dim()
     if spatial:
-        shape[-3:] = mesh.global_spatial_shape(x.shape)
+        if not known:
+            shape[-3:] = mesh.global_spatial_shape(x.shape)
         index[-3:] = mesh.block([1, 1, *shape[-3:]])[2:]
     if batch:
-        shape[0] = mesh.global_batch(x.shape[0])
+        if not known:
+            shape[0] = mesh.global_batch(x.shape[0])
         index[0] = mesh.block([shape[0], 1, 1, 1, 1])[0]
     parts = (mesh.spatial_size if spatial else 1) * (mesh.data if batch else 1)
     if parts == 1:

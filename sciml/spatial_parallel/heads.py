@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.comm import gather_replicated, replicated_sum
@@ -48,8 +49,12 @@ class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Average each channel over the global volume."""
         self._check_input(x)
-        count = math.prod(self.mesh.global_spatial_shape(x.shape))
-        local = x.sum((2, 3, 4), keepdim=True) / count
+        size, total = math.prod(x.shape[2:]), math.prod(self._global_shape(x))
+        if size:  # the operator's own mean (its dtype under autocast), times the block's share
+            local = F.adaptive_avg_pool3d(x, 1) * (size / total)
+        else:  # an empty block adds zeros, in the dtype the operator gives on every other rank
+            dtype = F.adaptive_avg_pool3d(x.new_zeros(1, 1, 1, 1, 1), 1).dtype
+            local = x.sum((2, 3, 4), keepdim=True, dtype=dtype)
         return mark_replicated(replicated_sum(local, self.mesh.spatial_group))
 
 
@@ -69,7 +74,10 @@ class SpatialFlatten(SpatialLayer, nn.Flatten):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Flatten ``x``, gathering a split volume first."""
         if x.dim() == 5 and not is_replicated(x):
-            x = gather_replicated(x, self.mesh, spatial=True, batch=False)
+            shape = None
+            if self._traced is not None:  # known: no shape check, no shape collectives
+                shape = (x.shape[0], x.shape[1], *self._global_shape(x))
+            x = gather_replicated(x, self.mesh, spatial=True, batch=False, shape=shape)
         return mark_replicated(super().forward(x))
 
 
@@ -88,11 +96,11 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
             return x
         if self.p == 1:
             return x * 0
-        batch = self.mesh.global_batch(x.shape[0])
+        batch = self._global_batch(x)
         shape = [batch, *x.shape[1:]]
         index = [self.mesh.block([batch, 1, 1, 1, 1])[0]]
         if x.dim() == 5 and not is_replicated(x):
-            shape[2:] = self.mesh.global_spatial_shape(x.shape)
+            shape[2:] = self._global_shape(x)
             index = list(self.mesh.block(shape))
         mask = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1 - self.p)
         mask = mask[tuple(index)].div_(1 - self.p)
@@ -113,7 +121,7 @@ class SpatialDropout3d(SpatialLayer, nn.Dropout3d):
             return x
         if self.p == 1:
             return x * 0
-        batch = self.mesh.global_batch(x.shape[0])
+        batch = self._global_batch(x)
         mask = torch.empty(batch, x.shape[1], 1, 1, 1, dtype=x.dtype, device=x.device)
         mask = mask.bernoulli_(1 - self.p)[self.mesh.block(mask.shape)[0]]
         return x * mask.div_(1 - self.p)

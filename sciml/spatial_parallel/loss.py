@@ -7,18 +7,36 @@ model) are then those of the global loss.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
+from sciml.distributed import all_reduce_cpu
 from sciml.spatial_parallel.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.shapes import marked_global
 
 
-def _global_count(x: torch.Tensor, mesh: SpatialMesh) -> int:
+def _global_count(x: torch.Tensor, mesh: SpatialMesh, *, like: torch.Tensor | None = None) -> int:
+    """Values of the split tensor ``x`` over the spatial group (this replica's batch).
+
+    Without communication when ``x`` (or ``like``, a block of the same shape) is
+    marked with its global shape (model outputs and :func:`shard` results are);
+    else one collective over the spatial group.
+    """
     if is_replicated(x) or mesh.spatial_size == 1:
         return x.numel()
-    count = torch.tensor([x.numel()], dtype=torch.int64)
-    dist.all_reduce(count, group=mesh.spatial_group)
+    for tensor in (x, like):
+        marked = None if tensor is None else marked_global(tensor)
+        if (
+            marked is not None
+            and len(marked) == 5
+            and tensor is not None
+            and tensor.shape == x.shape
+        ):
+            return x.shape[0] * x.shape[1] * math.prod(marked[2:])
+    count = all_reduce_cpu(torch.tensor([x.numel()], dtype=torch.int64), group=mesh.spatial_group)
     return int(count)
 
 
@@ -26,7 +44,9 @@ def spatial_mean(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     """This rank's term of the mean of a split tensor over the whole sample volume.
 
     ``sum(spatial_mean(block))`` over the spatial group equals ``x_global.mean()``
-    for this replica's batch. A replicated tensor's mean is returned whole.
+    for this replica's batch. A replicated tensor's mean is returned whole. The
+    global count comes from ``x``'s global-shape mark when it has one, else from
+    one collective over the spatial group.
     """
     return x.sum() / _global_count(x, mesh)
 
@@ -42,7 +62,9 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, mesh: SpatialMesh) -> to
             f"mse_loss: input block {tuple(input.shape)} and target block "
             f"{tuple(target.shape)} differ; shard both with the same mesh"
         )
-    return spatial_mean((input - target).square(), mesh)
+    squares = (input - target).square()
+    count = _global_count(input, mesh, like=target)
+    return squares.sum() / count
 
 
 def global_loss(local: torch.Tensor, mesh: SpatialMesh, *, replicated: bool = False) -> float:

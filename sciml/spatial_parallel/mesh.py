@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from sciml.distributed import all_reduce_cpu
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
 
 #: The axes of the process grid, in rank order (``width`` fastest).
@@ -68,7 +69,7 @@ class SpatialMesh:
                 f"{math.prod(shape)} ranks but the world size is {world}"
             )
         if device_type is None:
-            device_type = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            device_type = "cuda" if "nccl" in dist.get_backend_config() else "cpu"
         self.shape: tuple[int, int, int, int] = shape
         self.rank = dist.get_rank()
         self.coords: tuple[int, int, int, int] = tuple(  # type: ignore[assignment]
@@ -87,6 +88,11 @@ class SpatialMesh:
         self.grad_group = dist.new_group(list(range(world)))
         #: Point-to-point halo messages (global ranks) travel on their own group too.
         self.halo_group = dist.new_group(list(range(world)))
+        if "nccl" in dist.get_backend_config(self.halo_group):
+            # NCCL needs every rank in a group's first call; batched halo messages
+            # involve only neighbours, so start the communicator here
+            warm = torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(warm, group=self.halo_group)
 
     def _spatial_coords(self) -> list[tuple[int, int, int]]:
         return [
@@ -137,6 +143,32 @@ class SpatialMesh:
             index = index * size + coord
         return index
 
+    def global_shape(self, local: Sequence[int]) -> tuple[int, ...]:
+        """Global ``(N, C, D, H, W)`` of a split tensor whose local block is ``local``.
+
+        One small all-reduce over every rank (skipped on one rank): the fallback
+        when the global shape is neither marked nor declared
+        (:mod:`sciml.spatial_parallel.shapes`).
+        """
+        local = tuple(int(s) for s in local)
+        if len(local) != 5:
+            raise ValueError(f"expected a local (N, C, D, H, W) shape, got {local}")
+        if dist.get_world_size() == 1:
+            return local
+        # tensor dim -> mesh axis that splits it (the channel dim is not split)
+        splits = {0: 0, 2: 1, 3: 2, 4: 3}
+        first = all(c == 0 for c in self.coords)
+        mine = [
+            size if (first if dim == 1 else self._on_axis(splits[dim])) else 0
+            for dim, size in enumerate(local)
+        ]
+        total = all_reduce_cpu(torch.tensor(mine, dtype=torch.int64))
+        return tuple(int(s) for s in total)
+
+    def _on_axis(self, axis: int) -> bool:
+        """Whether this rank is at coordinate 0 along every mesh axis but ``axis``."""
+        return all(c == 0 for k, c in enumerate(self.coords) if k != axis)
+
     def global_spatial_shape(self, local: Sequence[int]) -> tuple[int, int, int]:
         """Global ``(D, H, W)`` of a split tensor whose local block is ``local``.
 
@@ -146,19 +178,17 @@ class SpatialMesh:
         if self.spatial_size == 1:
             return local  # type: ignore[return-value]
         mine = [
-            size if all(c == 0 for k, c in enumerate(self.spatial_coords) if k != axis) else 0
-            for axis, size in enumerate(local)
+            size if all(c == 0 for j, c in enumerate(self.spatial_coords) if j != k) else 0
+            for k, size in enumerate(local)
         ]
-        sizes = torch.tensor(mine, dtype=torch.int64)
-        dist.all_reduce(sizes, group=self.spatial_group)
+        sizes = all_reduce_cpu(torch.tensor(mine, dtype=torch.int64), group=self.spatial_group)
         return tuple(int(s) for s in sizes)  # type: ignore[return-value]
 
     def global_batch(self, local: int) -> int:
         """Global batch size from this replica's ``local`` one (a collective over ``data``)."""
         if self.data == 1:
             return local
-        size = torch.tensor([local], dtype=torch.int64)
-        dist.all_reduce(size, group=self.data_group)
+        size = all_reduce_cpu(torch.tensor([local], dtype=torch.int64), group=self.data_group)
         return int(size)
 
     def block(self, shape: Sequence[int]) -> tuple[slice, ...]:

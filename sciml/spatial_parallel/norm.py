@@ -10,25 +10,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.comm import all_reduce_sum
-from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.layers.base import SpatialLayer, statistics_dtype
 
 
 def _moments(
-    x: torch.Tensor, dims: tuple[int, ...], group: dist.ProcessGroup
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Global count, mean, centred input and biased variance over ``dims`` and ``group``.
+    x: torch.Tensor, dims: tuple[int, ...], group: dist.ProcessGroup, count: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean, centred input and biased variance over ``dims`` and ``group``.
 
-    Two passes (mean, then the centred sum of squares) keep float32 accurate;
-    the sums are collectives whose backward sums the gradients too.
+    ``count`` is the global number of values per statistic (known from the
+    global shape: no collective, no host synchronisation). Two passes (mean,
+    then the centred sum of squares) keep float32 accurate; the sums are
+    collectives whose backward sums the gradients too.
     """
-    local = x.sum(dims)
-    count = torch.full_like(local, math.prod(x.shape[d] for d in dims))
-    stats = all_reduce_sum(torch.stack([local, count]), group)
-    total, count = stats[0], stats[1].detach()
-    mean = total / count
+    mean = all_reduce_sum(x.sum(dims), group) / count
     centred = x - mean.reshape([1 if d in dims else s for d, s in enumerate(x.shape)])
     var = all_reduce_sum((centred * centred).sum(dims), group) / count
-    return count, mean, centred, var
+    return mean, centred, var
 
 
 def _affine(
@@ -56,7 +54,8 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
     """:class:`torch.nn.BatchNorm3d` with the statistics of the whole global batch.
 
     The statistics (and running statistics) cover every spatial block of every
-    data-parallel replica.
+    data-parallel replica; for 16-bit inputs (``torch.autocast``) they are
+    computed in float32 and the output has the input's dtype, as on one device.
 
     As on one device, a global batch with one value per channel is an error in
     training, and an empty global batch leaves the running statistics as they
@@ -73,19 +72,20 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
             )
         world = dist.group.WORLD
         assert world is not None
-        count, mean, centred, var = _moments(x, (0, 2, 3, 4), world)
-        total = int(count[0])
+        total = math.prod(self._global_input(x)[i] for i in (0, 2, 3, 4))
         if self.training and total == 1:
             raise ValueError(
                 f"{self._label()}: expected more than 1 value per channel when training, got "
                 f"a global batch of one value per channel (local input {tuple(x.shape)})"
             )
+        work = x.to(statistics_dtype(x))  # 16-bit inputs: statistics in float32
+        mean, centred, var = _moments(work, (0, 2, 3, 4), world, total)
         y = _affine(
             centred * torch.rsqrt(var + self.eps).view(1, -1, 1, 1, 1), self.weight, self.bias
         )
         if self.training and self.track_running_stats:
             self._update_running(mean.detach(), var.detach(), total)
-        return y
+        return y.to(x.dtype)
 
     @torch.no_grad()
     def _update_running(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
@@ -94,10 +94,11 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
         self.num_batches_tracked.add_(1)
         if count == 0:
             return  # torch.nn.BatchNorm3d leaves the statistics of an empty batch alone
-        factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        # momentum=None: the cumulative average, its factor kept on the device (no sync)
+        factor = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum
         unbiased = var * (count / (count - 1))
-        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
-        self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype), alpha=factor)
+        for running, value in ((self.running_mean, mean), (self.running_var, unbiased)):
+            running.mul_(1 - factor).add_(value.to(running.dtype) * factor)
 
 
 class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
@@ -111,9 +112,11 @@ class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
         """Normalise each sample's groups over the global volume."""
         self._check_channels(x, self.num_channels)
         n, c = x.shape[:2]
-        grouped = x.reshape(n, self.num_groups, c // self.num_groups, *x.shape[2:])
-        _, _, centred, var = _moments(grouped, (2, 3, 4, 5), self.mesh.spatial_group)
+        work = x.to(statistics_dtype(x))  # 16-bit inputs: statistics in float32
+        grouped = work.reshape(n, self.num_groups, c // self.num_groups, *x.shape[2:])
+        count = c // self.num_groups * math.prod(self._global_shape(x))
+        _, centred, var = _moments(grouped, (2, 3, 4, 5), self.mesh.spatial_group, count)
         y = (centred * torch.rsqrt(var + self.eps).view(n, self.num_groups, 1, 1, 1, 1)).reshape(
             x.shape
         )
-        return _affine(y, self.weight, self.bias)
+        return _affine(y, self.weight, self.bias).to(x.dtype)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sciml.distributed import backend_devices
 from sciml.spatial_parallel.grad_sync import GradientSync
 from sciml.spatial_parallel.heads import (
     SpatialAdaptiveAvgPool3d,
@@ -27,6 +28,7 @@ from sciml.spatial_parallel.layers import (
 )
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.norm import SpatialBatchNorm3d, SpatialGroupNorm
+from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
 
 #: Layers replaced by their spatially parallel version.
 SWAPS: dict[type[nn.Module], Any] = {
@@ -98,7 +100,9 @@ def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
     return hook
 
 
-def _check_arguments(model: object, mesh: object, *, overlap: object, bucket_mb: object) -> None:
+def _check_arguments(
+    model: object, mesh: object, *, overlap: object, bucket_mb: object, input_shape: object
+) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"parallelize expects a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(mesh, SpatialMesh):
@@ -112,6 +116,15 @@ def _check_arguments(model: object, mesh: object, *, overlap: object, bucket_mb:
         or bucket_mb <= 0
     ):
         raise ValueError(f"parallelize: bucket_mb must be a finite number > 0, got {bucket_mb!r}")
+    if input_shape is not None and not (
+        isinstance(input_shape, tuple | list)
+        and len(input_shape) == 3
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in input_shape)
+    ):
+        raise ValueError(
+            f"parallelize: input_shape must be the global (D, H, W) of the model input, three "
+            f"integers >= 1, got {input_shape!r}"
+        )
     if "spatial_grad_sync" in model.__dict__:
         raise ValueError(
             "parallelize: the model was already made by parallelize(); parallelize the "
@@ -125,8 +138,72 @@ def _check_arguments(model: object, mesh: object, *, overlap: object, bucket_mb:
             )
 
 
+def _trace_shapes(
+    model: nn.Module, original: nn.Module, mesh: SpatialMesh, input_shape: Any
+) -> ShapeTrace:
+    """Attach a :class:`ShapeTrace` of ``original`` to the split layers of ``model``."""
+    names = [name for name, m in model.named_modules() if isinstance(m, SpatialLayer)]
+    shape = None if input_shape is None else tuple(input_shape)
+    trace = ShapeTrace(meta_copy(original), names, mesh, input_shape=shape)
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: trace.begin(module, args, kwargs), with_kwargs=True
+    )
+    model.register_forward_hook(lambda module, args, output: trace.end(output), always_call=True)
+    for name in names:
+        layer = model.get_submodule(name)
+
+        def take(module: nn.Module, args: tuple[Any, ...], name: str = name) -> None:
+            assert isinstance(module, SpatialLayer)
+            module._traced = trace.take(name, module._label())
+
+        layer.register_forward_pre_hook(take)
+    return trace
+
+
+def _place(model: nn.Module, device: torch.device | str | None) -> None:
+    """Move ``model`` to ``device``, then check that the process group can broadcast it.
+
+    Raises:
+        ValueError: If the tensors sit on several devices, on a device type the
+            group's backend does not take, or (NCCL) on another GPU than this rank's.
+    """
+    if device is not None:
+        model.to(device)
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    devices = {tensor.device for _, tensor in tensors}
+    if len(devices) > 1:
+        where = {str(t.device): name for name, t in tensors}
+        raise ValueError(
+            f"parallelize: the model's parameters and buffers sit on several devices "
+            f"({where}); pass device= to put them on one"
+        )
+    if not devices:
+        return
+    (found,) = devices
+    takes = backend_devices()
+    if found.type not in takes:
+        raise ValueError(
+            f"parallelize: the model's parameters are on {found} but the process group "
+            f"({dist.get_backend_config()}) takes only {sorted(takes)} tensors; pass "
+            f"device=... (e.g. torch.device('cuda', torch.cuda.current_device()))"
+        )
+    if found.type == "cuda" and "cuda:nccl" in dist.get_backend_config():
+        mine = torch.device("cuda", torch.cuda.current_device())
+        if found != mine:
+            raise ValueError(
+                f"parallelize: the model's parameters are on {found} but this rank's GPU "
+                f"is {mine} (NCCL sends from the current device); pass device={str(mine)!r}"
+            )
+
+
 def parallelize(
-    model: nn.Module, mesh: SpatialMesh, *, overlap: bool | None = None, bucket_mb: float = 25.0
+    model: nn.Module,
+    mesh: SpatialMesh,
+    *,
+    overlap: bool | None = None,
+    bucket_mb: float = 25.0,
+    device: torch.device | str | None = None,
+    input_shape: tuple[int, int, int] | None = None,
 ) -> nn.Module:
     """A spatially parallel copy of ``model`` for ``mesh``.
 
@@ -148,15 +225,25 @@ def parallelize(
             (``None``: on CUDA tensors only; on CPU the thin boundary convolutions
             cost more than the gloo halo time they hide, see the benchmarks).
         bucket_mb: Size of the gradient all-reduce buckets, in MiB.
+        device: Where the parallel model lives (its parameters are moved there
+            before rank 0's values are broadcast); ``None`` keeps the model
+            where it is, which must then be a device the process group takes
+            (this rank's GPU under NCCL).
+        input_shape: The global ``(D, H, W)`` of the model input, for inputs that
+            are not :func:`~sciml.spatial_parallel.shard` results (which carry
+            their global shape). Without either, each forward pass starts with
+            one small all-reduce to find it (:mod:`sciml.spatial_parallel.shapes`).
 
     Raises:
         ValueError: Naming the first layer that cannot be split in space, or a
             layer configuration that is not supported; if ``model`` was already
-            parallelised or ``bucket_mb`` is not positive.
+            parallelised, ``bucket_mb`` is not positive or ``input_shape`` is not
+            three positive sizes; if the parameters sit on several devices or on
+            one the process group cannot broadcast from.
         TypeError: If ``model`` or ``mesh`` has the wrong type.
     """
-    _check_arguments(model, mesh, overlap=overlap, bucket_mb=bucket_mb)
-    model = copy.deepcopy(model)
+    _check_arguments(model, mesh, overlap=overlap, bucket_mb=bucket_mb, input_shape=input_shape)
+    original, model = model, copy.deepcopy(model)
     replicated: set[str] = set()
 
     def convert(module: nn.Module, prefix: str) -> nn.Module:
@@ -187,6 +274,8 @@ def parallelize(
         return module
 
     model = convert(model, "")
+    _place(model, device)
+    _trace_shapes(model, original, mesh, input_shape)
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             if dist.get_world_size() > 1:

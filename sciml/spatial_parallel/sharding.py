@@ -7,6 +7,7 @@ import torch
 from sciml.spatial_parallel.comm import gather_replicated
 from sciml.spatial_parallel.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.shapes import mark_global
 
 
 def _check_args(name: str, x: object, mesh: object) -> None:
@@ -21,11 +22,13 @@ def shard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
 
     The batch is split over the ``data`` replicas and the volume over the
     spatial grid, like :func:`torch.tensor_split` (first blocks one larger).
+    The block is marked with the global shape, so that a parallel model finds
+    it without communication (:mod:`sciml.spatial_parallel.shapes`).
     """
     _check_args("shard", x, mesh)
     if x.dim() != 5:
         raise ValueError(f"shard expects a global (N, C, D, H, W) tensor, got {tuple(x.shape)}")
-    return x[mesh.block(x.shape)].contiguous()
+    return mark_global(x[mesh.block(x.shape)].contiguous(), x.shape)
 
 
 def unshard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:

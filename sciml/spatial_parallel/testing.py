@@ -143,11 +143,13 @@ def _run(
     seed: int,
     eval_input: torch.Tensor | None,
     draw_dtype: torch.dtype = torch.float64,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, torch.Tensor], float]:
     """This rank's view of every compared quantity, and the last step's seconds.
 
     ``weights`` holds the loss weights of each step; when it is empty they are
-    drawn (from ``seed``, rounded to ``draw_dtype``) and appended.
+    drawn (from ``seed``, rounded to ``draw_dtype``) and appended. The parallel
+    model runs on ``device`` (the CPU by default).
     """
     out: dict[str, torch.Tensor] = {}
     seconds = 0.0
@@ -155,12 +157,12 @@ def _run(
         torch.manual_seed(seed)  # dropout masks: the same draws on every run
         for step, x in enumerate(inputs):
             if parallel:
-                xin = shard(x, mesh).requires_grad_()
+                xin = shard(x.to(device), mesh).requires_grad_()
                 if torch.distributed.is_initialized():
                     torch.distributed.barrier()
                 start = time.perf_counter()
                 y = model(xin)
-                (y * _block_of(weights[step], mesh)).sum().backward()
+                (y * _block_of(weights[step], mesh).to(y.device)).sum().backward()
                 seconds = time.perf_counter() - start
                 assert xin.grad is not None
                 whole, block, xgrad = unshard(y.detach(), mesh), y.detach(), xin.grad
@@ -185,7 +187,7 @@ def _run(
     if eval_input is not None:
         model.eval()
         with torch.no_grad():
-            y = model(shard(eval_input, mesh) if parallel else eval_input)
+            y = model(shard(eval_input.to(device), mesh) if parallel else eval_input)
         out["eval"] = unshard(y, mesh) if parallel else y
     return out, seconds
 
@@ -203,6 +205,7 @@ def compare_parallel(
     overlap: bool | None = None,
     sync: bool = True,
     keep_outputs: bool = False,
+    device: torch.device | str | None = None,
 ) -> Comparison:
     """Compare ``parallelize(model, mesh)`` with ``model`` on a random global batch.
 
@@ -224,6 +227,8 @@ def compare_parallel(
         sync: Reduce the gradients (``False`` keeps local gradients: a check
             that must then fail).
         keep_outputs: Return the gathered outputs of the last step.
+        device: Where the parallel model runs (passed to :func:`parallelize`;
+            the references run on the CPU).
 
     Raises:
         TypeError: If ``mesh`` is not a SpatialMesh.
@@ -271,12 +276,19 @@ def compare_parallel(
         eval_input=None if eval_input is None else eval_input.to(probe),
     )
     scale = torch.finfo(dtype).eps / torch.finfo(probe).eps
-    pmodel = parallelize(checked, mesh, overlap=overlap)
+    pmodel = parallelize(checked, mesh, overlap=overlap, device=device)
     gradient_sync(pmodel).enabled = sync
     if list(pmodel.state_dict()) != list(model.state_dict()):
         raise AssertionError("parallelize changed the state_dict keys")
     par, seconds = _run(
-        pmodel, mesh, inputs, weights, parallel=True, seed=seed, eval_input=eval_input
+        pmodel,
+        mesh,
+        inputs,
+        weights,
+        parallel=True,
+        seed=seed,
+        eval_input=eval_input,
+        device=None if device is None else torch.device(device),
     )
     missing = sorted(set(ref) ^ set(par))
     if missing:

@@ -123,6 +123,11 @@ def test_public_functions_reject_bad_inputs() -> None:
         assert "expects a SpatialMesh, got dict" in messages["parallelize_mesh"]
         assert "bucket_mb must be a finite number > 0, got 0" in messages["bucket"]
         assert "already made by parallelize()" in messages["twice"]
+        assert "parameters are on meta but the process group" in messages["meta_params"]
+        assert "sit on several devices" in messages["mixed_devices"]
+        assert "input_shape must be the global (D, H, W)" in messages["input_shape"]
+        assert "but block" in messages["declared_other"]
+        assert "of a global size 9 split over 2 ranks" in messages["declared_other"]
         assert "read_block expects a SpatialMesh, got NoneType" in messages["read_block_mesh"]
         assert (
             "shape must be 5 positive sizes (N, C, D, H, W), got (1, 2, 4, 4)"

@@ -253,6 +253,14 @@ def public_api_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         "parallelize_mesh": lambda: parallelize(model, {"depth": 2}),  # type: ignore[arg-type]
         "bucket": lambda: parallelize(model, mesh, bucket_mb=0),
         "twice": lambda: parallelize(pmodel, mesh),
+        "meta_params": lambda: parallelize(nn.Conv3d(2, 2, 3, device="meta"), mesh),
+        "mixed_devices": lambda: parallelize(
+            nn.Sequential(nn.Conv3d(2, 2, 3), nn.Conv3d(2, 2, 3, device="meta")), mesh
+        ),
+        "input_shape": lambda: parallelize(model, mesh, input_shape=(6, 4)),
+        "declared_other": lambda: parallelize(model, mesh, input_shape=(9, 4, 4))(
+            shard(x, mesh).clone()
+        ),
         "read_block_mesh": lambda: read_block(x.numpy(), None),  # type: ignore[arg-type]
         "compare_shape": lambda: compare_parallel(model, mesh, (1, 2, 4, 4)),
         "compare_dtype": lambda: compare_parallel(model, mesh, (1, 2, 4, 4, 4), dtype=torch.int64),

@@ -22,6 +22,19 @@ def triple(value: int | Iterable[int]) -> tuple[int, int, int]:
     return (first, second, third)
 
 
+def autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The lower dtype of ``torch.autocast`` on ``x``'s device when it is active, else None."""
+    device = x.device.type
+    if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return None
+
+
+def statistics_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype to accumulate statistics of ``x`` in: float32 for 16-bit floats."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
 def empty_connected(x: torch.Tensor, shape: list[int]) -> torch.Tensor:
     """A zero-size tensor of ``shape`` that stays in ``x``'s autograd graph.
 
@@ -41,6 +54,9 @@ class SpatialLayer:
         self.mesh = mesh
         self.layer_name = name
         self._plans: dict[tuple[int, ...], Any] = {}
+        #: The global shape of the current call's input, from the model's shape trace
+        #: (set before each call by :func:`~sciml.spatial_parallel.parallelize`), or None.
+        self._traced: tuple[int, ...] | None = None
 
     @classmethod
     def from_module(cls, module: nn.Module, mesh: SpatialMesh, *, name: str = "") -> Self:
@@ -69,16 +85,24 @@ class SpatialLayer:
                 f"split layers must come before global pooling"
             )
         weight = next(self.parameters(recurse=False), None)  # type: ignore[attr-defined]
-        if weight is not None and (x.dtype, x.device) != (weight.dtype, weight.device):
+        autocast = x.dtype == autocast_dtype(x)  # autocast's inputs may be of its lower dtype
+        if weight is not None and (
+            x.device != weight.device or x.dtype != weight.dtype and not autocast
+        ):
             raise ValueError(
                 f"{self._label()}: input block is {x.dtype} on {x.device} but the layer's "
                 f"parameters are {weight.dtype} on {weight.device}"
             )
 
-    def _global_shape(self, x: torch.Tensor) -> tuple[int, int, int]:
-        shape = self.mesh.global_spatial_shape(x.shape)
+    def _global_input(self, x: torch.Tensor) -> tuple[int, ...]:
+        """Global ``(N, C, D, H, W)`` of the split block ``x``, checked against its shape.
+
+        From the model's shape trace, without communication; a layer called
+        outside its model's forward pass asks the other ranks (one collective).
+        """
+        shape = self._traced if self._traced is not None else self.mesh.global_shape(x.shape)
         for axis, (size, parts, coord) in enumerate(
-            zip(shape, self.mesh.grid, self.mesh.spatial_coords, strict=True)
+            zip(shape[2:], self.mesh.grid, self.mesh.spatial_coords, strict=True)
         ):
             expected = size // parts + (coord < size % parts)
             if x.shape[2 + axis] != expected:
@@ -88,3 +112,14 @@ class SpatialLayer:
                     f"{parts} ranks has {expected}; shard inputs with sciml.spatial_parallel.shard"
                 )
         return shape
+
+    def _global_shape(self, x: torch.Tensor) -> tuple[int, int, int]:
+        """Global ``(D, H, W)`` of the split block ``x`` (see :meth:`_global_input`)."""
+        depth, height, width = self._global_input(x)[2:]
+        return depth, height, width
+
+    def _global_batch(self, x: torch.Tensor) -> int:
+        """Global batch of ``x`` (split or replicated): traced, else one collective."""
+        if self._traced is not None:
+            return self._traced[0]
+        return self.mesh.global_batch(x.shape[0])

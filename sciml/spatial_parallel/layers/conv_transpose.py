@@ -96,6 +96,6 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
                     pad = [0, 0] * (4 - axis) + [front, back]
                     y = F.pad(y, pad)
                 y = y.narrow(axis, start + front, stop - start)
-        if self.bias is not None:
-            y = y + self.bias.view(1, -1, 1, 1, 1)
+        if self.bias is not None:  # in the operator's dtype (autocast's lower one)
+            y = (y + self.bias.view(1, -1, 1, 1, 1)).to(y.dtype)
         return y

@@ -11,7 +11,12 @@ from torch import nn
 
 from sciml.spatial_parallel.halo import halo_extend
 from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
-from sciml.spatial_parallel.layers.base import SpatialLayer, empty_connected, triple
+from sciml.spatial_parallel.layers.base import (
+    SpatialLayer,
+    empty_connected,
+    statistics_dtype,
+    triple,
+)
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds, plan_dim
 
 
@@ -118,6 +123,8 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
         self._check_input(x)
         halo, steps = self._plan(self._global_shape(x))
         y = halo_extend(x, halo) if halo.axes else x
+        if self.mode == "trilinear":  # 16-bit inputs: interpolate in float32, round once
+            y = y.to(statistics_dtype(y))
         for axis, out, size, out_size, scale, origin in steps:
             if axis not in halo.axes:
                 origin = 0
@@ -138,4 +145,4 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
             shape[axis] = len(out)
             lam = torch.as_tensor(weight, dtype=y.dtype, device=y.device).reshape(shape)
             y = first + (second - first) * lam
-        return y
+        return y.to(x.dtype)
