@@ -91,6 +91,7 @@ def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
 def sharding_and_losses(mesh_kwargs: dict[str, int]) -> dict[str, float]:
     """shard/unshard round trips and the loss helpers against whole-tensor values."""
     from sciml.spatial_parallel import global_loss, mse_loss, spatial_mean
+    from sciml.spatial_parallel.heads import mark_replicated
 
     mesh = SpatialMesh(**mesh_kwargs)
     g = torch.Generator().manual_seed(0)
@@ -105,7 +106,14 @@ def sharding_and_losses(mesh_kwargs: dict[str, int]) -> dict[str, float]:
     torch.distributed.all_reduce(mse, group=mesh.spatial_group)
     replica_mse = (mine - t[mesh.block(x.shape)[0]]).square().mean() if len(mine) else 0.0
     batch_means = [x[s].mean() for s in torch.tensor_split(torch.arange(3), mesh.data)]
+    # a replicated output (after global pooling): the local loss is the global loss
+    pooled = mark_replicated(x.sum((2, 3, 4)))
+    unmarked = mse_loss(local.clone(), shard(t, mesh).clone(), mesh)  # one collective
     return {
+        "mse_replicated": abs(
+            float(mse_loss(pooled, torch.zeros_like(pooled), mesh)) - float(pooled.square().mean())
+        ),
+        "mse_unmarked": abs(float(unmarked) - float(mse_loss(local, shard(t, mesh), mesh))),
         "unshard": rel(unshard(local, mesh), x),
         "head_unshard": rel(unshard(local.sum((2, 3, 4)), mesh), x.sum((2, 3, 4)))
         if mesh.spatial_size == 1
