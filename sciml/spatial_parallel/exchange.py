@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sciml.spatial_parallel.constants import constant
 from sciml.spatial_parallel.halo_plan import HaloPlan, Index, Region
 from sciml.spatial_parallel.overlap import Box, intersect
 
@@ -78,7 +79,7 @@ def take(x: torch.Tensor, axes: tuple[int, ...], index: tuple[Index, ...]) -> to
         if isinstance(idx, slice):
             x = x.narrow(axis, idx.start, idx.stop - idx.start)
         else:
-            x = x.index_select(axis, torch.tensor(idx, device=x.device))
+            x = x.index_select(axis, constant(idx, device=x.device))
     return x
 
 
@@ -96,11 +97,9 @@ def _add_at(
     for axis, idx in gathered[1:][::-1]:
         shape = list(value.shape)
         shape[axis] = target.shape[axis]
-        value = value.new_zeros(shape).index_add_(
-            axis, torch.tensor(idx, device=value.device), value
-        )
+        value = value.new_zeros(shape).index_add_(axis, constant(idx, device=value.device), value)
     axis, idx = gathered[0]
-    target.index_add_(axis, torch.tensor(idx, device=target.device), value)
+    target.index_add_(axis, constant(idx, device=target.device), value)
 
 
 def _sub_index(index: Index, lo: int, hi: int) -> Index:

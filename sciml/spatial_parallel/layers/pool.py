@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sciml.spatial_parallel.constants import constant
 from sciml.spatial_parallel.layers.base import triple
 from sciml.spatial_parallel.layers.window import WindowLayer
 from sciml.spatial_parallel.partition import DimPlan, Window
@@ -110,6 +111,6 @@ class SpatialAvgPool3d(WindowLayer, nn.AvgPool3d):
                 continue
             shape = [1] * 5
             shape[axis] = o1 - o0
-            factor = torch.tensor(w.kernel / count, dtype=y.dtype, device=y.device).reshape(shape)
+            factor = constant(w.kernel / count, dtype=y.dtype, device=y.device).reshape(shape)
             y = y * factor
         return y

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sciml.spatial_parallel.constants import constant
 from sciml.spatial_parallel.halo import halo_extend
 from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
 from sciml.spatial_parallel.layers.base import (
@@ -136,13 +137,13 @@ class SpatialUpsample(SpatialLayer, nn.Upsample):
             i0, i1, weight = _source_index(
                 out, size, out_size, scale, self.mode, bool(self.align_corners), x.dtype
             )
-            first = y.index_select(axis, torch.as_tensor(i0 - origin, device=y.device))
+            first = y.index_select(axis, constant(i0 - origin, device=y.device))
             if self.mode != "trilinear":
                 y = first
                 continue
-            second = y.index_select(axis, torch.as_tensor(i1 - origin, device=y.device))
+            second = y.index_select(axis, constant(i1 - origin, device=y.device))
             shape = [1] * 5
             shape[axis] = len(out)
-            lam = torch.as_tensor(weight, dtype=y.dtype, device=y.device).reshape(shape)
+            lam = constant(weight, dtype=y.dtype, device=y.device).reshape(shape)
             y = first + (second - first) * lam
         return y.to(x.dtype)
