@@ -209,7 +209,7 @@ def costs_path(profile_path: Path | str) -> Path:
 
 
 def measure_costs(
-    graph: Graph, grid_list: Iterable[Grid], *, cache: Path | str | None = None, repeats: int = 3
+    graph: Graph, grid_list: Iterable[Grid], *, cache: Path | str | None = None, repeats: int = 5
 ) -> dict[str, ConvCost]:
     """Time every local convolution ``graph`` runs on the grids of ``grid_list``, on this CPU.
 

@@ -3,11 +3,13 @@
 Times, on the CPU (or the current CUDA device when ``device="cuda"``):
 
 * a ``Conv3d(16, 16, 3, padding=1)`` forward and backward at three cube
-  sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares), so
-  that small local blocks pay the fixed cost a rate alone would miss;
+  sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares: the
+  rate without the fixed cost), and one tiny kernel (the per-call overhead);
 * an elementwise multiply on 32 MiB (read + write bandwidth);
 * point-to-point messages and all-reduces between two local gloo processes
-  at two sizes (latency and bandwidth by the two-point fit);
+  (latency from 1 KiB, bandwidth from 16 MiB);
+
+Each figure is the best of a few repeats, the least disturbed by other load.
 * reading a 64 MiB file just written (so from the page cache: an upper bound
   of what a file system gives).
 
@@ -19,7 +21,6 @@ caches it.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,14 +37,15 @@ CHANNELS = 16
 SMALL, LARGE = 2**10, 2**24  # message sizes, bytes
 
 
-def _median_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
+def _best_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed calls after a warm-up (the least disturbed by load)."""
     fn()  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 def _fit(work: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -54,7 +56,7 @@ def _fit(work: list[float], seconds: list[float]) -> tuple[float, float]:
 
 
 def conv_constants(*, device: str = "cpu") -> dict[str, float]:
-    """Forward and backward FLOP rates and the per-call overhead of a 3D convolution."""
+    """Forward and backward FLOP rates of a 3D convolution, and the cost of one tiny kernel."""
     torch.manual_seed(0)
     conv = nn.Conv3d(CHANNELS, CHANNELS, 3, padding=1).to(device)
     flops, fwd, bwd = [], [], []
@@ -72,21 +74,19 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
             conv(x).sum().backward()
             sync()
 
-        fwd.append(_median_seconds(forward))
-        bwd.append(max(_median_seconds(both) - fwd[-1], 1e-9))
-    overhead, rate = _fit(flops, fwd)
-    bwd_overhead, bwd_rate = _fit([2 * f for f in flops], bwd)
-    return {
-        "conv_rate": rate,
-        "conv_bwd_rate": bwd_rate,
-        "op_overhead": (overhead + bwd_overhead / 2) / 2,
-    }
+        fwd.append(_best_seconds(forward))
+        bwd.append(max(_best_seconds(both) - fwd[-1], 1e-9))
+    _, rate = _fit(flops, fwd)
+    _, bwd_rate = _fit([2 * f for f in flops], bwd)
+    tiny = torch.ones(8, device=device)
+    overhead = _best_seconds(lambda: (torch.relu(tiny), sync()), repeats=50)
+    return {"conv_rate": rate, "conv_bwd_rate": bwd_rate, "op_overhead": overhead}
 
 
 def memory_bandwidth(*, device: str = "cpu") -> float:
     """Bytes/s of ``y = 2 x`` on 32 MiB (one read, one write)."""
     x = torch.ones(2**23, device=device)
-    seconds = _median_seconds(lambda: torch.mul(x, 2.0))
+    seconds = _best_seconds(lambda: torch.mul(x, 2.0))
     return 2 * x.numel() * 4 / seconds
 
 
@@ -96,7 +96,7 @@ def read_bandwidth() -> float:
     with tempfile.TemporaryDirectory(prefix="sciml-calibrate-") as folder:
         path = os.path.join(folder, "block.bin")
         data.tofile(path)
-        seconds = _median_seconds(lambda: np.fromfile(path, dtype=np.float32), repeats=3)
+        seconds = _best_seconds(lambda: np.fromfile(path, dtype=np.float32), repeats=3)
     return data.nbytes / seconds
 
 
@@ -112,12 +112,12 @@ def _pingpong(nbytes: int) -> float:
             dist.recv(buf, 0)
             dist.send(buf, 0)
 
-    return _median_seconds(once, repeats=9) / 2
+    return _best_seconds(once, repeats=9) / 2
 
 
 def _allreduce(nbytes: int) -> float:
     buf = torch.zeros(nbytes // 4)
-    return _median_seconds(lambda: dist.all_reduce(buf), repeats=9)
+    return _best_seconds(lambda: dist.all_reduce(buf), repeats=9)
 
 
 def network_constants() -> dict[str, float]:

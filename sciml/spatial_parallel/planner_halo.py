@@ -12,13 +12,13 @@ receives; a block too small for its halo makes the grid unusable
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sciml.spatial_parallel.partition import (
     DIM_NAMES,
-    DimPlan,
     TransposeWindow,
     Window,
     block_bounds,
@@ -65,14 +65,21 @@ def local_numel(shape: Sequence[int], grid: Grid) -> int:
     )
 
 
-def _dim_plan(layer: Layer, k: int, parts: int) -> DimPlan:
-    window = layer.windows[k]  # type: ignore[index]
-    size, out = layer.in_shape[2 + k], layer.out_shape[2 + k]
-    if isinstance(window, Window):
-        return window_plan(window, size, parts, layer=layer.name, dim=DIM_NAMES[k])
-    assert isinstance(window, TransposeWindow)
-    needs = [window.input_range(lo, hi, size) for lo, hi in block_bounds(out, parts)]
-    return plan_dim(size, parts, out, needs, layer=layer.name, dim=DIM_NAMES[k])
+@functools.lru_cache(maxsize=4096)
+def _widest_halo(window: Window | TransposeWindow, size: int, out: int, parts: int) -> int | None:
+    """Widest halo any of ``parts`` ranks receives along one dim (``None``: cannot split)."""
+    try:
+        if isinstance(window, Window):
+            plan = window_plan(window, size, parts, layer="layer", dim="dim")
+        else:
+            needs = [window.input_range(lo, hi, size) for lo, hi in block_bounds(out, parts)]
+            plan = plan_dim(size, parts, out, needs)
+    except ValueError:
+        return None
+    return max(
+        sum(p.size for p in pieces if p.source is not None and p.source != rank)
+        for rank, pieces in enumerate(plan.pieces)
+    )
 
 
 def layer_halo(layer: Layer, grid: Grid) -> Halo:
@@ -87,20 +94,17 @@ def layer_halo(layer: Layer, grid: Grid) -> Halo:
     for k, parts in enumerate(grid[1:]):
         if parts == 1:
             continue
-        try:
-            plan = _dim_plan(layer, k, parts)
-        except ValueError:
-            size = layer.in_shape[2 + k]
+        size = layer.in_shape[2 + k]
+        widest = _widest_halo(layer.windows[k], size, layer.out_shape[2 + k], parts)
+        if widest is None:
             smallest = min(hi - lo for lo, hi in block_bounds(size, parts))
             raise GridError(
                 f"layer '{layer.name}' ({layer.kind}): {DIM_NAMES[k]} of size {size} over "
                 f"{parts} ranks leaves blocks of {smallest}, too small for its halo"
-            ) from None
-        for rank, pieces in enumerate(plan.pieces):
-            got = sum(p.size for p in pieces if p.source is not None and p.source != rank)
-            received[k] = max(received[k], got)
+            )
+        received[k] = widest
         stride = getattr(layer.windows[k], "stride", 1)
-        boundary[k] = min(largest(plan.out_size, parts), 2 * -(-received[k] // stride))
+        boundary[k] = min(largest(layer.out_shape[2 + k], parts), 2 * -(-received[k] // stride))
     return Halo(tuple(received), tuple(boundary))  # type: ignore[arg-type]
 
 

@@ -140,21 +140,28 @@ def _measure_one(conv: LocalConv, *, repeats: int) -> ConvCost:
         x.grad = weight.grad = None
         del y
     return ConvCost(
-        forward_s=statistics.median(fwd[1:]),
-        backward_s=statistics.median(bwd[1:]),
+        forward_s=min(fwd[1:]),  # the least disturbed by other load
+        backward_s=min(bwd[1:]),
         forward_bytes=max(0.0, statistics.median(fwd_bytes[1:])),
         backward_bytes=max(0.0, statistics.median(bwd_bytes[1:])),
     )
 
 
-def measure_convs(convs: Iterable[LocalConv], *, repeats: int = 3) -> dict[str, ConvCost]:
-    """Time (and measure the scratch memory of) each distinct local convolution on the CPU."""
+def measure_convs(
+    convs: Iterable[LocalConv], *, repeats: int = 5, threads: int = 1
+) -> dict[str, ConvCost]:
+    """Time (and measure the scratch memory of) each distinct local convolution on the CPU.
+
+    ``threads`` intra-op threads: one, as ``sciml.spawn`` gives each rank.
+    """
+    from sciml.distributed import torch_threads
+
     mmap_large_allocations()
     costs = {}
-    for conv in {c.key: c for c in convs}.values():
-        if math.prod(conv.in_shape) == 0:
-            continue
-        costs[conv.key] = _measure_one(conv, repeats=repeats)
+    with torch_threads(threads):
+        for conv in {c.key: c for c in convs}.values():
+            if math.prod(conv.in_shape) > 0:
+                costs[conv.key] = _measure_one(conv, repeats=repeats)
     return costs
 
 
