@@ -10,19 +10,17 @@ message instead of hanging. Under NCCL the groups are device-aware
         print0(f"{ctx.world_size} ranks on {ctx.backend}")
         train(...)
 
-The small collectives of the spine live here too: :func:`world`,
-:func:`check_replica`, :func:`all_reduce_cpu` (a small CPU tensor on any
-backend and group, through :func:`collective_device`; every module's small
-metadata reductions use it), :func:`backend_devices` and :func:`all_reduce_sums`.
+The small collectives of the spine (:mod:`sciml.collectives`) are re-exported
+here: :func:`world`, :func:`check_replica`, :func:`all_reduce_cpu` (a small CPU
+tensor on any backend and group, through :func:`collective_device`; every
+module's metadata reductions use it), :func:`backend_devices`,
+:func:`all_reduce_sums` and :func:`to_device`.
 :class:`PreemptionFlag` records SIGTERM/SIGUSR1 (Slurm's preemption and
 time-limit signals) so that long work can checkpoint and stop on every rank
 together. :func:`spawn` (:mod:`sciml.spawn`) runs a function on a few local
 processes (tests, notebooks); :func:`detect_launch`, :class:`LaunchInfo` and
 :func:`expand_nodelist` are re-exported from :mod:`sciml.launch`.
 :func:`torch_threads` bounds a block's intra-op threads.
-
-One job, the process group and what runs over it (start, collectives,
-signals, threads), which is why this module is over 350 lines.
 """
 
 from __future__ import annotations
@@ -42,6 +40,15 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 import torch.distributed as dist
 
+from sciml.collectives import (
+    all_reduce_cpu,
+    all_reduce_sums,
+    backend_devices,
+    check_replica,
+    collective_device,
+    to_device,
+    world,
+)
 from sciml.launch import LaunchInfo, Source, detect_launch, expand_nodelist
 from sciml.spawn import spawn
 
@@ -244,98 +251,6 @@ def shutdown() -> None:
 def is_main_process() -> bool:
     """True on global rank 0, or when ``torch.distributed`` is not initialised."""
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-
-def world() -> tuple[int, int]:
-    """``(rank, world_size)`` of this process; ``(0, 1)`` without a process group."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def check_replica(replica: object) -> tuple[int, int]:
-    """Return a data-parallel ``(index, count)`` after checking ``0 <= index < count``.
-
-    Raises:
-        ValueError: If ``replica`` is not a pair of integers in that range.
-    """
-    if isinstance(replica, tuple) and len(replica) == 2:
-        index, count = replica
-        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in replica)
-        if ints and 0 <= index < count:
-            return index, count
-    raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
-
-
-def all_reduce_cpu(
-    tensor: torch.Tensor, op: Any = None, *, group: dist.ProcessGroup | None = None
-) -> torch.Tensor:
-    """All-reduce a small CPU tensor over ``group`` (every rank) and return it on the CPU.
-
-    Works on any backend: under NCCL alone the values travel through this rank's
-    GPU (:func:`collective_device`). Without a process group (or with one rank
-    in ``group``) ``tensor`` is returned unchanged.
-    """
-    if world()[1] == 1 or dist.get_world_size(group) == 1:
-        return tensor
-    moved = tensor.to(collective_device(group), copy=True)
-    dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op, group=group)
-    return moved.cpu()
-
-
-def collective_device(group: dist.ProcessGroup | None = None) -> torch.device:
-    """The device for small collectives over ``group`` (default: every rank).
-
-    The CPU when the group has a CPU backend (gloo, also in a device-aware
-    ``cpu:gloo,cuda:nccl`` group) or without a process group; this rank's GPU
-    under NCCL alone.
-    """
-    if not (dist.is_available() and dist.is_initialized()):
-        return torch.device("cpu")
-    if "cpu" in backend_devices(group):
-        return torch.device("cpu")
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-def backend_devices(group: dist.ProcessGroup | None = None) -> set[str]:
-    """The device types whose tensors ``group``'s collectives take (``{"cpu", "cuda"}`` ...).
-
-    Read from the group's backend configuration: gloo is ``cpu:gloo,cuda:gloo``
-    (its collectives take CUDA tensors too, its point-to-point messages do not),
-    NCCL ``cuda:nccl``, a device-aware group ``cpu:gloo,cuda:nccl``.
-    """
-    config = dist.get_backend_config(group)
-    devices = set()
-    for part in config.split(","):
-        device, _, backend = part.rpartition(":")
-        if device:
-            devices.add(device)
-        else:
-            devices.add("cuda" if backend == "nccl" else "cpu")
-    return devices
-
-
-def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, float], int]:
-    """Sum named per-rank sums and a sample count over every rank (in float64).
-
-    Returns:
-        The summed values by name and the summed count; unchanged on one rank.
-    """
-    names = sorted(sums)
-    packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
-    values = all_reduce_cpu(packed).tolist()
-    return dict(zip(names, values[:-1], strict=True)), int(values[-1])
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor of a batch (nested in dicts, lists and tuples) to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch
 
 
 class PreemptionFlag:

@@ -16,17 +16,11 @@ from sciml.distributed import (
     DEVICE_AWARE,
     DistributedError,
     PreemptionFlag,
-    all_reduce_cpu,
-    all_reduce_sums,
-    backend_devices,
     backend_name,
-    check_replica,
-    collective_device,
     detect_launch,
     expand_nodelist,
     init_distributed,
     spawn,
-    to_device,
     torch_threads,
 )
 
@@ -232,13 +226,6 @@ def test_bad_launch_values_are_clear_errors() -> None:
         spawn(_rank_sum, 1, 0.5, threads=0)
 
 
-def test_check_replica() -> None:
-    assert check_replica((1, 2)) == (1, 2)
-    for bad in ((2, 2), (0, 0), (-1, 3), (True, 2), [0, 1], (0,), "0,1"):
-        with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
-            check_replica(bad)
-
-
 def _signalled_rank(rank_to_signal: int) -> bool:
     with PreemptionFlag() as flag:
         if dist.get_rank() == rank_to_signal:
@@ -272,34 +259,10 @@ def test_spawned_ranks_survive_sigusr1() -> None:
     assert spawn(_signal_self_then_sum, 2, 0.5) == [2.0, 2.0]
 
 
-def _sums_of_rank() -> tuple[dict[str, float], int]:
-    rank = dist.get_rank()
-    return all_reduce_sums({"loss": 0.25 + rank, "acc": 2.0 * rank}, 3 + rank)
-
-
-def test_all_reduce_sums_adds_named_sums_and_counts_over_ranks() -> None:
-    expected = ({"acc": 2.0, "loss": 1.5}, 7)
-    assert spawn(_sums_of_rank, 2) == [expected, expected]
-    assert all_reduce_sums({"loss": 0.5}, 2) == ({"loss": 0.5}, 2)  # no process group
-
-
-def test_collective_device_and_to_device_on_cpu() -> None:
-    cpu = torch.device("cpu")
-    assert collective_device() == cpu
-    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), [torch.ones(1)]), "name": "a"}
-    moved = to_device(batch, cpu)
-    assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
-    assert moved["name"] == "a" and torch.equal(moved["x"], batch["x"])
-
-
 def test_nccl_groups_are_device_aware() -> None:
     """NCCL runs get cpu:gloo,cuda:nccl groups, so CPU tensors never reach NCCL."""
     assert DEVICE_AWARE["nccl"] == "cpu:gloo,cuda:nccl"
     assert backend_name("cpu:gloo,cuda:nccl") == "nccl" and backend_name("gloo") == "gloo"
-    with init_distributed(backend="gloo", env={}):
-        assert backend_devices() == {"cpu", "cuda"}  # gloo: cpu:gloo,cuda:gloo
-        assert collective_device() == torch.device("cpu")
-        assert all_reduce_cpu(torch.ones(2), group=dist.new_group([0])).tolist() == [1.0, 1.0]
 
 
 def test_torch_threads_restores_the_count_and_rejects_bad_counts() -> None:

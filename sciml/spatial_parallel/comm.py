@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sciml.distributed import collective_device
+from sciml.collectives import collective_device
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import block_bounds
 

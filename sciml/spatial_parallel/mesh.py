@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from sciml.distributed import all_reduce_cpu
+from sciml.collectives import all_reduce_cpu
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
 
 #: The axes of the process grid, in rank order (``width`` fastest).

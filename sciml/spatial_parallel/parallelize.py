@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sciml.distributed import backend_devices
+from sciml.collectives import backend_devices
 from sciml.spatial_parallel.grad_sync import GradientSync
 from sciml.spatial_parallel.heads import (
     SpatialAdaptiveAvgPool3d,

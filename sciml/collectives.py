@@ -1,0 +1,119 @@
+"""The small collectives of the spine: this rank's place, and reductions of a few values.
+
+:func:`all_reduce_cpu` reduces a small CPU tensor over any group on any backend
+(through :func:`collective_device`, which reads the group's backend
+configuration with :func:`backend_devices`); every module's metadata
+reductions go through it. :func:`all_reduce_sums` adds named per-rank sums,
+:func:`to_device` moves a nested batch. :mod:`sciml.distributed` re-exports
+them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "all_reduce_cpu",
+    "all_reduce_sums",
+    "backend_devices",
+    "check_replica",
+    "collective_device",
+    "to_device",
+    "world",
+]
+
+
+def world() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process; ``(0, 1)`` without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def check_replica(replica: object) -> tuple[int, int]:
+    """Return a data-parallel ``(index, count)`` after checking ``0 <= index < count``.
+
+    Raises:
+        ValueError: If ``replica`` is not a pair of integers in that range.
+    """
+    if isinstance(replica, tuple) and len(replica) == 2:
+        index, count = replica
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in replica)
+        if ints and 0 <= index < count:
+            return index, count
+    raise ValueError(f"replica must be (index, count) with 0 <= index < count, got {replica!r}")
+
+
+def all_reduce_cpu(
+    tensor: torch.Tensor, op: Any = None, *, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
+    """All-reduce a small CPU tensor over ``group`` (every rank) and return it on the CPU.
+
+    Works on any backend: under NCCL alone the values travel through this rank's
+    GPU (:func:`collective_device`). Without a process group (or with one rank
+    in ``group``) ``tensor`` is returned unchanged.
+    """
+    if world()[1] == 1 or dist.get_world_size(group) == 1:
+        return tensor
+    moved = tensor.to(collective_device(group), copy=True)
+    dist.all_reduce(moved, op=dist.ReduceOp.SUM if op is None else op, group=group)
+    return moved.cpu()
+
+
+def collective_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """The device for small collectives over ``group`` (default: every rank).
+
+    The CPU when the group has a CPU backend (gloo, also in a device-aware
+    ``cpu:gloo,cuda:nccl`` group) or without a process group; this rank's GPU
+    under NCCL alone.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.device("cpu")
+    if "cpu" in backend_devices(group):
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def backend_devices(group: dist.ProcessGroup | None = None) -> set[str]:
+    """The device types whose tensors ``group``'s collectives take (``{"cpu", "cuda"}`` ...).
+
+    Read from the group's backend configuration: gloo is ``cpu:gloo,cuda:gloo``
+    (its collectives take CUDA tensors too, its point-to-point messages do not),
+    NCCL ``cuda:nccl``, a device-aware group ``cpu:gloo,cuda:nccl``.
+    """
+    config = dist.get_backend_config(group)
+    devices = set()
+    for part in config.split(","):
+        device, _, backend = part.rpartition(":")
+        if device:
+            devices.add(device)
+        else:
+            devices.add("cuda" if backend == "nccl" else "cpu")
+    return devices
+
+
+def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, float], int]:
+    """Sum named per-rank sums and a sample count over every rank (in float64).
+
+    Returns:
+        The summed values by name and the summed count; unchanged on one rank.
+    """
+    names = sorted(sums)
+    packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
+    values = all_reduce_cpu(packed).tolist()
+    return dict(zip(names, values[:-1], strict=True)), int(values[-1])
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a batch (nested in dicts, lists and tuples) to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch

@@ -1,0 +1,51 @@
+"""The small collectives: replica checks, CPU reductions on any group, device choice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from sciml.collectives import (
+    all_reduce_cpu,
+    all_reduce_sums,
+    backend_devices,
+    check_replica,
+    collective_device,
+    to_device,
+)
+from sciml.distributed import init_distributed, spawn
+
+
+def test_check_replica() -> None:
+    assert check_replica((1, 2)) == (1, 2)
+    for bad in ((2, 2), (0, 0), (-1, 3), (True, 2), [0, 1], (0,), "0,1"):
+        with pytest.raises(ValueError, match="replica must be \\(index, count\\)"):
+            check_replica(bad)
+
+
+def _sums_of_rank() -> tuple[dict[str, float], int]:
+    rank = dist.get_rank()
+    return all_reduce_sums({"loss": 0.25 + rank, "acc": 2.0 * rank}, 3 + rank)
+
+
+def test_all_reduce_sums_adds_named_sums_and_counts_over_ranks() -> None:
+    expected = ({"acc": 2.0, "loss": 1.5}, 7)
+    assert spawn(_sums_of_rank, 2) == [expected, expected]
+    assert all_reduce_sums({"loss": 0.5}, 2) == ({"loss": 0.5}, 2)  # no process group
+
+
+def test_collective_device_and_to_device_on_cpu() -> None:
+    cpu = torch.device("cpu")
+    assert collective_device() == cpu
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), [torch.ones(1)]), "name": "a"}
+    moved = to_device(batch, cpu)
+    assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
+    assert moved["name"] == "a" and torch.equal(moved["x"], batch["x"])
+
+
+def test_backend_devices_and_group_reductions_on_gloo() -> None:
+    with init_distributed(backend="gloo", env={}):
+        assert backend_devices() == {"cpu", "cuda"}  # gloo: cpu:gloo,cuda:gloo
+        assert collective_device() == torch.device("cpu")
+        assert all_reduce_cpu(torch.ones(2), group=dist.new_group([0])).tolist() == [1.0, 1.0]
