@@ -30,11 +30,11 @@ from torch import nn
 
 from sciml.spatial_parallel.planner_cost import (
     MEMORY_TERMS,
-    OPTIMIZER_STATE,
     TIME_TERMS,
     Estimate,
     Grid,
     GridError,
+    check_options,
     conv_of,
     estimate,
 )
@@ -234,7 +234,7 @@ def measure_costs(
     return {**known, **fresh}
 
 
-def _check_options(*, world: object, memory: object, optimizer: object) -> None:
+def _check_limits(*, world: object, memory: object) -> None:
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"world must be a positive integer, got {world!r}")
     if (
@@ -243,8 +243,6 @@ def _check_options(*, world: object, memory: object, optimizer: object) -> None:
         or not (math.isfinite(memory) and memory > 0)
     ):
         raise ValueError(f"memory must be a positive number of bytes, got {memory!r}")
-    if optimizer not in OPTIMIZER_STATE:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE)}, got {optimizer!r}")
 
 
 def plan_graph(
@@ -262,7 +260,8 @@ def plan_graph(
     ``costs`` are measured local convolutions (:func:`measure_costs`) used instead of the
     profile's rates where they match.
     """
-    _check_options(world=world, memory=memory, optimizer=optimizer)
+    _check_limits(world=world, memory=memory)
+    check_options(optimizer=optimizer, bucket_mb=bucket_mb)
     fitting: list[Estimate] = []
     too_big: list[Estimate] = []
     unsplittable: list[tuple[Grid, str]] = []
@@ -323,7 +322,8 @@ def recommend(
         if prof.memory is None:
             raise ValueError(f"profile {prof.name!r} has no device memory: give memory=")
         memory = prof.memory
-    _check_options(world=world, memory=memory, optimizer=optimizer)
+    _check_limits(world=world, memory=memory)
+    check_options(optimizer=optimizer, bucket_mb=bucket_mb)
     if isinstance(model, str):
         shape = tuple(sample_shape)
         if len(shape) != 5:

@@ -265,6 +265,29 @@ def _layer_costs(
     return fwd * slow, bwd * slow, 0.0, 0.0
 
 
+def check_options(*, optimizer: object, bucket_mb: object) -> None:
+    """Raise ValueError naming a bad optimizer or bucket size."""
+    if optimizer not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE)}, got {optimizer!r}")
+    if (
+        not isinstance(bucket_mb, int | float)
+        or isinstance(bucket_mb, bool)
+        or not (math.isfinite(bucket_mb) and bucket_mb > 0)
+    ):
+        raise ValueError(f"bucket_mb must be a finite number > 0, got {bucket_mb!r}")
+
+
+def _check_grid(grid: object) -> None:
+    if (
+        not isinstance(grid, tuple)
+        or len(grid) != 4
+        or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in grid)
+    ):
+        raise ValueError(
+            f"grid must be 4 positive integers (data, depth, height, width), got {grid!r}"
+        )
+
+
 def estimate(
     graph: Graph,
     grid: Grid,
@@ -289,6 +312,8 @@ def estimate(
         GridError: If the grid cannot split the activations (more replicas than
             samples, or a block smaller than a halo).
     """
+    _check_grid(grid)
+    check_options(optimizer=optimizer, bucket_mb=bucket_mb)
     if grid[0] > graph.sample_shape[0]:
         raise GridError(
             f"data={grid[0]} replicas but the batch has {graph.sample_shape[0]} samples"

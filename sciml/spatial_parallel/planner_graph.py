@@ -169,12 +169,11 @@ def _check_supported(model: nn.Module) -> None:
             )
 
 
-def trace(
-    model: nn.Module, sample_shape: Sequence[int], *, dtype: torch.dtype = torch.float32
-) -> Graph:
+def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     """The layers of ``model`` on a global input of ``sample_shape`` ``(N, C, D, H, W)``.
 
-    ``model`` is copied to the ``meta`` device (it is not modified) and run forward once.
+    ``model`` is copied to the ``meta`` device (it is not modified) and run forward once
+    on an input of its parameters' dtype (float32 for a model without parameters).
 
     Raises:
         ValueError: If the shape is not five positive sizes, a layer cannot be split
@@ -190,7 +189,8 @@ def trace(
     if not isinstance(model, nn.Module):
         raise TypeError(f"planner: expected a torch.nn.Module, got {type(model).__name__}")
     _check_supported(model)
-    meta = copy.deepcopy(model).to(device="meta", dtype=dtype)
+    dtype = next(model.parameters(), torch.empty(0)).dtype
+    meta = copy.deepcopy(model).to(device="meta")
     meta.train()
     x = torch.empty(shape, device="meta", dtype=dtype)
     # the input block is held by the loader anyway: a memory term of its own

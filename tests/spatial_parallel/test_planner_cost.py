@@ -110,3 +110,21 @@ def test_step_memory_matches_measured(mesh: dict[str, int]) -> None:
     run = functools.partial(measure_step, repeats=1)
     measured = max(r["peak_bytes"] for r in spawn(run, ranks, model, mesh, shape))
     assert measured == pytest.approx(predicted, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    ("grid", "options", "message"),
+    [
+        ((1, 0, 1, 1), {}, "grid must be 4 positive integers"),
+        ((1, 2, 1), {}, "grid must be 4 positive integers"),
+        ([1, 1, 1, 1], {}, "grid must be 4 positive integers"),
+        ((1, 1, 1, 1), {"optimizer": "lbfgs"}, "optimizer must be one of"),
+        ((1, 1, 1, 1), {"bucket_mb": 0}, "bucket_mb must be a finite number > 0"),
+        ((1, 1, 1, 1), {"bucket_mb": float("nan")}, "bucket_mb must be a finite number > 0"),
+    ],
+)
+def test_bad_grid_and_options_are_named(
+    grid: object, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        estimate(CONV, grid, PROFILE, **options)  # type: ignore[arg-type]

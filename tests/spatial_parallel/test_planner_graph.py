@@ -67,3 +67,9 @@ def test_the_model_is_not_modified() -> None:
 def test_bad_inputs_are_named(model: nn.Module, shape: tuple[int, ...], message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         trace(model, shape)
+
+
+def test_a_float64_model_is_priced_in_float64() -> None:
+    graph = trace(nn.Sequential(nn.Conv3d(1, 2, 3), nn.ReLU()).double(), (1, 1, 5, 5, 5))
+    assert {layer.itemsize for layer in graph.layers} == {8}
+    assert [s.itemsize for s in graph.saved] == [8]
