@@ -109,9 +109,16 @@ def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, fl
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor of a batch (nested in dicts, lists and tuples) to ``device``."""
+    """Move every tensor of a batch (nested in dicts, lists and tuples) to ``device``.
+
+    A moved tensor keeps the Python attributes of the original (such as the
+    global shape that :func:`sciml.spatial_parallel.shard` marks a block with).
+    """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        moved = batch.to(device, non_blocking=True)
+        if moved is not batch:
+            moved.__dict__.update(batch.__dict__)
+        return moved
     if isinstance(batch, dict):
         return {key: to_device(value, device) for key, value in batch.items()}
     if isinstance(batch, list | tuple):

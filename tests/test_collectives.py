@@ -49,3 +49,10 @@ def test_backend_devices_and_group_reductions_on_gloo() -> None:
         assert backend_devices() == {"cpu", "cuda"}  # gloo: cpu:gloo,cuda:gloo
         assert collective_device() == torch.device("cpu")
         assert all_reduce_cpu(torch.ones(2), group=dist.new_group([0])).tolist() == [1.0, 1.0]
+
+
+def test_to_device_keeps_a_tensors_marks() -> None:
+    block = torch.ones(1, 1, 2, 2, 2)
+    block.mark = (1, 1, 4, 2, 2)  # type: ignore[attr-defined]
+    moved = to_device({"x": block}, torch.device("meta"))["x"]
+    assert moved.is_meta and moved.mark == (1, 1, 4, 2, 2)
