@@ -1,4 +1,4 @@
-"""``sciml weather ...``: make toy ensembles and score ensemble files."""
+"""``sciml weather ...``: make toy ensembles, score ensembles, train and evaluate models."""
 
 from __future__ import annotations
 
@@ -82,6 +82,94 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from sciml.training import EXIT_REQUEUE
+    from sciml.weather.data import open_ensemble
+    from sciml.weather.train import train_postprocessor
+
+    status = train_postprocessor(
+        open_ensemble(args.data),
+        model=args.model,
+        run_dir=args.run_dir,
+        members=args.members,
+        variables=args.variables,
+        choice=args.choice,
+        validation=args.validation,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
+    print(f"{args.model} on {args.members} members: {status}, run folder {args.run_dir}")
+    return EXIT_REQUEUE if status == "interrupted" else 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sciml.io_utils import atomic_write_text
+    from sciml.weather.data import open_ensemble
+    from sciml.weather.evaluate import evaluate_runs
+
+    table = evaluate_runs(args.run_dir, open_ensemble(args.test_data))
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(table.round(5).to_string(index=False))
+    if args.json:
+        atomic_write_text(args.json, table.to_json(orient="records", indent=1))
+        print(f"wrote {args.json}")
+    if args.csv:
+        atomic_write_text(args.csv, table.to_csv(index=False))
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _register_train(sub: Subparsers) -> None:
+    from sciml.weather.train import MODELS
+
+    train = sub.add_parser(
+        "train",
+        help="train a post-processing model (EMOS, MLP, U-Net) on an ensemble with a truth",
+        description="The last --validation fraction of the start dates validates; test on "
+        "another file with 'sciml weather evaluate'. On SIGUSR1/SIGTERM a deep model "
+        "checkpoints and the command exits with 3; the same command resumes it.",
+    )
+    train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
+    train.add_argument("--model", required=True, choices=MODELS, help="model to train")
+    train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
+    train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
+    train.add_argument("--variables", nargs="+", help="forecast variables (default: all)")
+    train.add_argument(
+        "--choice",
+        choices=("first", "random"),
+        default="first",
+        help="first k members, or k drawn per training sample",
+    )
+    train.add_argument(
+        "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
+    )
+    train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
+    train.add_argument("--batch-size", type=positive_int, default=8, help="samples per step")
+    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_cmd_train)
+
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score runs against the raw full and k-member ensembles on test data",
+        description="One row per model, variable, level and lead time: CRPS (and which "
+        "one), CRPS skill against the raw full ensemble, RMSE, spread-skill.",
+    )
+    evaluate.add_argument("test_data", nargs="+", help="test ensemble file(s) with truth")
+    evaluate.add_argument(
+        "--run-dir", nargs="+", required=True, help="run folder(s) of 'sciml weather train'"
+    )
+    evaluate.add_argument("--json", help="also write the table as JSON here")
+    evaluate.add_argument("--csv", help="also write the table as CSV here")
+    evaluate.set_defaults(func=_cmd_evaluate)
+
+
 def register(subparsers: Subparsers) -> None:
     """Add the ``weather`` subcommand group to the ``sciml`` parser."""
     weather = subparsers.add_parser("weather", help="ensemble weather data, toy model, scores")
@@ -155,3 +243,4 @@ def register(subparsers: Subparsers) -> None:
     score.add_argument("--lat-weights", action="store_true", help="cos-latitude weighting")
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)
+    _register_train(sub)

@@ -1,0 +1,296 @@
+"""Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
+
+``sciml weather train`` calls :func:`train_postprocessor`. The last ``validation``
+fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates` without a
+test part: test on another file); the rest trains. The run folder holds
+``weather_run.json`` (the model and data configuration), ``stats.json`` (the forecasts'
+channel statistics, from the training dates) and either ``emos.nc`` (EMOS coefficients,
+one fit per variable, level and lead time over all training dates and grid points, on the
+first ``members`` members: per-point fits need many more dates than a toy set has, see
+:func:`sciml.weather.emos.fit_emos` for them) or
+:func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
+resume, preemption; a rerun with another configuration is refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import xarray as xr
+
+from sciml.io_utils import atomic_path, atomic_write_text
+from sciml.run_dir import RunLock, differences
+from sciml.weather.emos import fit_emos
+from sciml.weather.postprocess import Backbone, PostProcessor
+from sciml.xrchannels import NormStats, compute_stats
+
+__all__ = [
+    "MODELS",
+    "RunConfig",
+    "forecast_variables",
+    "load_postprocessor",
+    "read_run",
+    "static_variables",
+    "train_postprocessor",
+]
+
+MODELS = ("emos", "mlp", "unet")
+RUN_CONFIG = "weather_run.json"
+SAMPLE_DIMS = ("time", "lead_time")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a weather run was trained on and how (``weather_run.json``)."""
+
+    model: str
+    members: int
+    variables: tuple[str, ...]
+    static: tuple[str, ...]
+    channel_dims: tuple[str, ...]
+    choice: str
+    validation: float
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+
+    def to_json(self) -> str:
+        """The configuration as JSON text."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Variables with members and a ``<variable>_truth``, in the dataset's order."""
+    return [
+        str(name)
+        for name, var in ds.data_vars.items()
+        if member_dim in var.dims and f"{name}_truth" in ds.data_vars
+    ]
+
+
+def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Variables without members and sample dims (e.g. ``topography``)."""
+    varying = {member_dim, *SAMPLE_DIMS}
+    return [str(name) for name, var in ds.data_vars.items() if not varying & set(var.dims)]
+
+
+def _split_validation(ds: xr.Dataset, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
+    """Training and validation start dates: the last ``validation`` fraction validates."""
+    if not 0 < validation < 1:
+        raise ValueError(f"validation must be a fraction in (0, 1), got {validation}")
+    if "time" not in ds.dims:
+        raise ValueError(f"the data have no start-date dimension 'time': {dict(ds.sizes)}")
+    times = np.unique(ds["time"].values)
+    held = max(1, round(validation * times.size))
+    if held >= times.size:
+        raise ValueError(
+            f"{times.size} start date(s) cannot be split into training and validation ({held})"
+        )
+    return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
+
+
+def _check_config(run_dir: Path, config: RunConfig) -> None:
+    path = run_dir / RUN_CONFIG
+    if not path.exists():
+        return
+    saved = json.loads(path.read_text())
+    changed = differences(saved, json.loads(config.to_json()))
+    if changed:
+        raise ValueError(
+            f"{run_dir} holds a weather run with another configuration ({'; '.join(changed)}); "
+            "give this run another --run-dir"
+        )
+
+
+def train_postprocessor(
+    ds: xr.Dataset,
+    *,
+    model: str,
+    run_dir: Path | str,
+    members: int = 5,
+    variables: Sequence[str] | None = None,
+    static: Sequence[str] | None = None,
+    channel_dims: Sequence[str] = ("level",),
+    choice: str = "first",
+    validation: float = 0.2,
+    epochs: int = 10,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+    handle_signals: bool = True,
+) -> str:
+    """Train ``model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
+
+    Args:
+        ds: Ensemble with ``<variable>_truth`` (e.g. a toy preset), Dask-backed or not.
+        model: ``"emos"``, ``"mlp"`` or ``"unet"``.
+        run_dir: The run folder.
+        members: Members the model sees (the first ones for EMOS).
+        variables: Forecast variables (default: every one with a truth).
+        static: Static fields for the deep models (default: every field without sample
+            dims; EMOS uses none).
+        channel_dims: Dims folded into channels.
+        choice: ``"first"`` or ``"random"`` members per training sample (deep models).
+        validation: Fraction of the last start dates used for validation.
+        epochs: Training epochs (deep models).
+        batch_size: Samples per step (deep models).
+        lr: Adam learning rate (deep models).
+        seed: Seed of the run.
+        progress: Show progress bars.
+        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1 (deep models).
+
+    Returns:
+        ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
+
+    Raises:
+        ValueError: An unknown model, ``members`` not in [2, ensemble size], a dataset
+            without truth, or a run folder that holds another configuration.
+    """
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    size = ds.sizes.get("member", 0)
+    if isinstance(members, bool) or not isinstance(members, int) or not 2 <= members <= size:
+        raise ValueError(
+            f"members must be an integer in [2, {size}] (the ensemble has {size}), got {members!r}"
+        )
+    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    if not chosen:
+        raise ValueError(
+            f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
+        )
+    fields = [] if model == "emos" else list(static if static is not None else static_variables(ds))
+    config = RunConfig(
+        model=model,
+        members=members,
+        variables=tuple(chosen),
+        static=tuple(fields),
+        channel_dims=tuple(channel_dims),
+        choice=choice,
+        validation=validation,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+    )
+    run_dir = Path(run_dir)
+    train, val = _split_validation(ds, validation)
+    with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+        _check_config(run_dir, config)
+        atomic_write_text(run_dir / RUN_CONFIG, config.to_json())
+    stats = compute_stats(train, chosen, channel_dims=channel_dims)
+    stats.to_json(run_dir / "stats.json")
+    if model == "emos":
+        _train_emos(train, config, run_dir)
+        return "completed"
+    return _train_deep(train, val, config, stats, run_dir, progress, handle_signals)
+
+
+def _train_emos(train: xr.Dataset, config: RunConfig, run_dir: Path) -> None:
+    """One EMOS fit per variable, level and lead time (pooled over dates and grid); ``emos.nc``."""
+    fits = []
+    for var in config.variables:
+        truth = train[f"{var}_truth"]
+        pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
+        forecasts = train[var].isel(member=slice(config.members))
+        fits.append(fit_emos(truth, forecasts, dim=pooled))
+    coefficients = xr.concat(fits, dim=pd.Index(list(config.variables), name="variable"))
+    with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
+        coefficients.to_netcdf(tmp)
+
+
+def _build(config: RunConfig, channels: int) -> PostProcessor:
+    backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
+    return PostProcessor(channels, static=len(config.static), backbone=backbone)
+
+
+def _train_deep(
+    train: xr.Dataset,
+    val: xr.Dataset,
+    config: RunConfig,
+    stats: NormStats,
+    run_dir: Path,
+    progress: bool,
+    handle_signals: bool,
+) -> str:
+    from sciml.sampling import seed_everything
+    from sciml.train_config import TrainConfig
+    from sciml.training import fit
+    from sciml.weather.dataset import EnsembleDataset
+    from sciml.weather.postprocess import gaussian_crps_loss
+
+    def dataset(part: xr.Dataset, choice: str) -> EnsembleDataset:
+        return EnsembleDataset(
+            part,
+            list(config.variables),
+            members=config.members,
+            choice=choice,  # type: ignore[arg-type]
+            stats=stats,
+            channel_dims=config.channel_dims,
+            static=config.static,
+        )
+
+    seed_everything(config.seed)
+    model = _build(config, len(stats.channels))
+    result = fit(
+        model,
+        torch.optim.Adam(model.parameters(), lr=config.lr),
+        dataset(train, config.choice),
+        gaussian_crps_loss,  # type: ignore[arg-type]
+        run_dir=run_dir,
+        config=TrainConfig(
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            progress=progress,
+            tensorboard=False,
+            handle_signals=handle_signals,
+        ),
+        val_dataset=dataset(val, "first"),
+    )
+    return result.status
+
+
+def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
+    """The configuration and channel statistics of a weather run folder.
+
+    Raises:
+        FileNotFoundError: Not a weather run folder.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; is {run_dir} a 'sciml weather train' run?")
+    raw: dict[str, Any] = json.loads(path.read_text())
+    for key in ("variables", "static", "channel_dims"):
+        raw[key] = tuple(raw[key])
+    config = RunConfig(**raw)
+    return config, NormStats.from_json(run_dir / "stats.json")
+
+
+def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> PostProcessor:
+    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+        ValueError: The run is an EMOS run.
+    """
+    from sciml.checkpoint import load_checkpoint
+
+    config, stats = read_run(run_dir)
+    if config.model == "emos":
+        raise ValueError(f"{run_dir} is an EMOS run: its coefficients are in emos.nc")
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = _build(config, len(stats.channels))
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
