@@ -8,7 +8,22 @@ process), e.g.::
         --run-dir runs/cosmo --mesh data=2,depth=2   (one line)
 
 and returns :data:`sciml.training.EXIT_REQUEUE` (3) after checkpointing on
-SIGUSR1/SIGTERM, so that a batch script can requeue the job.
+SIGUSR1/SIGTERM, so that a batch script can requeue the job (``srun``:
+``slurm/cosmoflow.sbatch``).
+
+Under torchrun two things differ, and this is the way that works: the
+agent dies of a SIGUSR1 sent to it (leaving its workers running without a
+checkpoint), so start it with SIGUSR1 ignored (``trap '' USR1`` in the
+script; the workers install their own handler) and send the signal to the
+workers, each of which torchrun starts in a session of its own (Slurm's
+``--signal`` reaches every process of the step; by hand, ``pkill -USR1 -P
+AGENT_PID``); and the agent turns the workers' exit code 3 into 1, so the
+run also leaves a marker: ``RUN_DIR/requeue`` exists after an interrupted
+run and is removed by a completed one::
+
+    trap '' USR1
+    torchrun ... --no-python sciml cosmoflow train DATA --run-dir RUN ...
+    if [ -e RUN/requeue ]; then scontrol requeue "$SLURM_JOB_ID"; fi
 """
 
 from __future__ import annotations
@@ -75,6 +90,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
+    from sciml.io_utils import atomic_write_text
     from sciml.training import EXIT_REQUEUE, TrainConfig
     from sciml.volumes.train import VolumeTraining, train_volumes
 
@@ -104,6 +120,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     with init_distributed(timeout=args.timeout) as ctx:
         result = train_volumes(args.data, args.run_dir, options, val=args.val, device=ctx.device)
         print0(f"{result.status} after {result.global_step} steps; run folder {result.run_dir}")
+        marker = result.run_dir / "requeue"
+        if ctx.rank == 0 and result.status == "interrupted":
+            atomic_write_text(marker, f"interrupted after {result.global_step} steps\n")
+        elif ctx.rank == 0:
+            marker.unlink(missing_ok=True)
     return EXIT_REQUEUE if result.status == "interrupted" else 0
 
 

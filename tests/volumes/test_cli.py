@@ -3,8 +3,10 @@
 import csv
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,41 @@ def test_cosmoflow_train_under_torchrun_on_depth_2(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "completed after 2 steps" in done.stdout
     assert len(_steps(run)) == 4  # loss and mae, 2 steps
+
+
+@pytest.mark.slow
+def test_torchrun_requeue_way_signal_the_launch_and_read_the_marker(tmp_path: Path) -> None:
+    # torchrun's agent dies of SIGUSR1 unless it ignores it, and reports exit 3 as 1
+    data = tmp_path / "c.zarr"
+    assert main(["cosmoflow", "data", str(data), "--samples", "16", "--size", "16"]) == 0
+    torchrun = Path(sys.prefix, "bin", "torchrun")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLURM_"))}
+    run = tmp_path / "run"
+    command = [str(torchrun), "--standalone", "--nproc-per-node", "2", "--no-python"]
+    command += [str(Path(sys.prefix, "bin", "sciml")), "cosmoflow", "train", str(data)]
+    command += ["--run-dir", str(run), "--mesh", "depth=2", "--no-progress", "--epochs", "3"]
+    command += ["--batch-size", "2", "--width", "4", "--levels", "2", "--workers", "0"]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the launch is one process group
+        preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN),  # as `trap '' USR1`
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.csv").exists() or len(_steps(run)) < 4:
+        assert time.monotonic() < deadline and proc.poll() is None, "training did not start"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGUSR1)  # what the agent's group gets: ignored
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    for pid in workers.stdout.split():  # torchrun starts each worker in a session of its own
+        os.kill(int(pid), signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "exitcode  : 3" in err, err[-2000:]
+    assert "interrupted after" in out and (run / "requeue").exists()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and "completed after 24 steps" in done.stdout, done.stderr[-2000:]
+    assert not (run / "requeue").exists()
+    assert len(_steps(run)) == 2 * 24
