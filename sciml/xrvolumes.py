@@ -16,6 +16,10 @@ the target (the whole vector, or the label block)::
 The sample order, and which replica reads which sample, is
 :func:`sciml.training.fit`'s (the replica is the mesh's data coordinate), so
 replicas read different samples and the ranks of one replica the same one.
+Prefetch, as HDMLP/NoPFS do: the order of every epoch follows from the seed
+(:func:`sciml.sampling.epoch_batches`), and ``fit``'s loader workers
+(``TrainConfig.num_workers``, persistent across epochs) read the blocks of
+the next batches in that order, at most two batches per worker ahead.
 
 Reading: the file is opened lazily in each process (and reopened after a
 ``fork``), without Dask, so a ``DataLoader`` worker never inherits a thread
