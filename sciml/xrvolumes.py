@@ -35,16 +35,15 @@ them in the run folder.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import xarray as xr
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from sciml.distributed import all_reduce_cpu, check_replica, world
 from sciml.spatial_parallel.partition import block_bounds
@@ -58,6 +57,8 @@ __all__ = ["ShardedVolumes", "block_slices", "block_stats", "run_stats"]
 
 #: Transforms applied on read, named by a volume's ``transform`` attribute.
 TRANSFORMS = ("log1p",)
+#: Slots of the bytes-read counter: the process itself and up to 63 loader workers.
+COUNTER_SLOTS = 64
 
 
 def block_slices(
@@ -75,16 +76,15 @@ def block_slices(
     return tuple(slices)
 
 
-def _zarr_counted(path: Path, counter: Any) -> Any:
-    """A Zarr store at ``path`` that adds the bytes of every read to ``counter``."""
+def _zarr_counted(path: Path, count: Callable[[int], None]) -> Any:
+    """A Zarr store at ``path`` that passes the bytes of every read to ``count``."""
     from zarr.storage import LocalStore, WrapperStore
 
     class CountingStore(WrapperStore[LocalStore]):
         async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
             buffer = await super().get(key, prototype, byte_range)
             if buffer is not None:
-                with counter.get_lock():
-                    counter.value += len(buffer)
+                count(len(buffer))
             return buffer
 
     return CountingStore(LocalStore(path, read_only=True))
@@ -130,7 +130,9 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.halo, self.dtype, self.stats = halo, dtype, stats
         self.grid = (1, 1, 1) if mesh is None else tuple(mesh.grid)
         self.coords = (0, 0, 0) if mesh is None else tuple(mesh.spatial_coords)
-        self._counter: Any = multiprocessing.get_context("fork").Value("q", 0)
+        # one slot per process (no lock needed), shared with loader workers however
+        # they start (fork or spawn: a shared-memory tensor pickles by handle)
+        self._counts = torch.zeros(COUNTER_SLOTS, dtype=torch.int64).share_memory_()
         self._opened: tuple[int, xr.Dataset] | None = None
         self._check_layout(self._dataset())
 
@@ -209,13 +211,24 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     @property
     def bytes_read(self) -> int:
         """Bytes read so far by this process and its loader workers."""
-        return int(self._counter.value)
+        return int(self._counts.sum())
+
+    def _count(self, size: int) -> None:
+        """Add ``size`` bytes to this process's slot of the counter."""
+        worker = get_worker_info()
+        slot = 0 if worker is None else 1 + worker.id
+        if slot >= COUNTER_SLOTS:
+            raise ValueError(
+                f"ShardedVolumes counts the reads of at most {COUNTER_SLOTS - 1} loader workers, "
+                f"worker {worker.id if worker else 0} is one too many"
+            )
+        self._counts[slot] += size
 
     def _dataset(self) -> xr.Dataset:
         """The file, opened once per process (no Dask: lazily indexed arrays)."""
         if self._opened is None or self._opened[0] != os.getpid():
             if self.path.is_dir():
-                store = _zarr_counted(self.path, self._counter)
+                store = _zarr_counted(self.path, self._count)
                 ds = xr.open_zarr(store, chunks=None)
             else:
                 ds = open_dataset(self.path, chunks=None)
@@ -246,8 +259,7 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def _read(self, name: str, key: tuple[int | slice, ...]) -> np.ndarray:
         values = np.asarray(self._dataset()[name].variable[key].values)
         if not self.path.is_dir():
-            with self._counter.get_lock():
-                self._counter.value += values.nbytes
+            self._count(values.nbytes)
         return values
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -119,6 +119,15 @@ def test_loader_workers_after_the_parent_used_dask(cosmo: Path) -> None:
     assert data.bytes_read - opened >= 3 * 4 * SIZE**3
 
 
+def test_reads_are_counted_in_spawned_loader_workers_too(cosmo: Path) -> None:
+    # Before: a fork-context counter could not be passed to spawned workers at all.
+    data = ShardedVolumes(cosmo)
+    opened = data.bytes_read
+    loader = DataLoader(data, batch_size=3, num_workers=1, multiprocessing_context="spawn")
+    assert [tuple(b[0].shape) for b in loader] == [(3, 4, SIZE, SIZE, SIZE)]
+    assert data.bytes_read - opened >= 3 * 4 * SIZE**3 * 2
+
+
 def test_block_sums_of_all_blocks_are_the_whole_statistics(cosmo: Path) -> None:
     whole = np.log1p(_whole(cosmo).astype(np.float64))
     sums = sum(
