@@ -59,31 +59,30 @@ def _interrupted(data: str, run_dir: str, model: str, mesh: dict[str, int], at: 
     return [first.status, second.status, str(second.global_step)]
 
 
-def _compare(tmp_path: Path, data: Path, model: str, mesh: dict[str, int], ranks: int) -> None:
-    with init_distributed(backend="gloo"):
-        single = train_volumes(data, tmp_path / "single", OPTIONS[model], val=data)
-    assert single.global_step == 12
-    statuses = spawn(
-        _interrupted, ranks, str(data), str(tmp_path / "mesh"), model, mesh, 5, timeout=240
-    )
-    assert statuses == [["interrupted", "completed", "12"]] * ranks
-    expected, got = _rows(tmp_path / "single"), _rows(tmp_path / "mesh")
-    assert [r[:2] for r in got] == [r[:2] for r in expected]
-    for (split, name, value), (_, _, want) in zip(got, expected, strict=True):
-        assert value == pytest.approx(want, rel=1e-9, abs=1e-12), (split, name)
-    reference = _weights(tmp_path / "single")
-    for name, value in _weights(tmp_path / "mesh").items():
-        torch.testing.assert_close(value, reference[name], rtol=1e-9, atol=1e-12)
+def _both(files: dict[str, str], run_dir: str) -> list[list[str]]:
+    """Rank function: each model on depth=2, interrupted at its 5th loss call, resumed."""
+    return [_interrupted(files[m], f"{run_dir}/{m}", m, {"depth": 2}, 5) for m in OPTIONS]
 
 
-def test_cosmoflow_on_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
-    data = write_cosmology(tmp_path / "c.zarr", samples=12, size=8, seed=2, chunk=4)
-    _compare(tmp_path, data, "cosmoflow", {"depth": 2}, 2)
-
-
-def test_unet_on_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
-    data = write_segmentation(tmp_path / "s.zarr", samples=12, size=8, seed=2, chunk=4)
-    _compare(tmp_path, data, "unet3d", {"depth": 2}, 2)
+def test_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
+    # CosmoFlow (replicated output) and the U-Net (split output, BatchNorm) from files
+    files = {
+        "cosmoflow": str(write_cosmology(tmp_path / "c.zarr", samples=12, size=8, seed=2)),
+        "unet3d": str(write_segmentation(tmp_path / "s.zarr", samples=12, size=8, seed=2)),
+    }
+    statuses = spawn(_both, 2, files, str(tmp_path / "mesh"), timeout=240)
+    assert statuses == [[["interrupted", "completed", "12"]] * 2] * 2
+    for model, data in files.items():
+        with init_distributed(backend="gloo"):
+            single = train_volumes(data, tmp_path / model, OPTIONS[model], val=data)
+        assert single.global_step == 12
+        expected, got = _rows(tmp_path / model), _rows(tmp_path / "mesh" / model)
+        assert [r[:2] for r in got] == [r[:2] for r in expected]
+        for (split, name, value), (_, _, want) in zip(got, expected, strict=True):
+            assert value == pytest.approx(want, rel=1e-9, abs=1e-12), (model, split, name)
+        reference = _weights(tmp_path / model)
+        for name, value in _weights(tmp_path / "mesh" / model).items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-9, atol=1e-12)
 
 
 def test_learning_rate_warms_up_then_decays() -> None:
