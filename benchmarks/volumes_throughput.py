@@ -54,7 +54,7 @@ def _figures(run_dir: Path) -> dict[int, dict[str, float]]:
     with open(run_dir / "perf.csv", newline="") as handle:
         for row in csv.DictReader(handle):
             figures = ranks.setdefault(int(row["rank"]), {})
-            key = row["metric"] if row["epoch"] == "2" else f"{row['metric']}_epoch1"
+            key = row["metric"] if row["epoch"] == "1" else f"{row['metric']}_epoch1"
             figures[key] = float(row["value"])
     return ranks
 
