@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from sciml.distributed import torch_threads
 from sciml.weather.alignment import Dim, check_pair, check_parameter, reduced_dims
 from sciml.weather.losses import crps_gaussian_loss
 
@@ -57,8 +58,8 @@ def _fit_standardised(
         [free],
         lr=1.0,
         max_iter=max_iter,
-        tolerance_grad=1e-12,
-        tolerance_change=1e-15,
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
         history_size=20,
         line_search_fn="strong_wolfe",
     )
@@ -84,6 +85,7 @@ def fit_emos(
     member_dim: str = "member",
     dim: Dim = None,
     max_iter: int = 500,
+    threads: int | None = 1,
 ) -> xr.Dataset:
     """Fit Gaussian EMOS by minimum CRPS, one fit per point of the dimensions not pooled.
 
@@ -95,6 +97,8 @@ def fit_emos(
         member_dim: Name of the member dimension.
         dim: Dimensions whose samples are pooled into one fit (None: all, a global fit).
         max_iter: L-BFGS iterations at most.
+        threads: torch threads for the fit (None: unchanged); one is fastest for fits of
+            up to millions of samples, above all on a busy machine.
 
     Returns:
         Dataset with ``a``, ``b``, ``c``, ``d`` over the dimensions not pooled.
@@ -129,9 +133,10 @@ def fit_emos(
     loc = y.sum(-1, keepdim=True) / count
     scale = torch.sqrt(torch.where(valid, (y - loc) ** 2, 0.0).sum(-1, keepdim=True) / count)
     scale = torch.where(scale > 0, scale, 1.0)
-    standard = _fit_standardised(
-        (y - loc) / scale, (m - loc) / scale, v / scale**2, valid, max_iter
-    )
+    with torch_threads(threads):
+        standard = _fit_standardised(
+            (y - loc) / scale, (m - loc) / scale, v / scale**2, valid, max_iter
+        )
     a, b, c, d = standard.unbind(-1)
     loc, scale = loc[:, 0], scale[:, 0]
     values = {"a": loc * (1 - b) + scale * a, "b": b, "c": scale**2 * c, "d": d}
