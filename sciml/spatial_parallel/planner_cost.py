@@ -327,9 +327,13 @@ def estimate(
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
         )
-        scratch.append((fwd_bytes, bwd_bytes))
         exchange = _exchange(layer, grid, halo, profile) if any(halo.received) else 0.0
-        halo_mem += sum(halo_bytes(layer, grid, halo)) if any(halo.received) else 0.0
+        if any(halo.received):
+            extra = sum(halo_bytes(layer, grid, halo))
+            block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
+            halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
+            bwd_bytes += block_bytes + extra  # the extended input's gradient, before it is split
+        scratch.append((fwd_bytes, bwd_bytes))
         forward.append(_overlapped(fwd, exchange, layer, halo, grid, profile))
         backward.append(_overlapped(bwd, exchange, layer, halo, grid, profile))
         halo_time += forward[-1] - fwd + backward[-1] - bwd

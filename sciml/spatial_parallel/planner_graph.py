@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -66,6 +66,9 @@ class Layer:
         channels: Channels whose statistics a normalisation layer reduces (else 0).
         itemsize: Bytes per activation element.
         groups: Convolution groups (1 for other layers).
+        input_kept: Whether its input stays alive for backward anyway (the model
+            input, or a tensor another layer keeps): a split window layer that
+            assembles halos then keeps a second, extended copy.
     """
 
     name: str
@@ -78,6 +81,7 @@ class Layer:
     channels: int
     itemsize: int
     groups: int = 1
+    input_kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,10 +201,13 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     weights = {t.untyped_storage()._cdata for t in [*meta.parameters(), *meta.buffers(), x]}
     layers: list[Layer] = []
     saved: dict[int, Saved] = {}
+    savers: dict[int, set[int]] = {x.untyped_storage()._cdata: {-1}}  # -1: the loader
+    inputs: list[int] = []
     keep: list[torch.Tensor] = []  # storages stay alive, so their addresses stay unique
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = t.untyped_storage()._cdata
+        savers.setdefault(key, set()).add(len(layers))
         if key not in weights and key not in saved:
             keep.append(t)
             full = t.untyped_storage().nbytes() // t.element_size()
@@ -211,6 +218,8 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     def record(name: str):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             x = args[0]
+            keep.append(x)
+            inputs.append(x.untyped_storage()._cdata)
             layers.append(
                 Layer(
                     name=name,
@@ -243,4 +252,6 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     finally:
         for handle in handles:
             handle.remove()
+    kept = [bool(savers.get(key, set()) - {index}) for index, key in enumerate(inputs)]
+    layers = [replace(layer, input_kept=k) for layer, k in zip(layers, kept, strict=True)]
     return Graph(shape, tuple(layers), tuple(saved.values()))

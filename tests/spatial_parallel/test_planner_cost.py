@@ -72,7 +72,12 @@ def test_two_ranks_closed_form() -> None:
     # one bucket, ready when the backward ends: all exposed; ring on 2 ranks beats the tree
     ring = 2 * (1e-5 + PARAMS * 4 / 2 / 1e8)
     assert est.time["allreduce"] == pytest.approx(ring, rel=1e-12)
-    assert est.memory["halos"] == face and est.memory["optimizer"] == 0
+    # the model input stays alive, so the assembled copy (block + halo plane) is all extra
+    block = 2 * 4 * 8 * 8 * 4
+    assert est.memory["halos"] == block + face and est.memory["optimizer"] == 0
+    # backward: output gradient + input gradient + the assembled input's gradient
+    out = 4 * 4 * 8 * 8 * 4
+    assert est.memory["workspace"] == out + block + (block + face)
     assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
 
 
