@@ -35,7 +35,7 @@ MESHES: list[dict[str, int]] = [
     {"data": 2},
     {"depth": 2},
     {"data": 4},
-    {"depth": 4},
+    {"depth": 2, "height": 2},
     {"data": 2, "depth": 2},
 ]
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sciml-bench-") as tmp:
         data = write_cosmology(Path(tmp) / "c.zarr", samples=samples, size=size, seed=0)
         for mesh in MESHES:
-            ranks = max(1, mesh.get("data", 1) * mesh.get("depth", 1))
+            ranks = mesh.get("data", 1) * mesh.get("depth", 1) * mesh.get("height", 1)
             for workers in (0, 2):
                 run_dir = Path(tmp) / f"run-{len(rows)}"
                 run = functools.partial(_rank, batch=batch)
