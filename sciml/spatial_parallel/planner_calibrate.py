@@ -4,7 +4,8 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
 
 * a ``Conv3d(16, 16, 3, padding=1)`` forward and backward at three cube
   sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares: the
-  rate without the fixed cost), and one tiny kernel (the per-call overhead);
+  rate without the fixed cost), and a tiny kernel forward and backward through
+  autograd (the per-call overhead);
 * an elementwise multiply on 32 MiB (read + write bandwidth);
 * point-to-point messages and all-reduces between two local gloo processes
   (latency from 1 KiB, bandwidth from 16 MiB);
@@ -78,8 +79,14 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
         bwd.append(max(_best_seconds(both) - fwd[-1], 1e-9))
     _, rate = _fit(flops, fwd)
     _, bwd_rate = _fit([2 * f for f in flops], bwd)
-    tiny = torch.ones(8, device=device)
-    overhead = _best_seconds(lambda: (torch.relu(tiny), sync()), repeats=50)
+    tiny = torch.ones(8, device=device, requires_grad=True)
+    ones = torch.ones(8, device=device)
+
+    def step() -> None:  # one kernel forward, one backward, through autograd
+        torch.relu(tiny).backward(ones)
+        sync()
+
+    overhead = _best_seconds(step, repeats=50) / 2
     return {"conv_rate": rate, "conv_bwd_rate": bwd_rate, "op_overhead": overhead}
 
 
