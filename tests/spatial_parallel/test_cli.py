@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,12 @@ def test_inconsistent_options_are_named(
 ) -> None:
     assert main(["spatial", "plan", *args]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_the_design_contract_line(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--model", "cosmoflow", "--shape", "4x512x512x512", "--world", "2048"]
+    assert main(["spatial", "plan", *args, "--memory", "80GiB", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    best = plan["recommended"]
+    assert best["peak_memory_bytes"] <= 80 * 2**30
+    assert math.prod(best["mesh"].values()) == 2048
