@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sciml.spatial_parallel.partition import DIM_NAMES
+from sciml.spatial_parallel.planner_comm import allreduce_exposed, exchange_time, overlapped
 from sciml.spatial_parallel.planner_graph import NORM_KINDS, Graph, Layer
 from sciml.spatial_parallel.planner_halo import (
     Grid,
@@ -102,32 +103,6 @@ def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, fir
             return calls * (profile.op_overhead + flops / profile.conv_bwd_rate)
         return profile.op_overhead + max(flops / profile.conv_rate, moved / profile.mem_bw)
     return profile.op_overhead + (2 if backward else 1) * moved / profile.mem_bw
-
-
-def _exchange(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
-    strides = (grid[2] * grid[3], grid[3], 1)
-    seconds = 0.0
-    for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
-        if halo.received[k]:
-            messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
-            seconds += messages * profile.p2p(nbytes / messages, stride=strides[k])
-    return seconds
-
-
-def _overlapped(
-    compute: float, exchange: float, layer: Layer, halo: Halo, grid: Grid, profile: Profile
-) -> float:
-    if not exchange:
-        return compute
-    if not profile.overlap:
-        return compute + exchange
-    out = [largest(s, p) for s, p in zip(layer.out_shape[2:], grid[1:], strict=True)]
-    inner = math.prod(max(0, o - b) for o, b in zip(out, halo.boundary, strict=True))
-    interior = inner / max(1, math.prod(out))
-    shells = 2 * sum(1 for r in halo.received if r)
-    return (
-        max(exchange, compute * interior) + compute * (1 - interior) + shells * profile.op_overhead
-    )
 
 
 @dataclass(frozen=True)
@@ -214,30 +189,6 @@ def _activations(
         running += nbytes
         peak = max(peak, running + out + local_numel(layer.in_shape, grid) * layer.itemsize + bwd)
     return total, max(0.0, peak - total)
-
-
-def _allreduce_exposed(
-    graph: Graph, grid: Grid, profile: Profile, backward: list[float], bucket_bytes: float
-) -> float:
-    """Bucketed gradient all-reduce left over after the backward pass (bucket by bucket)."""
-    ranks = math.prod(grid)
-    if ranks == 1:
-        return 0.0
-    clock, ready, buckets, size = 0.0, 0.0, [], 0.0
-    for layer, seconds in zip(reversed(graph.layers), reversed(backward), strict=True):
-        clock += seconds
-        nbytes = layer.params * 4.0
-        if size and size + nbytes > bucket_bytes:
-            buckets.append((ready, size))
-            size = 0.0
-        if nbytes:
-            size, ready = size + nbytes, clock
-    if size:
-        buckets.append((ready, size))
-    end = 0.0
-    for ready, nbytes in buckets:
-        end = max(end, ready) + profile.allreduce(nbytes, ranks)
-    return max(0.0, end - clock)
 
 
 def _layer_costs(
@@ -327,15 +278,15 @@ def estimate(
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
         )
-        exchange = _exchange(layer, grid, halo, profile) if any(halo.received) else 0.0
+        exchange = exchange_time(layer, grid, halo, profile) if any(halo.received) else 0.0
         if any(halo.received):
             extra = sum(halo_bytes(layer, grid, halo))
             block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
             halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
             bwd_bytes += block_bytes + extra  # the extended input's gradient, before it is split
         scratch.append((fwd_bytes, bwd_bytes))
-        forward.append(_overlapped(fwd, exchange, layer, halo, grid, profile))
-        backward.append(_overlapped(bwd, exchange, layer, halo, grid, profile))
+        forward.append(overlapped(fwd, exchange, layer, halo, grid, profile))
+        backward.append(overlapped(bwd, exchange, layer, halo, grid, profile))
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
@@ -360,7 +311,7 @@ def estimate(
         "compute": compute,
         "halo": halo_time,
         "norm": norm,
-        "allreduce": _allreduce_exposed(graph, grid, profile, backward, bucket_mb * 2**20),
+        "allreduce": allreduce_exposed(graph, grid, profile, backward, bucket_mb * 2**20),
         "optimizer": OPTIMIZER_PASSES[optimizer] * params / profile.mem_bw + profile.op_overhead,
         "read": max(0.0, read - step),  # the loader reads the next block during this step
     }

@@ -1,0 +1,75 @@
+"""Communication in the planner's step time: halo messages, their overlap, the gradient all-reduce.
+
+Halo exchange: along each split dim in turn, ``latency + bytes / bandwidth``
+per neighbour (one or two), priced by the profile's point-to-point model
+(inside or between nodes by the neighbour's rank distance); with overlap
+the interior computes while the messages travel and the boundary shells run
+after them. Gradient all-reduce: buckets in the order the backward pass
+fills them, each issued when its last gradient is ready, serialised; only
+what outlasts the backward pass is exposed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sciml.spatial_parallel.planner_graph import Graph, Layer
+from sciml.spatial_parallel.planner_halo import Grid, Halo, halo_bytes, largest
+from sciml.spatial_parallel.planner_profile import Profile
+
+
+def exchange_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
+    """Seconds of one layer's halo exchange, one direction, on the fullest rank."""
+    strides = (grid[2] * grid[3], grid[3], 1)
+    seconds = 0.0
+    for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
+        if halo.received[k]:
+            messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
+            seconds += messages * profile.p2p(nbytes / messages, stride=strides[k])
+    return seconds
+
+
+def overlapped(
+    compute: float, exchange: float, layer: Layer, halo: Halo, grid: Grid, profile: Profile
+) -> float:
+    """Seconds of a layer's compute and halo exchange together (one direction).
+
+    Without overlap they add up; with it the interior (outputs that need no
+    halo) computes while the messages travel, then the boundary shells, each a
+    call of its own.
+    """
+    if not exchange:
+        return compute
+    if not profile.overlap:
+        return compute + exchange
+    out = [largest(s, p) for s, p in zip(layer.out_shape[2:], grid[1:], strict=True)]
+    inner = math.prod(max(0, o - b) for o, b in zip(out, halo.boundary, strict=True))
+    interior = inner / max(1, math.prod(out))
+    shells = 2 * sum(1 for r in halo.received if r)
+    return (
+        max(exchange, compute * interior) + compute * (1 - interior) + shells * profile.op_overhead
+    )
+
+
+def allreduce_exposed(
+    graph: Graph, grid: Grid, profile: Profile, backward: list[float], bucket_bytes: float
+) -> float:
+    """Bucketed gradient all-reduce left over after the backward pass (bucket by bucket)."""
+    ranks = math.prod(grid)
+    if ranks == 1:
+        return 0.0
+    clock, ready, buckets, size = 0.0, 0.0, [], 0.0
+    for layer, seconds in zip(reversed(graph.layers), reversed(backward), strict=True):
+        clock += seconds
+        nbytes = layer.params * 4.0
+        if size and size + nbytes > bucket_bytes:
+            buckets.append((ready, size))
+            size = 0.0
+        if nbytes:
+            size, ready = size + nbytes, clock
+    if size:
+        buckets.append((ready, size))
+    end = 0.0
+    for ready, nbytes in buckets:
+        end = max(end, ready) + profile.allreduce(nbytes, ranks)
+    return max(0.0, end - clock)
