@@ -131,6 +131,7 @@ def evaluate_runs(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.DataFr
     rows: list[dict] = []
     keep = ["lead_time", *{d for _, c in runs for d in c.channel_dims}]
     names = _run_names(runs)
+    forecasts = [predict_run(run_dir, test) for run_dir, _ in runs]
     for var in variables:
         truth = test[f"{var}_truth"].astype(np.float64)
         dims = _reduce_dims(truth, keep)
@@ -144,10 +145,10 @@ def evaluate_runs(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.DataFr
                 }
             )
             rows += _rows(f"raw_{k}", k, var, scores.drop_attrs(), "ensemble standard")
-        for (run_dir, config), name in zip(runs, names, strict=True):
+        for (_, config), name, forecast in zip(runs, names, forecasts, strict=True):
             if var not in config.variables:
                 continue
-            mu, sigma = predict_run(run_dir, test)[var]
+            mu, sigma = forecast[var]
             error2 = ((mu - truth) ** 2).mean(dims)
             scores = xr.Dataset(
                 {
