@@ -130,8 +130,8 @@ def _conv_costs(
     from sciml.spatial_parallel.planner_layers import load_costs
     from sciml.spatial_parallel.planner_profile import default_cache
 
-    if not args.calibrate and args.profile != "calibrated":
-        return {}
+    if args.device != "cpu" or (not args.calibrate and args.profile != "calibrated"):
+        return {}  # per-shape convolutions are measured on the CPU only
     path = costs_path(args.cache or default_cache())
     if args.calibrate:
         return measure_costs(graph, grid_list, cache=path)
@@ -273,7 +273,7 @@ def register(subparsers: Subparsers) -> None:
         "--shape",
         type=parse_plan_shape,
         default=(1, 2, 16, 16, 16),
-        help="global input CxDxHxW (one sample per --batch) or NxCxDxHxW",
+        help="global input CxDxHxW (batch N from --batch) or NxCxDxHxW",
     )
     plan.add_argument(
         "--batch",
@@ -309,8 +309,8 @@ def register(subparsers: Subparsers) -> None:
     plan.add_argument(
         "--cache",
         default=None,
-        help="profile file --calibrate writes and --profile calibrated reads "
-        "(default: $SCIML_CACHE_DIR or $XDG_CACHE_HOME/sciml, planner_profile.json)",
+        help="profile file --calibrate writes and --profile calibrated reads; unset: "
+        "planner_profile.json under $SCIML_CACHE_DIR or $XDG_CACHE_HOME/sciml",
     )
     plan.add_argument(
         "--optimizer",
