@@ -21,16 +21,31 @@ def halo_model() -> nn.Module:
 
 
 def posted_messages(mesh_kwargs: dict[str, int]) -> dict[str, CommLog]:
-    """The messages of one forward and backward pass, with and without overlap."""
+    """The messages of one forward and backward pass, with and without overlap.
+
+    Also a U-Net, whose skip connections leave several exchanges in flight in the
+    backward pass (their order must still agree between ranks).
+    """
+    from sciml.models import UNet
+
     mesh = SpatialMesh(**mesh_kwargs)
     logs = {}
-    for overlap in (True, False):
-        torch.manual_seed(0)
-        pmodel = parallelize(halo_model(), mesh, overlap=overlap)
-        x = shard(torch.randn(2, 2, 7, 6, 5), mesh).requires_grad_()
-        with CommLog() as log:
-            pmodel(x).square().sum().backward()
-        logs[f"overlap={overlap}"] = log
+    models = [("stack", halo_model, (2, 2, 7, 6, 5))]
+    models.append(
+        (
+            "unet",
+            lambda: UNet(dims=3, in_channels=2, out_channels=1, depth=1, base_channels=4),
+            (1, 2, 8, 8, 4),
+        )
+    )
+    for name, build, shape in models:
+        for overlap in (True, False):
+            torch.manual_seed(0)
+            pmodel = parallelize(build(), mesh, overlap=overlap)
+            x = shard(torch.randn(shape), mesh).requires_grad_()
+            with CommLog() as log:
+                pmodel(x).square().sum().backward()
+            logs[f"{name} overlap={overlap}"] = log
     return logs
 
 

@@ -48,9 +48,14 @@ def _run(model: nn.Module, x: torch.Tensor, *, autocast: bool) -> dict[str, torc
     return out | {f"buffer:{n}": b.detach().clone() for n, b in model.named_buffers()}
 
 
-def autocast_errors(mesh_kwargs: dict[str, int], overlap: bool) -> dict[str, Any]:
-    """Relative errors of the single-device and parallel autocast runs against float64."""
+def autocast_errors(mesh_kwargs: dict[str, int]) -> dict[bool, dict[str, Any]]:
+    """:func:`_errors` with overlap on and off."""
     mesh = SpatialMesh(**mesh_kwargs)
+    return {overlap: _errors(mesh, overlap) for overlap in (False, True)}
+
+
+def _errors(mesh: SpatialMesh, overlap: bool) -> dict[str, Any]:
+    """Relative errors of the single-device and parallel autocast runs against float64."""
     torch.manual_seed(0)
     model = _model()
     x = torch.randn(2, 2, 8, 8, 6)
@@ -69,9 +74,8 @@ def autocast_errors(mesh_kwargs: dict[str, int], overlap: bool) -> dict[str, Any
 
 
 def test_bfloat16_autocast_matches_single_device_autocast() -> None:
-    for overlap in (False, True):
-        results = spawn(autocast_errors, 2, {"height": 2}, overlap)
-        for result in results:
+    for by_overlap in spawn(autocast_errors, 2, {"height": 2}):
+        for overlap, result in by_overlap.items():
             for key, error in result["parallel"].items():
                 bound = error_bound(result["single"][key], dtype=torch.bfloat16, size=1)
                 assert error <= bound, (overlap, key, error, bound)
