@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ds = xr.open_dataset(args.data).load()
     train, val, test = split_start_dates(ds)
-    seen = xr.concat([train, val], dim="time")
+    seen = ds.sel(time=slice(None, val["time"].values[-1]))  # static fields stay static
     full = ds.sizes["member"]
     plan = [(m, args.members) for m in args.models]
     if "emos" in args.models and full != args.members:
