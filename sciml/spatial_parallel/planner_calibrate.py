@@ -8,7 +8,8 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
   autograd (the per-call overhead);
 * an elementwise multiply on 32 MiB (read + write bandwidth);
 * point-to-point messages and all-reduces between two local gloo processes
-  (latency from 1 KiB, bandwidth from 16 MiB);
+  (latency from 1 KiB, bandwidth from 16 MiB), and what a split convolution
+  adds per direction beyond its message (a tiny one on two ranks);
 
 Each figure is the best of a few repeats, the least disturbed by other load.
 * reading a 64 MiB file just written (so from the page cache: an upper bound
@@ -127,6 +128,26 @@ def _allreduce(nbytes: int) -> float:
     return _best_seconds(lambda: dist.all_reduce(buf), repeats=9)
 
 
+def _halo_overhead(latency: float, reduce_small: float) -> float:
+    """Seconds a split layer adds per direction beyond its message (planning, packing, autograd).
+
+    A 3x3x3 convolution on a tiny volume split in two along depth, forward and
+    backward, less the same local convolution, the gradient all-reduce of its
+    few parameters and one message each way.
+    """
+    from sciml.spatial_parallel import SpatialMesh, parallelize, shard
+
+    torch.manual_seed(0)
+    conv = nn.Conv3d(1, 1, 3, padding=1)
+    model = parallelize(nn.Sequential(conv), SpatialMesh(depth=2))
+    x = shard(torch.randn(1, 1, 8, 4, 4), model.__dict__["spatial_mesh"]).requires_grad_()
+    split = _best_seconds(lambda: model(x).sum().backward(), repeats=20)
+    local = nn.Conv3d(1, 1, 3, padding=(0, 1, 1))
+    block = torch.randn(1, 1, 6, 4, 4, requires_grad=True)
+    alone = _best_seconds(lambda: local(block).sum().backward(), repeats=20)
+    return max((split - alone - reduce_small) / 2 - latency, 0.0)
+
+
 def network_constants() -> dict[str, float]:
     """Latency and bandwidth of messages and all-reduces (run on 2 ranks by ``spawn``)."""
     small, large = _pingpong(SMALL), _pingpong(LARGE)
@@ -135,7 +156,12 @@ def network_constants() -> dict[str, float]:
     # two ranks: a ring all-reduce is 2 steps of nbytes / 2 each
     reduce_small = _allreduce(SMALL)
     reduce_latency = max(reduce_small / 2 - SMALL / 2 / bandwidth, 0.0)
-    return {"latency": latency, "bandwidth": bandwidth, "allreduce_latency": reduce_latency}
+    return {
+        "latency": latency,
+        "bandwidth": bandwidth,
+        "allreduce_latency": reduce_latency,
+        "halo_overhead": _halo_overhead(latency, reduce_small),
+    }
 
 
 def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
@@ -157,6 +183,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         conv_bwd_rate=conv["conv_bwd_rate"],
         mem_bw=mem_bw,
         op_overhead=conv["op_overhead"],
+        halo_overhead=net["halo_overhead"],
         memory=memory if memory is not None else float(pages),
         reserved=0.0,
         intra_latency=net["latency"],

@@ -1,7 +1,8 @@
 """Communication in the planner's step time: halo messages, their overlap, the gradient all-reduce.
 
-Halo exchange: along each split dim in turn, ``latency + bytes / bandwidth``
-per neighbour (one or two), priced by the profile's point-to-point model
+Halo exchange: a fixed cost per split layer and direction (the profile's
+``halo_overhead``), then along each split dim in turn ``latency + bytes /
+bandwidth`` per neighbour (one or two), priced by the profile's point-to-point model
 (inside or between nodes by the neighbour's rank distance); with overlap
 the interior computes while the messages travel and the boundary shells run
 after them. Gradient all-reduce: buckets in the order the backward pass
@@ -21,7 +22,7 @@ from sciml.spatial_parallel.planner_profile import Profile
 def exchange_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
     """Seconds of one layer's halo exchange, one direction, on the fullest rank."""
     strides = (grid[2] * grid[3], grid[3], 1)
-    seconds = 0.0
+    seconds = profile.halo_overhead
     for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
         if halo.received[k]:
             messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one

@@ -51,6 +51,8 @@ class Profile:
         conv_bwd_rate: Achieved FLOP/s of a convolution's backward (data and weight).
         mem_bw: Achieved bytes/s of elementwise kernels (activations, pooling, norms).
         op_overhead: Seconds per kernel call (launch, dispatch), forward or backward.
+        halo_overhead: Seconds a split layer adds per direction beyond its messages
+            (planning, packing, autograd bookkeeping, synchronisation).
         memory: Device memory per rank, bytes (``None``: not known).
         reserved: Bytes per rank not available to tensors (runtime context, workspace).
         intra_latency: Seconds per point-to-point message inside a node.
@@ -72,6 +74,7 @@ class Profile:
     conv_bwd_rate: float
     mem_bw: float
     op_overhead: float
+    halo_overhead: float
     memory: float | None
     reserved: float
     intra_latency: float
@@ -150,6 +153,7 @@ def _gpu(
         conv_bwd_rate=tf32 * CONV_EFFICIENCY,
         mem_bw=hbm * BANDWIDTH_EFFICIENCY,
         op_overhead=10e-6,
+        halo_overhead=50e-6,  # assumed: Python and NCCL launch per exchange
         memory=memory,
         reserved=1.5 * 2**30,  # CUDA context, cuDNN workspace, allocator slack (assumed)
         intra_latency=10e-6,

@@ -22,6 +22,7 @@ PROFILE = Profile(
     conv_bwd_rate=5e8,
     mem_bw=1e9,
     op_overhead=1e-3,
+    halo_overhead=2e-4,
     memory=None,
     reserved=0.0,
     intra_latency=1e-4,
@@ -64,7 +65,7 @@ def test_one_rank_closed_form() -> None:
 def test_two_ranks_closed_form() -> None:
     est = estimate(CONV, (1, 2, 1, 1), PROFILE, optimizer="sgd")
     face = 2 * 8 * 8 * 4  # one plane of the 2-channel input
-    exchange = 1e-4 + face / 1e8  # one neighbour, one message each way
+    exchange = 2e-4 + 1e-4 + face / 1e8  # layer overhead, one neighbour, one message each way
     assert est.time["halo"] == pytest.approx(2 * exchange, rel=1e-12)  # forward and backward
     forward = 1e-3 + FLOPS / 2 / 1e9
     backward = 1e-3 + FLOPS / 2 / 5e8
