@@ -8,21 +8,26 @@ the widest halo any rank of that dim receives.
 
 Memory (bytes): parameters, gradients, optimizer state (Adam 2, momentum 1,
 SGD 0 copies), the gradient buckets (a flat copy of every gradient), the
-tensors autograd keeps for backward (from :mod:`planner_graph`, each scaled to
-its block), the halo part of every window layer's assembled input, and the
-largest backward working set (one layer's input and output gradients).
+input block, the tensors autograd keeps for backward (from
+:mod:`planner_graph`, each scaled to its block; a split normalisation keeps
+one more), the assembled (extended) input every split window layer keeps
+(its halo part, or all of it when the block itself stays alive), and the
+largest working set on top of them: a layer's output and input gradients,
+the extended input's gradient of a split layer, and the scratch of measured
+convolutions.
 
-Step time (seconds): per layer, forward and backward compute on the roofline
-``overhead + max(FLOP / rate, bytes / bandwidth)`` (a convolution's backward
-does its data and weight gradients: twice its forward FLOPs, once for the
-first layer whose input needs no gradient); the halo exchange along each
-split dim in turn (``latency + bytes / bandwidth`` per neighbour), hidden
-behind the interior's compute when the profile overlaps (then the boundary
-shells run after it) and added to it otherwise, in both directions; two
-all-reduces forward and two backward per normalisation layer; the gradient
-buckets' ring all-reduces, issued as their last gradient is ready in the
-backward pass and serialised, of which only what outlasts the backward is
-exposed; the optimizer's pass over the parameters; reading the rank's block.
+Step time (seconds): per layer, forward and backward compute, measured for
+the rank's local convolutions where a calibration has them
+(:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
+bytes / bandwidth)`` (a convolution's backward does its data and weight
+gradients: twice its forward FLOPs, once for the first layer whose input
+needs no gradient), slowed when more ranks share a node than compute at
+once; the halo exchange (:mod:`planner_comm`), hidden behind the interior's
+compute when the profile overlaps and added to it otherwise, in both
+directions; two all-reduces forward and two backward per normalisation
+layer; the gradient buckets' all-reduces, of which only what outlasts the
+backward is exposed; the optimizer's pass over the parameters; reading the
+rank's block, beyond what the rest of the step hides.
 """
 
 from __future__ import annotations
