@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the experiment, print a table and write the JSON report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small sizes, one seed")
-    parser.add_argument("--epochs", type=int, default=12, help="epochs of every run")
+    parser.add_argument("--epochs", type=int, default=30, help="epochs of every run")
     parser.add_argument("--samples", type=int, default=64, help="training volumes per run")
     parser.add_argument("--out", default="runs/bench/volumes_accuracy.json")
     args = parser.parse_args(argv)

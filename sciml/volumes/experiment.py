@@ -28,7 +28,7 @@ def volume_size_experiment(
     seeds: Sequence[int] = (0, 1, 2),
     samples: int = 64,
     val_samples: int = 32,
-    epochs: int = 12,
+    epochs: int = 30,
     batch_size: int = 8,
     width: int = 8,
     lr: float = 0.01,
