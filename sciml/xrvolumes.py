@@ -128,6 +128,8 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
         self.halo, self.dtype, self.stats = halo, dtype, stats
+        if mesh is not None and not all(hasattr(mesh, a) for a in ("grid", "spatial_coords")):
+            raise TypeError(f"mesh must be a SpatialMesh or None, got {type(mesh).__name__}")
         self.grid = (1, 1, 1) if mesh is None else tuple(mesh.grid)
         self.coords = (0, 0, 0) if mesh is None else tuple(mesh.spatial_coords)
         # one slot per process (no lock needed), shared with loader workers however

@@ -170,6 +170,8 @@ def test_bad_inputs_name_what_is_wrong(cosmo: Path, seg: Path, tmp_path: Path) -
         ShardedVolumes(cosmo, mesh=_mesh((32, 1, 1), (0, 0, 0)))
     with pytest.raises(ValueError, match="statistics are for channels \\('a',\\)"):
         ShardedVolumes(cosmo, stats=NormStats(("a",), (0.0,), (1.0,)))
+    with pytest.raises(TypeError, match="mesh must be a SpatialMesh or None, got str"):
+        ShardedVolumes(cosmo, mesh="depth=2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dtype must be a floating-point"):
         ShardedVolumes(cosmo, dtype=torch.int16)
     with pytest.raises(FileNotFoundError, match="no such file"):

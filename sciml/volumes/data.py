@@ -42,10 +42,12 @@ RANGES = {"sigma": (0.5, 1.5), "slope": (-2.5, -0.5), "nbar": (2.0, 8.0), "growt
 CHANNELS = 4
 
 
-def _check_sizes(samples: int, size: int, chunk: int | None) -> int:
+def _check_sizes(samples: int, size: int, chunk: int | None, seed: int) -> int:
     for name, value in (("samples", samples), ("size", size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     chunk = max(size // 4, 1) if chunk is None else chunk
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= size:
         raise ValueError(f"chunk must be an integer in [1, size={size}], got {chunk!r}")
@@ -131,10 +133,11 @@ def write_cosmology(
         chunk: Chunk edge (default ``size // 4``).
 
     Raises:
-        ValueError: For sizes that are not positive integers or a chunk outside [1, size].
+        ValueError: For sizes that are not positive integers, a negative seed or a
+            chunk outside [1, size].
         FileExistsError: If ``path`` exists.
     """
-    chunk = _check_sizes(samples, size, chunk)
+    chunk = _check_sizes(samples, size, chunk, seed)
     counts, params = _samples(samples, seed, lambda rng: _cosmology_sample(size, rng))
     ds = xr.Dataset(
         {
@@ -164,7 +167,7 @@ def write_segmentation(
     Takes the arguments of :func:`write_cosmology`; the variables are
     ``volume`` ``(sample, channel, z, y, x)`` and ``label`` ``(sample, z, y, x)``.
     """
-    chunk = _check_sizes(samples, size, chunk)
+    chunk = _check_sizes(samples, size, chunk, seed)
     volume, labels = _samples(samples, seed, lambda rng: _segmentation_sample(size, rng))
     ds = xr.Dataset(
         {

@@ -54,6 +54,8 @@ def test_bad_generator_inputs(tmp_path: Path) -> None:
         write_segmentation(tmp_path / "x.zarr", samples=1, size=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="chunk must be an integer in \\[1, size=8\\], got 9"):
         write_cosmology(tmp_path / "x.zarr", samples=1, size=8, chunk=9)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
+        write_segmentation(tmp_path / "x.zarr", samples=1, size=4, seed=-1)
     write_cosmology(tmp_path / "x.zarr", samples=1, size=4)
     with pytest.raises(FileExistsError, match="x.zarr exists"):
         write_cosmology(tmp_path / "x.zarr", samples=1, size=4)
