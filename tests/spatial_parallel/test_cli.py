@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sciml.cli import main
-from sciml.spatial_parallel import planner_calibrate
+from sciml.spatial_parallel import planner, planner_calibrate
+from sciml.spatial_parallel.planner_layers import ConvCost, load_costs
 from tests.spatial_parallel.test_planner_cost import PROFILE
 
 
@@ -42,10 +43,16 @@ def test_calibrate_caches_and_plans_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(planner_calibrate, "calibrate", lambda **kwargs: PROFILE)
+    measured = ConvCost(1e-3, 2e-3, 0.0, 0.0)
+    monkeypatch.setattr(
+        planner, "measure_convs", lambda convs, **kwargs: {c.key: measured for c in convs}
+    )
     cache = tmp_path / "profile.json"
     args = ["spatial", "plan", "--model", "cosmoflow", "--shape", "4x32x32x32", "--world", "2"]
     assert main([*args, "--memory", "1GiB", "--calibrate", "--cache", str(cache)]) == 0
     assert f"profile cached at {cache}" in capsys.readouterr().out
+    costs = load_costs(tmp_path / "profile_convs.json")  # the planned grids' convolutions
+    assert costs and set(costs.values()) == {measured}
     assert main([*args, "--memory", "1GiB", "--profile", "calibrated", "--cache", str(cache)]) == 0
     assert "profile test" in capsys.readouterr().out
 
