@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.shapes import mark_global
 
 __all__ = ["read_block"]
 
@@ -68,4 +69,7 @@ def read_block(
     if dask.is_dask_collection(values):
         (values,) = dask.compute(values, scheduler="synchronous")
     tensor = torch.from_numpy(np.ascontiguousarray(values))
-    return tensor if dtype is None else tensor.to(dtype)
+    tensor = tensor if dtype is None else tensor.to(dtype)
+    if batch == "global" or mesh.data == 1:  # a replica's own batch has no global size
+        mark_global(tensor, shape if batch == "global" else (tensor.shape[0], *shape[1:]))
+    return tensor

@@ -190,7 +190,8 @@ def train_volumes(
     outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
     torch.manual_seed(options.config.seed)
     model = _model(options, len(train_set.channels()), outputs).to(_DTYPES[options.dtype])
-    model = parallelize(model.to(device or torch.device("cpu")), mesh)
+    # The volume shape is declared, so no forward pass asks the ranks for it.
+    model = parallelize(model.to(device or torch.device("cpu")), mesh, input_shape=train_set.shape)
     if options.model == "cosmoflow":
         optimizer: torch.optim.Optimizer = torch.optim.SGD(
             model.parameters(), lr=options.lr, momentum=0.9

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sciml.spatial_parallel import SpatialMesh, read_block, shard
+from sciml.spatial_parallel.shapes import marked_global
 
 pytestmark = pytest.mark.xdist_group("spatial_io")
 
@@ -64,6 +65,17 @@ def test_replica_batches_are_not_split_again(replica: int) -> None:
     mine = array[replica::2]  # the samples a sampler gave this replica
     block = read_block(mine, mesh, batch="replica")
     assert torch.equal(block, torch.from_numpy(mine[:, :, 2:]))
+    # The global shape travels with a block of the global batch (the parallel model
+    # then needs no collective to learn it); a replica's own batch has none.
+    assert marked_global(global_block) == array.shape
+    assert marked_global(block) is None
+
+
+def test_a_single_replica_block_carries_its_global_shape() -> None:
+    mesh = _mesh_at((1, 2, 1, 1), (0, 1, 0, 0))
+    array = np.zeros((3, 2, 5, 2, 2))
+    for batch in ("global", "replica"):
+        assert marked_global(read_block(array, mesh, batch=batch)) == array.shape
 
 
 def test_read_block_rejects_bad_inputs() -> None:
