@@ -34,3 +34,13 @@ def test_epoch_seed_rejects_bad_inputs(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         epoch_seed(*args, **kwargs)
+
+
+def test_epoch_batches_cover_each_sample_once_per_epoch() -> None:
+    batches = epoch_batches(23, 4, epoch=3, seed=7)
+    assert sorted(i for b in batches for i in b) == list(range(23))
+    assert batches == epoch_batches(23, 4, epoch=3, seed=7)
+    assert batches != epoch_batches(23, 4, epoch=4, seed=7)
+    halves = [epoch_batches(23, 4, epoch=3, seed=7, replica=(r, 2)) for r in range(2)]
+    assert sum(len(b) for h in halves for b in h) == 24  # padded to equal shares
+    assert {i for h in halves for b in h for i in b} == set(range(23))
