@@ -5,8 +5,8 @@ channels (:func:`channel_arrays`, after :func:`check_names`), and
 :func:`compute_stats` gives each channel's mean and standard deviation as
 :class:`NormStats`, in one lazy Dask pass. :func:`normalise` applies them to an
 xarray dataset lazily (and :func:`denormalise` undoes it), channel by channel,
-matched by name. :mod:`sciml.xrdata` re-exports ``NormStats`` and
-``compute_stats``; its datasets read these channels.
+matched by name. :mod:`sciml.xrdata` re-exports ``NormStats``,
+``compute_stats``, ``normalise`` and ``denormalise``; its datasets read these channels.
 """
 
 from __future__ import annotations

@@ -35,13 +35,22 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from sciml.distributed import check_replica
 from sciml.sampling import epoch_seed
-from sciml.xrchannels import NormStats, channel_arrays, check_names, compute_stats
+from sciml.xrchannels import (
+    NormStats,
+    channel_arrays,
+    check_names,
+    compute_stats,
+    denormalise,
+    normalise,
+)
 
 __all__ = [
     "NormStats",
     "XarrayDataset",
     "XarrayIterableDataset",
     "compute_stats",
+    "denormalise",
+    "normalise",
     "open_dataset",
 ]
 

@@ -219,30 +219,6 @@ def test_statistics_must_match_the_channels(era5: xr.Dataset) -> None:
         XarrayDataset(era5, ["t"], sample_dims=SAMPLE, stats={"t": (0.0, 1.0)})
 
 
-@pytest.mark.parametrize(
-    ("channels", "mean", "std", "message"),
-    [
-        (("a", "b"), (0.0,), (1.0, 1.0), "2 channels, 1 means and 2 stds"),
-        ((), (), (), "0 channels"),
-        (("a", "a"), (0.0, 0.0), (1.0, 1.0), "repeat a name"),
-        (("a",), (0.0,), (0.0,), "std that is not > 0"),
-        (("a",), (float("nan"),), (1.0,), "non-finite mean"),
-    ],
-)
-def test_norm_stats_reject_inconsistent_values(
-    channels: tuple[str, ...], mean: tuple[float, ...], std: tuple[float, ...], message: str
-) -> None:
-    with pytest.raises(ValueError, match=message):
-        NormStats(channels, mean, std)
-
-
-def test_norm_stats_file_must_hold_statistics(tmp_path: Path) -> None:
-    path = tmp_path / "stats.json"
-    path.write_text('{"channels": ["a"]}')
-    with pytest.raises(ValueError, match=r"not a NormStats file \(missing \['mean', 'std'\]\)"):
-        NormStats.from_json(path)
-
-
 def test_empty_dataset_integer_dtype_and_bad_indices() -> None:
     ds = _synthetic()
     with pytest.raises(ValueError, match=r"empty along \['time'\]"):
