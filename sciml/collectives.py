@@ -11,7 +11,7 @@ them all.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -22,9 +22,12 @@ __all__ = [
     "backend_devices",
     "check_replica",
     "collective_device",
+    "gather_objects",
     "to_device",
     "world",
 ]
+
+T = TypeVar("T")
 
 
 def world() -> tuple[int, int]:
@@ -106,6 +109,20 @@ def all_reduce_sums(sums: Mapping[str, float], count: int) -> tuple[dict[str, fl
     packed = torch.tensor([sums[name] for name in names] + [count], dtype=torch.float64)
     values = all_reduce_cpu(packed).tolist()
     return dict(zip(names, values[:-1], strict=True)), int(values[-1])
+
+
+def gather_objects(value: T) -> list[T]:
+    """Every rank's ``value`` (any picklable object), in rank order.
+
+    Returns:
+        ``[value]`` without a process group.
+    """
+    size = world()[1]
+    if size == 1:
+        return [value]
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, value)
+    return gathered
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -46,6 +46,7 @@ from sciml.collectives import (
     backend_devices,
     check_replica,
     collective_device,
+    gather_objects,
     to_device,
     world,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "default_backend",
     "detect_launch",
     "expand_nodelist",
+    "gather_objects",
     "init_distributed",
     "is_main_process",
     "print0",

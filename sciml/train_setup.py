@@ -73,8 +73,10 @@ class TrainResult:
 class LoopState:
     """Counters saved in every checkpoint.
 
-    ``sums`` and ``count`` are the running sums of the epoch's metrics; in a
-    checkpoint they are summed over every rank (and restored on rank 0 only).
+    ``sums`` and ``count`` are this rank's running sums of the epoch's metrics.
+    A checkpoint holds every rank's in ``rank_sums``/``rank_counts`` (indexed by
+    rank), so that each rank resumes its own sums and the epoch's reduction adds
+    the same numbers in the same order as an uninterrupted run (bit for bit).
     ``run`` describes the run (:func:`sciml.run_dir.run_record`), to refuse
     resuming with another one.
     """
@@ -87,6 +89,8 @@ class LoopState:
     bad_epochs: int = 0
     sums: dict[str, float] = field(default_factory=dict)
     count: int = 0
+    rank_sums: list[dict[str, float]] = field(default_factory=list)
+    rank_counts: list[int] = field(default_factory=list)
     history: list[dict[str, float]] = field(default_factory=list)
     run: dict[str, Any] | None = None
 
@@ -227,9 +231,25 @@ def resume_state(setup: TrainSetup) -> LoopState:
     restore_checkpoint(
         last, payload, setup.model, optimizer=setup.optimizer, scheduler=setup.scheduler
     )
-    if setup.rank != 0:  # the saved sums are every rank's: count them once
-        state.sums, state.count = {}, 0
-    return state
+    return _own_sums(state, setup.rank, world()[1])
+
+
+def _own_sums(state: LoopState, rank: int, size: int) -> LoopState:
+    """This rank's running sums from a checkpoint's per-rank ones.
+
+    Sums saved by another number of ranks (or in the older summed form) go to
+    rank 0 whole: the epoch's values stay right, only their rounding may differ.
+    """
+    if len(state.rank_sums) == size:
+        sums, count = state.rank_sums[rank], state.rank_counts[rank]
+    elif rank == 0:
+        sums, count = dict(state.sums), state.count
+        for other, other_count in zip(state.rank_sums, state.rank_counts, strict=True):
+            sums = {k: sums.get(k, 0.0) + v for k, v in other.items()}
+            count += other_count
+    else:
+        sums, count = {}, 0
+    return dataclasses.replace(state, sums=sums, count=count, rank_sums=[], rank_counts=[])
 
 
 def check_inputs(

@@ -59,7 +59,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sciml.checkpoint import save_checkpoint
-from sciml.distributed import PreemptionFlag, all_reduce_sums, world
+from sciml.distributed import PreemptionFlag, all_reduce_sums, gather_objects, world
 from sciml.run_dir import RunDirError, lock_run_dir
 from sciml.run_log import open_metrics_log
 from sciml.sampling import epoch_batches, seed_everything
@@ -242,8 +242,15 @@ class _Trainer:
     def checkpoint(self, path: Path) -> None:
         """Save the run on rank 0 (collective: every rank calls it)."""
         s, state = self.s, self.state
-        sums, count = all_reduce_sums(state.sums, state.count)
-        saved = dataclasses.replace(state, sums=sums, count=count, rows_written=self.log.rows)
+        gathered = gather_objects((state.sums, state.count))
+        saved = dataclasses.replace(
+            state,
+            sums={},
+            count=0,
+            rank_sums=[sums for sums, _ in gathered],
+            rank_counts=[count for _, count in gathered],
+            rows_written=self.log.rows,
+        )
         if s.rank == 0:
             save_checkpoint(
                 path, s.model, optimizer=s.optimizer, scheduler=s.scheduler, state=vars(saved)

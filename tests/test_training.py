@@ -183,19 +183,28 @@ def _epoch_rows(run_dir: Path) -> list[dict[str, str]]:
     return [r for r in _rows(run_dir) if r["split"] == "epoch"]
 
 
-def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None) -> str:
+#: Per (global step, rank) values whose epoch sum rounds differently when the ranks'
+#: partial sums are added together at a checkpoint (step 8) and the rest later.
+PROBE = {(7, 0): 1.0, (9, 0): 1.0, (7, 1): 2.0**-52, (9, 1): 3 * 2.0**-54}
+
+
+def _train_ddp_interrupted(run_dir: str, interrupt_at: int | None, first_step: int = 1) -> str:
     """2-replica DDP run of 5 epochs of 6 steps; rank 0 gets SIGUSR1 at step ``interrupt_at``."""
     model, train, _ = make_problem()
     model[2].p = 0.0
     ddp = nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    calls = {"n": 0}
+    calls = {"n": first_step - 1}
 
-    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def loss_fn(
+        model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         calls["n"] += 1
-        if calls["n"] == interrupt_at and torch.distributed.get_rank() == 0:
+        rank = torch.distributed.get_rank()
+        if calls["n"] == interrupt_at and rank == 0:
             os.kill(os.getpid(), signal.SIGUSR1)
-        return mse(model, batch)
+        probe = torch.tensor(PROBE.get((calls["n"], rank), 0.0), dtype=torch.float64)
+        return {"loss": mse(model, batch), "probe": probe}
 
     config = TrainConfig(**(CONFIG | {"epochs": 5, "batch_size": 3}))
     return fit(ddp, optimizer, train, loss_fn, run_dir=run_dir, config=config).status
@@ -206,7 +215,7 @@ def _straight_interrupted_resumed(tmp: str) -> list[str]:
     statuses = [
         _train_ddp_interrupted(f"{tmp}/straight", None),
         _train_ddp_interrupted(f"{tmp}/resumed", 8),
-        _train_ddp_interrupted(f"{tmp}/resumed", None),
+        _train_ddp_interrupted(f"{tmp}/resumed", None, first_step=9),
     ]
     # then another process (rank 1 here) holds a run folder that rank 0 must lock
     lock = RunLock(Path(tmp))
@@ -229,7 +238,8 @@ def test_data_parallel_resume_mid_epoch_logs_the_uninterrupted_losses(tmp_path: 
     assert "in use by another training run (pid " in statuses[0][3]
     assert "rank 0 could not lock" in statuses[1][3]
     assert not (tmp_path / "metrics.csv").exists()
-    assert len(_epoch_rows(tmp_path / "straight")) == 10  # train_loss and lr, 5 epochs
+    assert len(_epoch_rows(tmp_path / "straight")) == 15  # train_loss, train_probe, lr x 5
+    # each rank resumes its own running sums: the epoch's reduction rounds as without a stop
     assert _epoch_rows(tmp_path / "resumed") == _epoch_rows(tmp_path / "straight")
     assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
 
