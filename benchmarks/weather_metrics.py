@@ -42,7 +42,7 @@ def _time_round_robin(
     return {name: (times[name], results[name]) for name in cases}
 
 
-def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[dict]:
+def run(points: int, members_list: list[int], repeat: int, chunks: int) -> list[dict]:
     """Time every implementation for each ensemble size; return one row per case."""
     rows = []
     rng = np.random.default_rng(0)
@@ -51,7 +51,7 @@ def run(points: int, members_list: list[int], repeat: int, chunk: int) -> list[d
         ob = rng.standard_normal(points)
         fc_da = xr.DataArray(fc, dims=("point", "member"))
         ob_da = xr.DataArray(ob, dims="point")
-        fc_dask, ob_dask = fc_da.chunk({"point": chunk}), ob_da.chunk({"point": chunk})
+        fc_dask, ob_dask = fc_da.chunk({"point": chunks}), ob_da.chunk({"point": chunks})
         fc32 = fc.astype(np.float32)
         cases = {
             "properscoring (numba)": lambda fc=fc, ob=ob: properscoring.crps_ensemble(ob, fc),
@@ -102,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100,000 points, 2 repeats")
     parser.add_argument("--points", type=positive_int, default=1_000_000, help="forecast points")
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed repeats per case")
-    parser.add_argument("--chunk", type=positive_int, default=125_000, help="dask chunk (points)")
+    parser.add_argument("--chunks", type=positive_int, default=125_000, help="dask chunks (points)")
     parser.add_argument("--out", default="runs/bench/weather_metrics.json", help="JSON report")
     args = parser.parse_args(argv)
     points, repeat = (100_000, 2) if args.quick else (args.points, args.repeat)
     with dask.config.set(scheduler="threads", num_workers=default_threads()):
-        rows = run(points, [10, 50], repeat, min(args.chunk, points))
+        rows = run(points, [10, 50], repeat, min(args.chunks, points))
     summary = {}
     for members in (10, 50):
         best = {r["case"]: r["best_s"] for r in rows if r["members"] == members}

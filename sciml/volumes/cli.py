@@ -83,7 +83,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from sciml.volumes.data import write_cosmology, write_segmentation
 
     write = write_cosmology if args.workflow == "cosmoflow" else write_segmentation
-    path = write(args.out, samples=args.samples, size=args.size, seed=args.seed, chunk=args.chunk)
+    path = write(args.out, samples=args.samples, size=args.size, seed=args.seed, chunks=args.chunks)
     print(f"wrote {args.samples} samples of {args.size}^3 voxels to {path}")
     return 0
 
@@ -136,7 +136,7 @@ def _add_data(sub: Subparsers, workflow: str, about: str) -> None:
     data.add_argument(
         "--seed", type=non_negative_int, default=0, help="sample i depends on (seed, i)"
     )
-    data.add_argument("--chunk", type=positive_int, default=None, help="chunk edge (size // 4)")
+    data.add_argument("--chunks", type=positive_int, default=None, help="chunk edge (size // 4)")
     data.set_defaults(func=_cmd_data, workflow=workflow)
 
 

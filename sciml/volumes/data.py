@@ -16,7 +16,7 @@ Gaussian random field and labels from its structures (0: voids, below
 rest).
 
 Both write an uncompressed Zarr (v2, consolidated) store chunked as
-``(1, C, chunk, chunk, chunk)`` (so a rank's block is read as whole chunks),
+``(1, C, chunks, chunks, chunks)`` (so a rank's block is read as whole chunks),
 atomically (a temporary name, then a rename). Sample ``i`` depends only on ``(seed, i)``.
 """
 
@@ -42,16 +42,16 @@ RANGES = {"sigma": (0.5, 1.5), "slope": (-2.5, -0.5), "nbar": (2.0, 8.0), "growt
 CHANNELS = 4
 
 
-def _check_sizes(samples: int, size: int, chunk: int | None, seed: int) -> int:
+def _check_sizes(samples: int, size: int, chunks: int | None, seed: int) -> int:
     for name, value in (("samples", samples), ("size", size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    chunk = max(size // 4, 1) if chunk is None else chunk
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= size:
-        raise ValueError(f"chunk must be an integer in [1, size={size}], got {chunk!r}")
-    return chunk
+    chunks = max(size // 4, 1) if chunks is None else chunks
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= size:
+        raise ValueError(f"chunks must be an integer in [1, size={size}], got {chunks!r}")
+    return chunks
 
 
 def gaussian_field(size: int, slope: float, rng: np.random.Generator) -> np.ndarray:
@@ -90,18 +90,18 @@ def _scaled(params: np.ndarray) -> np.ndarray:
     return 2 * (params - lo) / (hi - lo) - 1
 
 
-def _write(path: Path, ds: xr.Dataset, variable: str, chunk: int) -> Path:
+def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
     """``ds`` as a Zarr store at ``path``, ``variable`` chunked for block reads, atomically."""
     if path.exists():
         raise FileExistsError(f"{path} exists; remove it or choose another output path")
     shape = ds[variable].shape
     # uncompressed, as the MLPerf data: a block costs exactly its voxels' bytes
     encoding: dict[str, dict[str, Any]] = {
-        variable: {"chunks": (1, shape[1], chunk, chunk, chunk), "compressors": None}
+        variable: {"chunks": (1, shape[1], chunks, chunks, chunks), "compressors": None}
     }
     for name in ds.data_vars:
         if name != variable and ds[name].ndim == 4:
-            encoding[str(name)] = {"chunks": (1, chunk, chunk, chunk), "compressors": None}
+            encoding[str(name)] = {"chunks": (1, chunks, chunks, chunks), "compressors": None}
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
@@ -121,7 +121,7 @@ def _samples(
 
 
 def write_cosmology(
-    path: Path | str, *, samples: int, size: int, seed: int = 0, chunk: int | None = None
+    path: Path | str, *, samples: int, size: int, seed: int = 0, chunks: int | None = None
 ) -> Path:
     """Write ``samples`` CosmoFlow volumes of ``size**3`` voxels to a Zarr store at ``path``.
 
@@ -130,14 +130,14 @@ def write_cosmology(
         samples: Number of volumes.
         size: Edge of each cubic volume, in voxels.
         seed: Sample ``i`` depends only on ``(seed, i)``.
-        chunk: Chunk edge (default ``size // 4``).
+        chunks: Chunk edge (default ``size // 4``).
 
     Raises:
         ValueError: For sizes that are not positive integers, a negative seed or a
-            chunk outside [1, size].
+            chunks outside [1, size].
         FileExistsError: If ``path`` exists.
     """
-    chunk = _check_sizes(samples, size, chunk, seed)
+    chunks = _check_sizes(samples, size, chunks, seed)
     counts, params = _samples(samples, seed, lambda rng: _cosmology_sample(size, rng))
     ds = xr.Dataset(
         {
@@ -148,7 +148,7 @@ def write_cosmology(
         coords={"channel": [f"redshift{c}" for c in range(CHANNELS)], "param": list(PARAMS)},
         attrs={"generator": "sciml.volumes.data.write_cosmology", "seed": seed},
     )
-    return _write(Path(path), ds, "volume", chunk)
+    return _write(Path(path), ds, "volume", chunks)
 
 
 def _segmentation_sample(size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -160,14 +160,14 @@ def _segmentation_sample(size: int, rng: np.random.Generator) -> tuple[np.ndarra
 
 
 def write_segmentation(
-    path: Path | str, *, samples: int, size: int, seed: int = 0, chunk: int | None = None
+    path: Path | str, *, samples: int, size: int, seed: int = 0, chunks: int | None = None
 ) -> Path:
     """Write ``samples`` noisy fields and their 3-class labels to a Zarr store at ``path``.
 
     Takes the arguments of :func:`write_cosmology`; the variables are
     ``volume`` ``(sample, channel, z, y, x)`` and ``label`` ``(sample, z, y, x)``.
     """
-    chunk = _check_sizes(samples, size, chunk, seed)
+    chunks = _check_sizes(samples, size, chunks, seed)
     volume, labels = _samples(samples, seed, lambda rng: _segmentation_sample(size, rng))
     ds = xr.Dataset(
         {
@@ -177,4 +177,4 @@ def write_segmentation(
         coords={"channel": ["field"]},
         attrs={"generator": "sciml.volumes.data.write_segmentation", "seed": seed},
     )
-    return _write(Path(path), ds, "volume", chunk)
+    return _write(Path(path), ds, "volume", chunks)

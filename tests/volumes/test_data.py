@@ -10,9 +10,9 @@ from sciml.volumes.data import PARAMS, gaussian_field, write_cosmology, write_se
 
 
 def test_cosmology_is_deterministic_chunked_and_labelled(tmp_path: Path) -> None:
-    a = write_cosmology(tmp_path / "a.zarr", samples=3, size=8, seed=5, chunk=4)
-    b = write_cosmology(tmp_path / "b.zarr", samples=2, size=8, seed=5, chunk=4)
-    c = write_cosmology(tmp_path / "c.zarr", samples=2, size=8, seed=6, chunk=4)
+    a = write_cosmology(tmp_path / "a.zarr", samples=3, size=8, seed=5, chunks=4)
+    b = write_cosmology(tmp_path / "b.zarr", samples=2, size=8, seed=5, chunks=4)
+    c = write_cosmology(tmp_path / "c.zarr", samples=2, size=8, seed=6, chunks=4)
     da, db, dc = (xr.open_zarr(p) for p in (a, b, c))
     assert da["volume"].dtype == np.int16 and da["volume"].attrs["transform"] == "log1p"
     assert da["volume"].encoding["chunks"] == (1, 4, 4, 4, 4)
@@ -52,8 +52,8 @@ def test_bad_generator_inputs(tmp_path: Path) -> None:
         write_cosmology(tmp_path / "x.zarr", samples=0, size=8)
     with pytest.raises(ValueError, match="size must be an integer >= 1, got 2.5"):
         write_segmentation(tmp_path / "x.zarr", samples=1, size=2.5)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="chunk must be an integer in \\[1, size=8\\], got 9"):
-        write_cosmology(tmp_path / "x.zarr", samples=1, size=8, chunk=9)
+    with pytest.raises(ValueError, match="chunks must be an integer in \\[1, size=8\\], got 9"):
+        write_cosmology(tmp_path / "x.zarr", samples=1, size=8, chunks=9)
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
         write_segmentation(tmp_path / "x.zarr", samples=1, size=4, seed=-1)
     write_cosmology(tmp_path / "x.zarr", samples=1, size=4)
