@@ -52,7 +52,7 @@ def check_replica(replica: object) -> tuple[int, int]:
 
 
 def all_reduce_cpu(
-    tensor: torch.Tensor, op: Any = None, *, group: dist.ProcessGroup | None = None
+    tensor: torch.Tensor, *, op: Any = None, group: dist.ProcessGroup | None = None
 ) -> torch.Tensor:
     """All-reduce a small CPU tensor over ``group`` (every rank) and return it on the CPU.
 

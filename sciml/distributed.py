@@ -307,7 +307,7 @@ class PreemptionFlag:
     def any_rank(self) -> bool:
         """True if this or any other rank received a signal (collective: call on every rank)."""
         flag = torch.tensor([int(self.received is not None)])
-        return bool(all_reduce_cpu(flag, dist.ReduceOp.MAX).item())
+        return bool(all_reduce_cpu(flag, op=dist.ReduceOp.MAX).item())
 
 
 @contextlib.contextmanager

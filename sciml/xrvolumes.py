@@ -152,7 +152,8 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
                 f"{volume.dims}"
             )
         self.sample_dim, self.spatial_dims = volume.dims[0], volume.dims[2:]
-        self.shape = tuple(int(s) for s in volume.shape[2:])
+        depth, height, width = (int(s) for s in volume.shape[2:])
+        self.shape = (depth, height, width)
         if target.dims[0] != self.sample_dim or target.shape[0] != volume.shape[0]:
             raise ValueError(
                 f"target {self.target!r} {where} has dims {dict(target.sizes)}; its first dim "
@@ -340,7 +341,7 @@ def run_stats(
     """
     path = Path(run_dir) / "norm_stats.json"
     cached = torch.tensor([int(path.exists())])
-    if bool(all_reduce_cpu(cached, torch.distributed.ReduceOp.MIN).item()):
+    if bool(all_reduce_cpu(cached, op=torch.distributed.ReduceOp.MIN).item()):
         stats = NormStats.from_json(path)
         if stats.channels != dataset.channels():
             raise ValueError(
