@@ -43,7 +43,8 @@ state in :mod:`sciml.train_setup`, an epoch's loader and the loss values in
 :mod:`sciml.train_step`, throughput and memory in :mod:`sciml.train_perf`,
 the order of samples in :mod:`sciml.sampling`, the run folder's lock and
 record in :mod:`sciml.run_dir`, the metrics loggers in :mod:`sciml.run_log`,
-the collectives in :mod:`sciml.distributed`.
+the collectives in :mod:`sciml.distributed`. (The module passes 350 lines by
+this docstring: the driver's steps read best in one place.)
 """
 
 from __future__ import annotations
