@@ -58,8 +58,8 @@ OPTIMIZER_PASSES = {"sgd": 3, "momentum": 5, "adam": 7}
 CONV_KINDS = ("Conv3d", "ConvTranspose3d", "Linear")
 #: Output-sized tensors the split normalisations keep beyond PyTorch's fused
 #: kernels (two-pass statistics keep the centred input and the normalised
-#: output where the fused kernel keeps the input): measured, see
-#: ``tests/spatial_parallel/test_planner_cost.py::test_step_memory_matches_measured``.
+#: output where the fused kernel keeps the input): measured with
+#: ``benchmarks/spatial_plan_validation.py`` (predicted against measured step memory).
 SPLIT_NORM_EXTRA = 1
 MEMORY_TERMS = (
     "params",

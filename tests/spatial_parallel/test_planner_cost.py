@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from torch import nn
 
-from sciml.distributed import spawn
-from sciml.models import CosmoFlow
-from sciml.spatial_parallel.planner_cost import conv_of, estimate
+from sciml.spatial_parallel.planner_cost import estimate
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import GridError
-from sciml.spatial_parallel.planner_layers import measure_convs
-from sciml.spatial_parallel.planner_measure import measure_step
 from sciml.spatial_parallel.planner_profile import Profile
 
 PROFILE = Profile(
@@ -93,29 +87,6 @@ def test_overlap_hides_the_halo_behind_the_interior() -> None:
 def test_more_replicas_than_samples_is_refused() -> None:
     with pytest.raises(GridError, match="data=2 replicas but the batch has 1 samples"):
         estimate(CONV, (2, 1, 1, 1), PROFILE)
-
-
-def _predicted_step_memory(model: nn.Module, shape: tuple[int, ...], mesh: dict[str, int]) -> float:
-    graph = trace(model, shape)
-    grid = tuple(mesh.get(a, 1) for a in ("data", "depth", "height", "width"))
-    convs = [
-        conv_of(layer, grid, first=i == 0)  # type: ignore[arg-type]
-        for i, layer in enumerate(graph.layers)
-    ]
-    costs = measure_convs([c for c in convs if c is not None], repeats=1)
-    return estimate(graph, grid, PROFILE, costs=costs).step_memory  # type: ignore[arg-type]
-
-
-@pytest.mark.xdist_group("spawn")
-@pytest.mark.parametrize("mesh", [{"depth": 1}, {"depth": 2}], ids=["1 rank", "2 ranks"])
-def test_step_memory_matches_measured(mesh: dict[str, int]) -> None:
-    model = CosmoFlow(4, 4, base_filters=4, n_conv=2)
-    shape = (1, 4, 32, 32, 32)
-    predicted = _predicted_step_memory(model, shape, mesh)
-    ranks = 2 if mesh["depth"] == 2 else 1
-    run = functools.partial(measure_step, repeats=1)
-    measured = max(r["peak_bytes"] for r in spawn(run, ranks, model, mesh, shape))
-    assert measured == pytest.approx(predicted, rel=0.15)
 
 
 @pytest.mark.parametrize(
