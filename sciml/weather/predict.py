@@ -1,0 +1,87 @@
+"""The Gaussian forecast of a trained post-processing run on new data (EMOS or a deep model).
+
+:func:`predict_run` rebuilds a run from its folder (:func:`sciml.weather.train.read_run`) and
+returns, for every variable of the run, ``(mu, sigma)`` on the data's own dims and
+coordinates, in the data's units (the deep models' normalised outputs are scaled back with
+the run's channel statistics).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader
+
+from sciml.weather.emos import emos_predict
+from sciml.weather.train import RunConfig, load_postprocessor, read_run
+
+__all__ = ["Forecast", "predict_run"]
+
+SAMPLE_DIMS = ("time", "lead_time")
+#: ``(mu, sigma)`` of every variable.
+Forecast = dict[str, tuple[xr.DataArray, xr.DataArray]]
+
+
+def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+    from sciml.weather.dataset import EnsembleDataset
+
+    _, stats = read_run(run_dir)
+    model = load_postprocessor(run_dir)
+    data = EnsembleDataset(
+        test,
+        list(config.variables),
+        members=config.members,
+        stats=stats,
+        channel_dims=config.channel_dims,
+        static=config.static,
+    )
+    parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        for batch in DataLoader(data, batch_size=16):
+            parts.append(model(batch["members"], batch.get("static")))
+    mean = torch.tensor(stats.mean, dtype=torch.float64)[:, None, None]
+    std = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
+    mu = torch.cat([p[0] for p in parts]).double() * std + mean
+    sigma = torch.cat([p[1] for p in parts]).double() * std
+    out: Forecast = {}
+    start = 0
+    for var in config.variables:
+        truth = test[f"{var}_truth"]
+        own = [d for d in config.channel_dims if d in truth.dims]
+        count = int(np.prod([truth.sizes[d] for d in own]))
+        picked = slice(start, start + count)
+        out[var] = (_labelled(mu[:, picked], truth, own), _labelled(sigma[:, picked], truth, own))
+        start += count
+    return out
+
+
+def _labelled(values: torch.Tensor, truth: xr.DataArray, own: list[str]) -> xr.DataArray:
+    """``(sample, channel, *spatial)`` values on the truth's dims and coordinates."""
+    spatial = [d for d in truth.dims if d not in (*SAMPLE_DIMS, *own)]
+    dims = (*SAMPLE_DIMS, *own, *spatial)
+    block = values.numpy().reshape([truth.sizes[d] for d in dims])
+    return xr.DataArray(block, dims=dims, coords=truth.coords).transpose(*truth.dims)
+
+
+def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
+    """The Gaussian forecast ``(mu, sigma)`` of every variable of a run, on ``test``.
+
+    Raises:
+        FileNotFoundError: Not a run folder, or its model file is missing.
+        KeyError: A variable of the run is missing from ``test``.
+    """
+    run_dir = Path(run_dir)
+    config, _ = read_run(run_dir)
+    if config.model != "emos":
+        return _deep_forecast(run_dir, config, test)
+    with xr.open_dataset(run_dir / "emos.nc") as stored:
+        coefficients = stored.load()
+    out: Forecast = {}
+    for var in config.variables:
+        coef = coefficients.sel(variable=var, drop=True)
+        forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
+        out[var] = (forecast["mu"], forecast["sigma"])
+    return out
