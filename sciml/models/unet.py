@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -20,6 +21,19 @@ def _norm(dims: int, kind: Norm, channels: int) -> nn.Module:
     if kind == "group":
         return nn.GroupNorm(min(8, channels), channels)
     return nn.Identity()
+
+
+def _pool_factors(pool: int | Sequence[int], dims: int) -> tuple[int, ...]:
+    """``pool`` as one factor per spatial dim, each an integer >= 1."""
+    factors = (pool,) * dims if isinstance(pool, int) else tuple(pool)
+    if len(factors) != dims or any(
+        isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in factors
+    ):
+        raise ValueError(
+            f"UNet pool must be an integer >= 1 or {dims} of them (one per spatial dim), "
+            f"got {pool!r}"
+        )
+    return factors
 
 
 class ConvBlock(nn.Sequential):
@@ -46,10 +60,13 @@ class UNet(nn.Module):
         out_channels: Output channels (logits; no final activation).
         dims: 2 or 3 spatial dimensions.
         base_channels: Channels of the first level; doubled at every level.
-        depth: Number of 2x poolings; every spatial size must divide by ``2**depth``.
+        depth: Number of poolings; every spatial size must divide by ``pool**depth``.
         norm: ``"batch"``, ``"group"`` or ``"none"``.
         upsample: ``"transpose"`` (learned 2x transposed convolution) or
             ``"interpolate"`` (nearest/trilinear interpolation then a 1x1 convolution).
+        pool: Pooling (and upsampling) factor, one for every spatial dim or one per dim,
+            e.g. ``(1, 2, 2)`` pools a volume's height and width but not its depth (a
+            2-level vertical axis).
     """
 
     def __init__(
@@ -62,6 +79,7 @@ class UNet(nn.Module):
         depth: int = 3,
         norm: Norm = "batch",
         upsample: Literal["transpose", "interpolate"] = "transpose",
+        pool: int | Sequence[int] = 2,
     ) -> None:
         """Check the options and build the levels (arguments: see the class)."""
         super().__init__()
@@ -82,28 +100,36 @@ class UNet(nn.Module):
             raise ValueError(
                 f"UNet upsample must be 'transpose' or 'interpolate', got {upsample!r}"
             )
-        self.dims, self.depth = dims, depth
+        factors = _pool_factors(pool, dims)
+        self.dims, self.depth, self.factors = dims, depth, factors
         widths = [base_channels * 2**level for level in range(depth + 1)]
-        pool = {2: nn.MaxPool2d, 3: nn.MaxPool3d}[dims]
+        max_pool = {2: nn.MaxPool2d, 3: nn.MaxPool3d}[dims]
         self.encoder = nn.ModuleList()
         previous = in_channels
         for width in widths[:-1]:
             self.encoder.append(ConvBlock(dims, previous, width, norm))
             previous = width
-        self.pool = pool(2)
+        self.pool = max_pool(factors)
         self.bottleneck = ConvBlock(dims, widths[-2], widths[-1], norm)
         self.up = nn.ModuleList()
         self.decoder = nn.ModuleList()
         for level in reversed(range(depth)):
             wide, narrow = widths[level + 1], widths[level]
             if upsample == "transpose":
-                transpose = {2: nn.ConvTranspose2d, 3: nn.ConvTranspose3d}[dims]
-                self.up.append(transpose(wide, narrow, 2, stride=2))
+                transpose: Callable[..., nn.Module] = {
+                    2: nn.ConvTranspose2d,
+                    3: nn.ConvTranspose3d,
+                }[dims]
+                self.up.append(transpose(wide, narrow, factors, stride=factors))
             else:
                 mode = "bilinear" if dims == 2 else "trilinear"
                 self.up.append(
                     nn.Sequential(
-                        nn.Upsample(scale_factor=2, mode=mode, align_corners=False),
+                        nn.Upsample(
+                            scale_factor=tuple(float(f) for f in factors),
+                            mode=mode,
+                            align_corners=False,
+                        ),
                         _conv(dims)(wide, narrow, 1),
                     )
                 )
@@ -117,6 +143,12 @@ class UNet(nn.Module):
                 f"UNet(dims={self.dims}) expects a {self.dims + 2}-D tensor (N, C, spatial...), "
                 f"got shape {tuple(x.shape)}"
             )
+        multiple = tuple(f**self.depth for f in self.factors)
+        if any(size % m for size, m in zip(x.shape[2:], multiple, strict=True)):
+            raise ValueError(
+                f"UNet(depth={self.depth}) needs spatial sizes divisible by "
+                f"{', '.join(map(str, multiple))} (pool**depth per dim), got {tuple(x.shape[2:])}"
+            )
         skips = []
         for block in self.encoder:
             x = block(x)
@@ -125,11 +157,5 @@ class UNet(nn.Module):
         x = self.bottleneck(x)
         for up, block, skip in zip(self.up, self.decoder, reversed(skips), strict=True):
             x = up(x)
-            if x.shape[2:] != skip.shape[2:]:
-                raise ValueError(
-                    f"UNet(depth={self.depth}) needs spatial sizes divisible by "
-                    f"{2**self.depth}; a skip connection has {tuple(skip.shape[2:])} but the "
-                    f"upsampled path has {tuple(x.shape[2:])}"
-                )
             x = block(torch.cat([x, skip], dim=1))
         return self.head(x)
