@@ -304,6 +304,15 @@ class PreemptionFlag:
             signal.signal(sig, handler)
         self._previous, self._outer = {}, None
 
+    def request(self, signum: int = signal.SIGUSR1) -> None:
+        """Raise the flag as receiving ``signum`` would (passed on to an outer flag too).
+
+        A request is explicit, so it raises the flag even when handlers are not
+        installed (``enabled=False``, another thread): the public way to make
+        long work stop at a chosen point as on a preemption (tests, benchmarks).
+        """
+        self._handle(signum, None)
+
     def any_rank(self) -> bool:
         """True if this or any other rank received a signal (collective: call on every rank)."""
         flag = torch.tensor([int(self.received is not None)])

@@ -102,8 +102,11 @@ class _Trainer:
     resuming) or a new one, and opens the metrics log.
     """
 
-    def __init__(self, setup: TrainSetup, *, resume: bool) -> None:
+    def __init__(
+        self, setup: TrainSetup, *, resume: bool, preempt_after: int | None = None
+    ) -> None:
         self.s = setup
+        self.preempt_after = preempt_after
         seed_everything(setup.config.seed)
         self.state = resume_state(setup) if resume and setup.last.exists() else LoopState()
         self.state.run = setup.record
@@ -178,6 +181,8 @@ class _Trainer:
         )
         for batch_parts in todo:
             self.train_step([next(shown) for _ in batch_parts], [len(p) for p in batch_parts])
+            if state.global_step == self.preempt_after:
+                self.signals.request()
             if self.signals.any_rank():
                 self.checkpoint(s.last)
                 return False
@@ -310,6 +315,7 @@ def fit(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     resume: bool = True,
     replica: tuple[int, int] | None = None,
+    preempt_after: int | None = None,
 ) -> TrainResult:
     """Train ``model`` and return what happened.
 
@@ -334,6 +340,10 @@ def fit(
             :func:`sciml.spatial_parallel.parallelize` the data coordinate of
             its mesh (the ranks of one sample read the same batch); another
             value for such a model is an error.
+        preempt_after: This rank acts as if it received SIGUSR1 once optimiser
+            step ``preempt_after`` (counted from the run's start) is done: every
+            rank checkpoints and ``fit`` returns ``"interrupted"``, as on a real
+            signal (for tests and benchmarks of resume; ``None``: signals only).
 
     Returns:
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
@@ -344,6 +354,10 @@ def fit(
             was written by a run with another configuration (see the module docstring).
         sciml.checkpoint.CheckpointError: If ``last.pt`` cannot be read.
     """
+    if preempt_after is not None and (
+        isinstance(preempt_after, bool) or not isinstance(preempt_after, int) or preempt_after < 1
+    ):
+        raise ValueError(f"preempt_after must be an integer >= 1 or None, got {preempt_after!r}")
     setup = check_inputs(
         model,
         optimizer,
@@ -358,6 +372,6 @@ def fit(
     )
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
-        return _Trainer(setup, resume=resume).fit()
+        return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()
     finally:
         lock.release()

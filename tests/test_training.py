@@ -30,7 +30,11 @@ CONFIG = dict(epochs=4, batch_size=5, progress=False, tensorboard=False)
 
 
 def _train(
-    run_dir: Path, *, interrupt_at: int | None = None, **overrides: int | str
+    run_dir: Path,
+    *,
+    interrupt_at: int | None = None,
+    preempt_after: int | None = None,
+    **overrides: int | str,
 ) -> tuple[nn.Module, TrainResult]:
     model, train, val = make_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.5)
@@ -53,6 +57,7 @@ def _train(
         config=config,
         val_dataset=val,
         scheduler=scheduler,
+        preempt_after=preempt_after,
     )
     return model, result
 
@@ -76,6 +81,23 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
         assert torch.equal(a, b), name
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
     assert resumed.history == done.history
+
+
+def test_preempt_after_a_step_stops_there_and_the_resumed_run_matches(tmp_path: Path) -> None:
+    reference, done = _train(tmp_path / "straight")
+    _, stopped = _train(tmp_path / "resumed", preempt_after=6)
+    assert stopped.status == "interrupted" and stopped.global_step == 6
+    model, resumed = _train(tmp_path / "resumed", preempt_after=6)  # past step 6: no effect
+    assert resumed.status == "completed" and resumed.global_step == done.global_step
+    for (name, a), b in zip(
+        reference.state_dict().items(), model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="preempt_after must be an integer >= 1 or None"):
+            _train(tmp_path / "bad", preempt_after=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "bad").exists()
 
 
 def test_metrics_csv_and_best_checkpoint(tmp_path: Path) -> None:

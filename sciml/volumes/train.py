@@ -161,6 +161,7 @@ def train_volumes(
     *,
     val: Path | str | None = None,
     device: torch.device | None = None,
+    preempt_after: int | None = None,
 ) -> TrainResult:
     """Train on every rank of the initialised process group; see the module docstring.
 
@@ -171,6 +172,8 @@ def train_volumes(
         options: The run's options.
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
+        preempt_after: Act on this rank as on SIGUSR1 once this optimiser step is
+            done (see :func:`sciml.training.fit`): the run checkpoints and stops.
 
     Raises:
         ValueError: If the mesh does not match the number of processes, or the
@@ -210,4 +213,5 @@ def train_volumes(
         config=options.config,
         val_dataset=val_set,
         scheduler=schedule,
+        preempt_after=preempt_after,
     )

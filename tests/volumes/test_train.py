@@ -1,15 +1,12 @@
 """sciml.volumes.train: hybrid-parallel runs from files equal one process, across a resume."""
 
 import csv
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-import sciml.volumes.train as volumes_train
 from sciml.checkpoint import read_checkpoint
 from sciml.distributed import init_distributed, spawn
 from sciml.training import TrainConfig
@@ -37,30 +34,16 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def _interrupted(data: str, run_dir: str, model: str, mesh: dict[str, int], at: int) -> list[str]:
-    """Rank function: train, SIGUSR1 on rank 0 at loss call ``at``, then resume."""
-    make_loss = volumes_train._loss_fn
-    calls = {"n": 0}
-
-    def counting(options: VolumeTraining, mesh: Any) -> Any:
-        loss_fn = make_loss(options, mesh)
-
-        def loss(model: torch.nn.Module, batch: Any) -> Any:
-            calls["n"] += 1
-            if calls["n"] == at and torch.distributed.get_rank() == 0:
-                os.kill(os.getpid(), signal.SIGUSR1)
-            return loss_fn(model, batch)
-
-        return loss
-
-    volumes_train._loss_fn = counting  # type: ignore[assignment]
+    """Rank function: train, rank 0 preempted after step ``at``, then resume."""
     options = VolumeTraining(**{**vars(OPTIONS[model]), "mesh": mesh})
-    first = train_volumes(data, run_dir, options, val=data)
+    preempt = at if torch.distributed.get_rank() == 0 else None
+    first = train_volumes(data, run_dir, options, val=data, preempt_after=preempt)
     second = train_volumes(data, run_dir, options, val=data)
     return [first.status, second.status, str(second.global_step)]
 
 
 def _both(files: dict[str, str], run_dir: str) -> list[list[str]]:
-    """Rank function: each model on depth=2, interrupted at its 5th loss call, resumed."""
+    """Rank function: each model on depth=2, interrupted after its 5th step, resumed."""
     return [_interrupted(files[m], f"{run_dir}/{m}", m, {"depth": 2}, 5) for m in OPTIONS]
 
 
