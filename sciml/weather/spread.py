@@ -1,0 +1,206 @@
+r"""Predict the full ensemble's spread from a few members (Grönquist et al. 2019).
+
+A :class:`SpreadPredictor` is a 3-D :class:`sciml.models.UNet` over ``(level, lat, lon)``
+(pooling lat and lon only: the toy and most pressure-level sets have few levels). Its input
+channels, per variable, are the ``k`` members' (normalised) values and their sample standard
+deviation :math:`s_k` (ddof=1), for the current lead time and, in the temporal variant, for
+the ``history - 1`` lead times before it, each earlier step with an availability channel
+(see :mod:`sciml.weather.spread_data`: an earlier step that precedes the first lead time is
+zero with availability 0). The output is a residual on the log of the current
+:math:`s_k`:
+
+.. math::
+    \hat\sigma = s_k\,e^{o} + \sigma_{min},
+
+with the last layer initialised to zero, so an untrained model is the k-member sample
+spread (the baseline) and the output is always positive. :data:`SIGMA_MIN` keeps a point
+with ``s_k = 0`` finite. Periodic spatial dims (lon on a global grid, both on the doubly
+periodic toy) are wrapped by ``pool**depth`` points on each side before the U-Net and
+cropped after, so the field's edges see their neighbours across the seam.
+
+Losses against the full ensemble's standard deviation ``s`` (:data:`LOSSES`): ``"l1"``,
+``"mse"`` and ``"crps"``, the expected Gaussian CRPS of the forecast
+:math:`N(m, \hat\sigma^2)` when the outcome is distributed like the full ensemble,
+:math:`N(m, s^2)` (:func:`expected_gaussian_crps`). It is minimised exactly at
+:math:`\hat\sigma = s`, so like L1 and MSE it targets the full ensemble's spread; it is
+scored against the full ensemble rather than the truth because a CRPS against the truth is
+minimised by the forecast's actual error, which is a post-processing target (see
+:mod:`sciml.weather.postprocess`), not the full ensemble's spread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sciml.models import UNet
+from sciml.models.unet import Norm
+
+__all__ = [
+    "LOSSES",
+    "SIGMA_MIN",
+    "SpreadPredictor",
+    "expected_gaussian_crps",
+    "spread_loss",
+]
+
+#: Smallest predicted standard deviation, in normalised units.
+SIGMA_MIN = 1e-4
+LOSSES = ("l1", "mse", "crps")
+Loss = Literal["l1", "mse", "crps"]
+SPATIAL = ("lat", "lon")
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class SpreadPredictor(nn.Module):
+    """``k`` members at ``history`` lead times to the full ensemble's standard deviation.
+
+    Args:
+        variables: ``V``, variables (each with ``levels`` levels).
+        members: ``k >= 2``, members per sample.
+        levels: ``D``, vertical levels (the U-Net's depth axis).
+        history: Lead times stacked (1: the current one only; ``T``: it and the ``T - 1``
+            before it).
+        periodic: Spatial dims that wrap around, of ``("lat", "lon")``.
+        base_channels: Channels of the U-Net's first level.
+        depth: Poolings of lat and lon (their sizes must divide by ``2**depth``).
+        norm: The U-Net's normalisation (``"group"``: per sample, the batches are small).
+    """
+
+    def __init__(
+        self,
+        variables: int,
+        *,
+        members: int,
+        levels: int,
+        history: int = 1,
+        periodic: Sequence[str] = ("lon",),
+        base_channels: int = 16,
+        depth: int = 2,
+        norm: Norm = "group",
+    ) -> None:
+        """Build the U-Net with a zero last layer (arguments: see the class)."""
+        super().__init__()
+        for name, value in (("variables", variables), ("levels", levels), ("history", history)):
+            _positive(name, value)
+        if isinstance(members, bool) or not isinstance(members, int) or members < 2:
+            raise ValueError(
+                f"members must be an integer >= 2 (a spread needs two), got {members!r}"
+            )
+        unknown = [d for d in periodic if d not in SPATIAL]
+        if unknown:
+            raise ValueError(f"periodic dims must be among {SPATIAL}, got {list(periodic)}")
+        self.variables, self.members, self.levels, self.history = (
+            variables,
+            members,
+            levels,
+            history,
+        )
+        self.periodic = tuple(d for d in SPATIAL if d in periodic)
+        self.margin = 2**depth
+        inputs = history * (members + 1) * variables + (history - 1)
+        self.unet = UNet(
+            inputs,
+            variables,
+            dims=3,
+            base_channels=base_channels,
+            depth=depth,
+            norm=norm,
+            pool=(1, 2, 2),
+        )
+        for parameter in self.unet.head.parameters():
+            nn.init.zeros_(parameter)
+
+    def _check(self, history: Tensor, available: Tensor) -> None:
+        expected = (self.history, self.members, self.variables * self.levels)
+        if history.ndim != 6 or tuple(history.shape[1:4]) != expected:
+            raise ValueError(
+                f"history must be (N, T={expected[0]}, k={expected[1]}, C={expected[2]}, lat, "
+                f"lon), got {tuple(history.shape)}"
+            )
+        if tuple(available.shape) != tuple(history.shape[:2]):
+            raise ValueError(
+                f"available must be (N, T) = {tuple(history.shape[:2])}, got "
+                f"{tuple(available.shape)}"
+            )
+
+    def _wrap(self, x: Tensor) -> Tensor:
+        """Pad the periodic dims of ``(N, C, D, lat, lon)`` circularly by ``margin``."""
+        m = self.margin
+        pad = [m if "lon" in self.periodic else 0] * 2 + [m if "lat" in self.periodic else 0] * 2
+        if not any(pad):
+            return x
+        n, c, d, h, w = x.shape
+        flat = F.pad(x.reshape(n, c * d, h, w), pad, mode="circular")
+        return flat.reshape(n, c, d, *flat.shape[-2:])
+
+    def _crop(self, x: Tensor) -> Tensor:
+        m = self.margin
+        if "lat" in self.periodic:
+            x = x[..., m:-m, :]
+        if "lon" in self.periodic:
+            x = x[..., m:-m]
+        return x
+
+    def forward(self, history: Tensor, available: Tensor) -> Tensor:
+        """Predicted standard deviation ``(N, V * D, lat, lon)``, in the input's units.
+
+        Args:
+            history: ``(N, T, k, V * D, lat, lon)``: step 0 is the current lead time, step
+                ``t`` the ``t``-th before it; channels are variable-major (as
+                :class:`~sciml.weather.dataset.EnsembleDataset` folds ``level``).
+            available: ``(N, T)``, 1 where the step exists, 0 where it precedes the first
+                lead time (the step is then zero).
+        """
+        self._check(history, available)
+        n, steps, k, _, h, w = history.shape
+        fields = history.reshape(n, steps, k, self.variables, self.levels, h, w)
+        sd = fields.std(2, keepdim=True)
+        features = torch.cat([fields, sd], dim=2).reshape(n, -1, self.levels, h, w)
+        flags = available[:, 1:, None, None, None].expand(-1, -1, self.levels, h, w)
+        x = torch.cat([features, flags.to(features.dtype)], dim=1)
+        out = self._crop(self.unet(self._wrap(x)))
+        current = sd[:, 0, 0].reshape(n, self.variables * self.levels, h, w)
+        return current * torch.exp(out.reshape(n, -1, h, w)) + SIGMA_MIN
+
+
+def expected_gaussian_crps(sigma: Tensor, target: Tensor) -> Tensor:
+    r"""Excess expected CRPS of :math:`N(m, \sigma^2)` for outcomes :math:`\sim N(m, s^2)`.
+
+    With :math:`X, X' \sim N(m, \sigma^2)` and :math:`Y \sim N(m, s^2)` independent,
+    :math:`E\,\mathrm{CRPS} = E|X - Y| - \tfrac12 E|X - X'|
+    = (\sqrt{2}\sqrt{\sigma^2 + s^2} - \sigma) / \sqrt{\pi}`, smallest (:math:`s/\sqrt\pi`)
+    at :math:`\sigma = s`; this returns it minus that minimum, per point (0 when exact).
+
+    Args:
+        sigma: Predicted standard deviations, > 0.
+        target: The full ensemble's standard deviations ``s``, >= 0, same shape.
+    """
+    if sigma.shape != target.shape:
+        raise ValueError(
+            f"sigma {tuple(sigma.shape)} and target {tuple(target.shape)} must have one shape"
+        )
+    total = math.sqrt(2) * torch.sqrt(sigma**2 + target**2) - sigma - target
+    return total / math.sqrt(math.pi)
+
+
+def spread_loss(model: SpreadPredictor, batch: dict[str, Tensor], *, loss: Loss) -> Tensor:
+    """Mean ``loss`` (of :data:`LOSSES`) of the model's spread against ``batch["spread"]``."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    predicted, target = model(batch["history"], batch["available"]), batch["spread"]
+    if loss == "l1":
+        return (predicted - target).abs().mean()
+    if loss == "mse":
+        return (predicted - target).square().mean()
+    return expected_gaussian_crps(predicted, target).mean()
