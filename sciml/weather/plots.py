@@ -19,6 +19,7 @@ __all__ = [
     "ensemble_maps",
     "format_value",
     "rank_histogram_plot",
+    "reliability_histograms",
     "scores_by_lead",
     "spread_skill_plot",
 ]
@@ -205,4 +206,56 @@ def scores_by_lead(
     ax.set(xlabel="lead time (days)", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend()
+    return fig
+
+
+def reliability_histograms(
+    histograms: Mapping[str, xr.DataArray], *, title: str | None = None
+) -> Figure:
+    """Rank or PIT histograms of one model: a row per variable (and level), a column per lead.
+
+    Args:
+        histograms: Variable -> counts along ``rank`` (a rank histogram) or ``bin`` (a PIT
+            histogram), with ``lead_time`` and at most one more dimension (e.g. ``level``),
+            as :attr:`sciml.weather.evaluate.Evaluation.histograms` holds them.
+        title: Figure title.
+
+    Bars are relative frequencies; the dashed line is the flat histogram of a reliable
+    forecast.
+    """
+    rows: list[tuple[str, xr.DataArray]] = []
+    for var, hist in histograms.items():
+        kind = next((d for d in ("rank", "bin") if d in hist.dims), None)
+        others = [d for d in hist.dims if d not in (kind, "lead_time")]
+        if kind is None or "lead_time" not in hist.dims or len(others) > 1:
+            raise ValueError(
+                f"histogram of {var} needs 'rank' or 'bin', 'lead_time' and at most one more "
+                f"dimension, got {hist.dims}"
+            )
+        hist = hist.rename({kind: "_bin"})
+        if not others:
+            rows.append((var, hist))
+            continue
+        for value in hist[others[0]].values:
+            rows.append((f"{var}, {others[0]} {format_value(value)}", hist.sel({others[0]: value})))
+    if not rows:
+        raise ValueError("no histogram to plot")
+    leads = rows[0][1]["lead_time"].values
+    fig, axes = plt.subplots(
+        len(rows),
+        len(leads),
+        figsize=(2.4 * len(leads) + 1, 1.9 * len(rows) + 0.6),
+        sharey=True,
+        squeeze=False,
+        constrained_layout=True,
+    )
+    for axes_row, (label, hist) in zip(axes, rows, strict=True):
+        for ax, lead in zip(axes_row, leads, strict=True):
+            counts = hist.sel(lead_time=lead)
+            ax.bar(np.arange(1, counts.size + 1), counts / counts.sum(), width=0.85)
+            ax.axhline(1 / counts.size, color="k", linestyle="--", linewidth=1)
+            ax.set_title(f"{label}, lead {format_value(lead)}", fontsize=8)
+        axes_row[0].set_ylabel("relative frequency")
+    if title:
+        fig.suptitle(title)
     return fig

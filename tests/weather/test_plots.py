@@ -96,3 +96,17 @@ def test_plots_reject_misaligned_inputs(fields: tuple[xr.DataArray, xr.DataArray
     a = plots.spread_skill_plot(ob, fc, bins=4).axes[0].lines[1].get_xydata()
     b = plots.spread_skill_plot(ob, flipped, bins=4).axes[0].lines[1].get_xydata()
     np.testing.assert_array_equal(a, b)
+
+
+def test_reliability_histograms(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
+    ob, fc = fields
+    ranks = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])  # (lead_time, rank)
+    pit = ranks.rename(rank="bin").expand_dims(level=[1, 2])  # a PIT histogram's layout
+    fig = plots.reliability_histograms({"t": ranks, "u": pit}, title="model")
+    assert len(fig.axes) == 3 * 3  # rows: t, u at two levels; a column per lead time
+    assert fig.axes[3].get_title() == "u, level 1, lead 0 h"
+    assert fig.axes[0].patches[0].get_height() == pytest.approx(float(ranks[0, 0] / 40))
+    with pytest.raises(ValueError, match="'rank' or 'bin'"):
+        plots.reliability_histograms({"t": ranks.rename(rank="r")})
+    with pytest.raises(ValueError, match="at most one more"):
+        plots.reliability_histograms({"t": pit.expand_dims(x=[0])})
