@@ -1,0 +1,276 @@
+"""Train a spread predictor and rebuild it, or its forecast, from its run folder.
+
+``sciml weather spread train`` calls :func:`train_spread`: as for the post-processing
+models (:mod:`sciml.weather.train`), the last ``validation`` fraction of the start dates
+validates and the rest trains, through :func:`sciml.training.fit` (progress, metrics,
+checkpoints, exact resume, preemption). The run folder holds ``spread_run.json`` (the
+configuration: a rerun with another one is refused), ``stats.json`` (the forecasts' channel
+statistics, from the training dates) and ``fit``'s checkpoints and metrics.
+:func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
+units.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader
+
+from sciml.io_utils import atomic_write_text
+from sciml.run_dir import RunLock, differences
+from sciml.weather.predict import _labelled
+from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
+from sciml.weather.spread_data import SpreadDataset, check_spread_data
+from sciml.weather.train import _split_validation, forecast_variables
+from sciml.xrchannels import NormStats, compute_stats
+
+__all__ = ["SpreadConfig", "load_spread_model", "predict_spread", "read_spread_run", "train_spread"]
+
+RUN_CONFIG = "spread_run.json"
+
+
+@dataclass(frozen=True)
+class SpreadConfig:
+    """What a spread run was trained on and how (``spread_run.json``)."""
+
+    members: int
+    history: int
+    loss: str
+    variables: tuple[str, ...]
+    levels: int
+    periodic: tuple[str, ...]
+    choice: str
+    validation: float
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    base_channels: int
+    depth: int
+
+    def to_json(self) -> str:
+        """The configuration as JSON text."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    def build(self) -> SpreadPredictor:
+        """A new model of this configuration."""
+        return SpreadPredictor(
+            len(self.variables),
+            members=self.members,
+            levels=self.levels,
+            history=self.history,
+            periodic=self.periodic,
+            base_channels=self.base_channels,
+            depth=self.depth,
+        )
+
+
+def _claim(run_dir: Path, config: SpreadConfig) -> None:
+    """Write the configuration, or refuse a folder that holds another one."""
+    path = run_dir / RUN_CONFIG
+    with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+        if path.exists():
+            changed = differences(json.loads(path.read_text()), json.loads(config.to_json()))
+            if changed:
+                raise ValueError(
+                    f"{run_dir} holds a spread run with another configuration "
+                    f"({'; '.join(changed)}); give this run another --run-dir"
+                )
+        atomic_write_text(path, config.to_json())
+
+
+def train_spread(
+    ds: xr.Dataset,
+    *,
+    run_dir: Path | str,
+    members: int = 5,
+    history: int = 1,
+    loss: str = "l1",
+    variables: Sequence[str] | None = None,
+    periodic: Sequence[str] = ("lon",),
+    choice: str = "first",
+    validation: float = 0.2,
+    epochs: int = 10,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    base_channels: int = 16,
+    depth: int = 2,
+    progress: bool = True,
+    handle_signals: bool = True,
+) -> str:
+    """Train a :class:`~sciml.weather.spread.SpreadPredictor` on ``ds``; return the status.
+
+    Args:
+        ds: Ensemble with ``<variable>_truth`` and dims ``member``, ``time``, ``lead_time``,
+            ``level``, ``lat``, ``lon`` (e.g. a toy preset).
+        run_dir: The run folder.
+        members: ``k``, members the model sees (2 <= k <= the ensemble size).
+        history: Lead times stacked (1: none before the current one).
+        loss: One of :data:`~sciml.weather.spread.LOSSES`.
+        variables: Forecast variables (default: every one with a truth).
+        periodic: Spatial dims that wrap around (``"lat"``, ``"lon"``).
+        choice: ``"first"`` or ``"random"`` members per training sample.
+        validation: Fraction of the last start dates used for validation.
+        epochs: Training epochs.
+        batch_size: Samples per step.
+        lr: Adam learning rate.
+        seed: Seed of the run.
+        base_channels: Channels of the U-Net's first level.
+        depth: Poolings of lat and lon.
+        progress: Show progress bars.
+        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1.
+
+    Returns:
+        ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
+
+    Raises:
+        ValueError: A bad option or data (see :class:`~sciml.weather.spread_data.SpreadDataset`),
+            or a run folder that holds another configuration; raised before anything is written.
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if choice not in ("first", "random"):
+        raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    if not chosen:
+        raise ValueError(
+            f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
+        )
+    check_spread_data(ds, chosen, members=members, history=history)
+    config = SpreadConfig(
+        members=members,
+        history=history,
+        loss=loss,
+        variables=tuple(chosen),
+        levels=ds.sizes["level"],
+        periodic=tuple(periodic),
+        choice=choice,
+        validation=validation,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        base_channels=base_channels,
+        depth=depth,
+    )
+    config.build()  # the model's own checks, before anything is written
+    train, val = _split_validation(ds, validation)
+    run_dir = Path(run_dir)
+    _claim(run_dir, config)
+    stats = compute_stats(train, chosen, channel_dims=("level",))
+    stats.to_json(run_dir / "stats.json")
+    return _fit(train, val, config, stats, run_dir, progress=progress, signals=handle_signals)
+
+
+def _fit(
+    train: xr.Dataset,
+    val: xr.Dataset,
+    config: SpreadConfig,
+    stats: NormStats,
+    run_dir: Path,
+    *,
+    progress: bool,
+    signals: bool,
+) -> str:
+    from sciml.sampling import seed_everything
+    from sciml.train_config import TrainConfig
+    from sciml.training import fit
+
+    def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
+        return SpreadDataset(
+            part,
+            config.variables,
+            members=config.members,
+            history=config.history,
+            choice=choice,  # type: ignore[arg-type]
+            stats=stats,
+        )
+
+    seed_everything(config.seed)
+    model = config.build()
+    result = fit(
+        model,
+        torch.optim.Adam(model.parameters(), lr=config.lr),
+        dataset(train, config.choice),
+        partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
+        run_dir=run_dir,
+        config=TrainConfig(
+            epochs=config.epochs,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            progress=progress,
+            tensorboard=False,
+            handle_signals=signals,
+        ),
+        val_dataset=dataset(val, "first"),
+    )
+    return result.status
+
+
+def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
+    """The configuration and channel statistics of a spread run folder.
+
+    Raises:
+        FileNotFoundError: Not a spread run folder.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
+        )
+    raw: dict[str, Any] = json.loads(path.read_text())
+    for key in ("variables", "periodic"):
+        raw[key] = tuple(raw[key])
+    return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")
+
+
+def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:
+    """The model of a spread run with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+    """
+    from sciml.checkpoint import load_checkpoint
+
+    config, _ = read_spread_run(run_dir)
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = config.build()
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
+
+
+def predict_spread(
+    run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16
+) -> dict[str, xr.DataArray]:
+    """A run's predicted standard deviation of every variable on ``test``, in its units.
+
+    Raises:
+        FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
+        KeyError, ValueError: ``test`` lacks a variable, or has fewer members or lead times
+            than the run needs.
+    """
+    config, stats = read_spread_run(run_dir)
+    model = load_spread_model(run_dir)
+    data = SpreadDataset(
+        test, config.variables, members=config.members, history=config.history, stats=stats
+    )
+    with torch.no_grad():
+        parts = [model(b["history"], b["available"]) for b in DataLoader(data, batch_size)]
+    scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
+    sd = torch.cat(parts).double() * scale
+    out = {}
+    for v, var in enumerate(config.variables):
+        picked = sd[:, v * config.levels : (v + 1) * config.levels]
+        out[var] = _labelled(picked, test[f"{var}_truth"], ["level"])
+    return out

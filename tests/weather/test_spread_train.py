@@ -1,0 +1,105 @@
+"""``sciml weather spread train|evaluate`` end to end on a tiny toy-shaped ensemble."""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from sciml.weather.spread_cli import register_spread
+from sciml.weather.spread_evaluate import evaluate_spread, spread_scores
+from sciml.weather.spread_train import load_spread_model, predict_spread, train_spread
+from tests.weather.test_spread import tiny_ensemble, write_tiny
+
+EPS = float(np.finfo(np.float64).eps)
+TINY = ["--epochs", "1", "--quiet"]
+SMALL = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
+
+
+def _spread_cli(argv: list[str]) -> int:
+    """Run ``sciml weather spread ...`` through its own parser."""
+    parser = argparse.ArgumentParser()
+    register_spread(parser.add_subparsers())
+    args = parser.parse_args(["spread", *argv])
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A temporal run (2 lead times, CRPS loss) on 5 dates; a 2-date test file."""
+    folder = tmp_path_factory.mktemp("spread")
+    data = write_tiny(folder / "train.nc", dates=5)
+    test = write_tiny(folder / "test.nc", dates=2, seed=1)
+    run = folder / "run"
+    train_spread(xr.open_dataset(data), run_dir=run, members=2, history=2, loss="crps", **SMALL)
+    return data, test, run
+
+
+def _corr_rmse(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(np.corrcoef(a, b)[0, 1]), float(np.sqrt(np.mean((a - b) ** 2)))
+
+
+def test_evaluate_table_against_a_numpy_reference(
+    trained: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, test, run = trained
+    out = tmp_path / "spread.json"
+    assert _spread_cli(["evaluate", "--run-dir", str(run), "--json", str(out), str(test)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["model"] for r in rows} == {"sample_2", "spread_2_crps_t2"}
+    assert len(rows) == 2 * 2 * 2 * 3  # models x variables x levels x lead times
+    ds = xr.open_dataset(test)
+    predicted = predict_spread(run, ds)
+    for row in rows:
+        at = {"lead_time": int(row["lead_days"]), "level": row["level"] - 1}
+        members = ds[row["variable"]].values.transpose(1, 2, 3, 0, 4, 5)  # time, lead, level
+        full = members.std(3, ddof=1)[:, at["lead_time"], at["level"]]
+        if row["model"] == "sample_2":
+            guess = members[:, :, :, :2].std(3, ddof=1)[:, at["lead_time"], at["level"]]
+        else:
+            guess = predicted[row["variable"]].isel(at).values
+        corr, rmse = _corr_rmse(guess, full)
+        # float64 sums of 128 terms in another order (< 128 eps relative), written with 15
+        # decimals (abs 5e-16)
+        assert row["corr"] == pytest.approx(corr, rel=128 * EPS, abs=1e-15)
+        assert row["rmse"] == pytest.approx(rmse, rel=128 * EPS, abs=1e-15)
+    assert "spread_2_crps_t2" in capsys.readouterr().out
+
+
+def test_train_from_the_command_line_and_refusals(
+    trained: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    data, test, run = trained
+    ds = xr.open_dataset(data)
+    assert load_spread_model(run, checkpoint="last").history == 2
+    with pytest.raises(ValueError, match=r"another configuration \(history: 2 in the run, 1 now"):
+        train_spread(ds, run_dir=run, members=2, history=1, loss="crps", **SMALL)
+    with pytest.raises(ValueError, match=r"members must be an integer in \[2, 4\] \(the ens"):
+        train_spread(ds, run_dir=tmp_path / "a", members=5)
+    with pytest.raises(ValueError, match=r"history .* in \[1, 3\] \(the data have 3 lead times"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, history=4)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        train_spread(ds, run_dir=tmp_path / "a", loss="huber")
+    assert not (tmp_path / "a").exists()  # nothing written for a bad input
+    with pytest.raises(ValueError, match="use more members than the test data have"):
+        evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
+    with pytest.raises(FileNotFoundError, match="spread_run.json not found"):
+        evaluate_spread([tmp_path], xr.open_dataset(test))
+    with pytest.raises(ValueError, match=r"history .*\(the data have 1 lead times"):
+        evaluate_spread([run], xr.open_dataset(test).isel(lead_time=[0]))
+    new = tmp_path / "cli"
+    argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
+    assert _spread_cli([*argv, *TINY, str(data)]) == 0
+    assert load_spread_model(new).periodic == ("lat", "lon")
+
+
+def test_scores_align_by_label() -> None:
+    ds = tiny_ensemble(dates=2)
+    full = ds["psi"].std("member", ddof=1)
+    with pytest.raises(ValueError, match="other coordinates"):
+        spread_scores(full.assign_coords(level=[2, 1]), full)
+    with pytest.raises(ValueError, match="dims differ"):
+        spread_scores(full.isel(level=0), full)
