@@ -7,7 +7,10 @@ process), e.g.::
     torchrun --nproc-per-node 4 --no-python sciml cosmoflow train cosmo.zarr
         --run-dir runs/cosmo --mesh data=2,depth=2   (one line)
 
-and returns :data:`sciml.training.EXIT_REQUEUE` (3) after checkpointing on
+``--mesh auto --global-batch N`` takes the grid from the planner instead
+(:mod:`sciml.volumes.auto_mesh`: the profile, the memory, one decision for
+every rank, the grid recorded in ``RUN_DIR/mesh.json`` and kept on resume),
+and ``train`` returns :data:`sciml.training.EXIT_REQUEUE` (3) after checkpointing on
 SIGUSR1/SIGTERM, so that a batch script can requeue the job (``srun``:
 ``slurm/cosmoflow.sbatch``).
 
@@ -29,7 +32,9 @@ run and is removed by a completed one::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sciml.cli import (
     Subparsers,
@@ -38,7 +43,13 @@ from sciml.cli import (
     positive_float,
     positive_int,
 )
-from sciml.spatial_parallel.cli import parse_mesh
+from sciml.launch import detect_launch
+from sciml.spatial_parallel.cli import memory_size, parse_mesh
+
+if TYPE_CHECKING:
+    from sciml.distributed import DistributedContext
+    from sciml.volumes.auto_mesh import MeshChoice
+    from sciml.volumes.train import VolumeTraining
 
 #: What each workflow's ``data`` writes, and the defaults of its ``train``.
 WORKFLOWS = {
@@ -59,13 +70,14 @@ WORKFLOWS = {
 }
 
 
-def mesh_option(text: str) -> dict[str, int]:
-    """``--mesh``: ``data=2,depth=2`` (axes left out are 1); ``auto`` is not available yet."""
+#: Per-replica batch when ``--batch-size`` is not given (and the mesh is not ``auto``).
+BATCH_SIZE = 4
+
+
+def mesh_option(text: str) -> dict[str, int] | str:
+    """``--mesh``: ``data=2,depth=2`` (axes left out are 1) or ``auto`` (the planner's grid)."""
     if text.strip() == "auto":
-        raise argparse.ArgumentTypeError(
-            "--mesh auto needs the planner (sciml spatial plan), which is not available yet; "
-            "give the sizes, e.g. --mesh data=2,depth=2"
-        )
+        return "auto"
     return parse_mesh(text)
 
 
@@ -88,15 +100,60 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_mesh_options(args: argparse.Namespace) -> None:
+    """Options that only ``--mesh auto`` takes, and the batch it needs, named."""
+    if args.mesh != "auto":
+        only_auto = {"--global-batch": args.global_batch, "--profile": args.profile}
+        only_auto["--memory"] = args.memory
+        given = [name for name, value in only_auto.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with --mesh auto")
+        return
+    if args.batch_size is not None:
+        raise ValueError(
+            "--mesh auto takes --global-batch (the samples of a step over all replicas), not "
+            "--batch-size: the chosen grid's data replicas split the global batch"
+        )
+    if args.global_batch is None:
+        raise ValueError(
+            "--mesh auto needs --global-batch N: the samples of one step over all replicas, "
+            "which stay fixed while the planner compares grids"
+        )
+
+
+def _run_mesh(
+    args: argparse.Namespace, options: VolumeTraining, ctx: DistributedContext
+) -> dict[str, int]:
+    """The grid of the run (collective): recorded, given, or chosen by the planner."""
+    from sciml.spatial_parallel.planner_profile import get_profile
+    from sciml.volumes.auto_mesh import choose_mesh, default_profile, plan_mesh, rank_memory
+
+    def plan() -> MeshChoice:
+        profile = get_profile(args.profile) if args.profile else default_profile(ctx.device)
+        local = detect_launch().local_world_size
+        memory = rank_memory(args.memory, profile, ctx.device, local_ranks=local)
+        return plan_mesh(
+            args.data,
+            options,
+            global_batch=args.global_batch,
+            world_size=ctx.world_size,
+            memory=memory,
+            profile=profile,
+        )
+
+    return choose_mesh(args.run_dir, None if args.mesh == "auto" else args.mesh or {}, plan=plan)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.io_utils import atomic_write_text
     from sciml.training import EXIT_REQUEUE, TrainConfig
     from sciml.volumes.train import VolumeTraining, train_volumes
 
+    _check_mesh_options(args)
     config = TrainConfig(
         epochs=args.epochs,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size or BATCH_SIZE,
         seed=args.seed,
         num_workers=args.workers,
         micro_batches=args.micro_batches,
@@ -106,7 +163,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     options = VolumeTraining(
         args.workflow,
-        mesh=args.mesh or {},
         config=config,
         lr=args.lr,
         width=args.width,
@@ -118,6 +174,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         dtype=args.dtype,
     )
     with init_distributed(timeout=args.timeout) as ctx:
+        mesh = _run_mesh(args, options, ctx)
+        if args.mesh == "auto":
+            if args.global_batch % mesh["data"]:
+                raise ValueError(
+                    f"--global-batch {args.global_batch} does not split over the grid's "
+                    f"{mesh['data']} data replicas ({mesh})"
+                )
+            batch = args.global_batch // mesh["data"]
+            config = dataclasses.replace(config, batch_size=batch)
+        options = dataclasses.replace(options, mesh=mesh, config=config)
         result = train_volumes(args.data, args.run_dir, options, val=args.val, device=ctx.device)
         print0(f"{result.status} after {result.global_step} steps; run folder {result.run_dir}")
         marker = result.run_dir / "requeue"
@@ -148,11 +214,38 @@ def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> N
     )
     train.add_argument("--val", type=Path, default=None, help="validation volumes")
     train.add_argument(
-        "--mesh", type=mesh_option, default=None, help="process grid, e.g. data=2,depth=2 (none: 1)"
+        "--mesh",
+        type=mesh_option,
+        default=None,
+        help="process grid, e.g. data=2,depth=2 (none: one rank), or auto: the planner's "
+        "fastest grid that fits (sciml.volumes.auto_mesh); a resumed run keeps the grid "
+        "recorded in RUN_DIR/mesh.json",
     )
     train.add_argument("--epochs", type=positive_int, default=10, help="passes over the data")
     train.add_argument(
-        "--batch-size", type=positive_int, default=4, help="samples per replica and step"
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help=f"samples per replica and step ({BATCH_SIZE} when omitted; not with --mesh auto)",
+    )
+    train.add_argument(
+        "--global-batch",
+        type=positive_int,
+        default=None,
+        help="with --mesh auto: samples per step over all replicas, split by the chosen grid",
+    )
+    train.add_argument(
+        "--profile",
+        default=None,
+        help="with --mesh auto: planner profile h100, a100, calibrated or a profile .json; "
+        "unset: the GPU's built-in profile, else the --calibrate cache",
+    )
+    train.add_argument(
+        "--memory",
+        type=memory_size,
+        default=None,
+        help="with --mesh auto: memory per rank, e.g. 80GiB; unset: the GPU's, on the CPU "
+        "the profile's over the ranks of the node",
     )
     train.add_argument(
         "--lr", type=positive_float, default=defaults["lr"], help="peak learning rate"

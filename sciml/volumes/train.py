@@ -34,7 +34,7 @@ from sciml.train_setup import LossFn, LossOutput
 from sciml.training import TrainConfig, TrainResult, fit
 from sciml.xrvolumes import ShardedVolumes, run_stats
 
-__all__ = ["MODELS", "VolumeTraining", "learning_rate_factor", "train_volumes"]
+__all__ = ["MODELS", "VolumeTraining", "build_model", "learning_rate_factor", "train_volumes"]
 
 #: The two workflows: the target variable each one reads.
 MODELS = {"cosmoflow": "params", "unet3d": "label"}
@@ -98,6 +98,11 @@ def learning_rate_factor(epoch: int, options: VolumeTraining) -> float:
     if epoch < options.warmup_epochs:
         return (epoch + 1) / options.warmup_epochs
     return float(options.decay ** sum(epoch >= e for e in options.decay_epochs))
+
+
+def build_model(options: VolumeTraining, in_channels: int, outputs: int) -> nn.Module:
+    """The run's model (CosmoFlow or the U-Net, module docstring) in ``options.dtype``."""
+    return _model(options, in_channels, outputs).to(_DTYPES[options.dtype])
 
 
 def _model(options: VolumeTraining, in_channels: int, outputs: int) -> nn.Module:
@@ -192,7 +197,7 @@ def train_volumes(
     )
     outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
     torch.manual_seed(options.config.seed)
-    model = _model(options, len(train_set.channels()), outputs).to(_DTYPES[options.dtype])
+    model = build_model(options, len(train_set.channels()), outputs)
     # The volume shape is declared, so no forward pass asks the ranks for it.
     model = parallelize(model.to(device or torch.device("cpu")), mesh, input_shape=train_set.shape)
     if options.model == "cosmoflow":

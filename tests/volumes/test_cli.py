@@ -37,9 +37,6 @@ def test_bad_command_lines_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     data = tmp_path / "c.zarr"
     assert main(["cosmoflow", "data", str(data), "--samples", "2", "--size", "4"]) == 0
     with pytest.raises(SystemExit):
-        main(["cosmoflow", "train", str(data), "--run-dir", "r", "--mesh", "auto"])
-    assert "--mesh auto needs the planner" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
         main(["cosmoflow", "train", str(data), "--run-dir", "r", "--decay-epochs", "3,x"])
     assert "expected comma-separated epochs >= 1" in capsys.readouterr().err
     run = ["cosmoflow", "train", str(data), "--run-dir", str(tmp_path / "r"), *TINY]

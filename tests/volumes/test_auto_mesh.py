@@ -1,0 +1,108 @@
+"""sciml.volumes.auto_mesh: --mesh auto from the planner, one decision, recorded with the run."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from sciml.cli import main
+from sciml.distributed import init_distributed, spawn
+from sciml.spatial_parallel.planner_profile import PROFILES, save_profile
+from sciml.volumes.auto_mesh import RECORD, MeshChoice, choose_mesh, plan_mesh, read_record
+from sciml.volumes.data import write_cosmology
+from sciml.volumes.train import VolumeTraining
+
+pytestmark = pytest.mark.xdist_group("volumes_auto_mesh")
+
+#: The H100 constants without the reserved 1.5 GiB, so that tiny runs fit in 1 GiB.
+PROFILE = dataclasses.replace(PROFILES["h100"], name="test", reserved=0.0)
+OPTIONS = VolumeTraining("cosmoflow", width=2, levels=1)
+TINY = ["--epochs", "1", "--width", "2", "--levels", "1", "--workers", "0", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cosmo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_cosmology(tmp_path_factory.mktemp("auto") / "c.zarr", samples=2, size=8, seed=1)
+
+
+def _plan(data: Path, batch: int, world: int, *, memory: float = 2**30) -> MeshChoice:
+    return plan_mesh(
+        data, OPTIONS, global_batch=batch, world_size=world, memory=memory, profile=PROFILE
+    )
+
+
+def test_the_plan_follows_the_batch_the_profile_and_the_memory(cosmo: Path) -> None:
+    one = {"data": 1, "depth": 1, "height": 1, "width": 1}
+    # two samples: two replicas (no halo exchange, the same gradient all-reduce)
+    assert _plan(cosmo, 2, 2).mesh == one | {"data": 2}
+    # one sample cannot be split over replicas: a spatial grid; three do not split over two
+    for batch in (1, 3):
+        mesh = _plan(cosmo, batch, 2).mesh
+        assert mesh["data"] == 1 and sorted(mesh.values()) == [1, 1, 1, 2], batch
+    assert "*" in _plan(cosmo, 1, 2).table  # the choice is marked in the table
+    with pytest.raises(ValueError, match=r"no grid of 2 ranks fits in .* needs"):
+        _plan(cosmo, 2, 2, memory=1000.0)
+    with pytest.raises(ValueError, match="no grid of 11 ranks can split input"):
+        _plan(cosmo, 1, 11)  # 8 voxels cannot take 11 blocks, one sample not 11 replicas
+
+
+def test_the_record_is_written_then_kept(tmp_path: Path) -> None:
+    chosen = {"data": 1, "depth": 1, "height": 1, "width": 1}
+
+    def plan() -> MeshChoice:
+        return MeshChoice(dict(chosen), "the table")
+
+    def no_plan() -> MeshChoice:
+        raise AssertionError("a recorded grid must not be planned again")
+
+    with init_distributed(backend="gloo"):
+        with pytest.raises(ValueError, match="has 2 ranks but the world size is 1"):
+            choose_mesh(tmp_path / "bad", {"depth": 2})
+        assert not (tmp_path / "bad" / RECORD).exists()  # nothing recorded for a refused grid
+        assert choose_mesh(tmp_path, None, plan=plan) == chosen
+        record = json.loads((tmp_path / RECORD).read_text())
+        assert record["source"] == "auto" and "the table" in record["plan"]
+        assert choose_mesh(tmp_path, None, plan=no_plan) == chosen  # resume: reused
+        assert choose_mesh(tmp_path, {}, plan=no_plan) == chosen
+        with pytest.raises(ValueError, match="differs from the grid .* recorded in"):
+            choose_mesh(tmp_path, {"depth": 2})
+        (tmp_path / RECORD).write_text('{"mesh": {"depth": 0}}')
+        with pytest.raises(ValueError, match="does not record a grid"):
+            read_record(tmp_path)
+
+
+def _train_auto(argv: list[str]) -> int:
+    return main(argv)
+
+
+def test_two_processes_train_on_the_planned_grid(tmp_path: Path, cosmo: Path) -> None:
+    profile = save_profile(PROFILE, tmp_path / "test_profile.json")
+    run = tmp_path / "run"
+    argv = ["cosmoflow", "train", str(cosmo), "--run-dir", str(run), "--mesh", "auto"]
+    argv += ["--global-batch", "1", "--profile", str(profile), "--memory", "1GiB", *TINY]
+    assert spawn(_train_auto, 2, argv, timeout=240) == [0, 0]
+    mesh = read_record(run)
+    assert mesh is not None and mesh["data"] == 1 and sorted(mesh.values()) == [1, 1, 1, 2]
+    steps = [
+        line for line in (run / "metrics.csv").read_text().splitlines() if "train_step" in line
+    ]
+    assert len(steps) == 2 * 2  # 2 samples of one step each, loss and mae
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--mesh", "auto"], "--mesh auto needs --global-batch N"),
+        (["--mesh", "auto", "--global-batch", "2", "--batch-size", "2"], "not --batch-size"),
+        (["--mesh", "depth=1", "--profile", "h100"], "--profile: only with --mesh auto"),
+        (["--global-batch", "2", "--memory", "8GiB"], "--global-batch, --memory: only with"),
+        (["--mesh", "auto", "--global-batch", "2", "--profile", "h200"], "unknown profile"),
+    ],
+)
+def test_bad_auto_options_are_named(
+    tmp_path: Path, cosmo: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    argv = ["cosmoflow", "train", str(cosmo), "--run-dir", str(tmp_path / "r"), *TINY, *extra]
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
