@@ -12,6 +12,8 @@ start date and lead time. Each sample is a dict of tensors:
 * ``spread``: ``(C, lat, lon)``, the standard deviation (ddof=1) of the *full* ensemble
   (the target of spread prediction);
 * ``static``: ``(S, lat, lon)``, static fields (e.g. ``topography``), when asked for;
+* ``lead_time``: the lead time in days (a scalar), when ``lead_time`` is a sample dim with
+  a timedelta coordinate (the deep post-processors read it);
 * ``index``: the sample's flat index (``time`` major, then ``lead_time``).
 
 Channels are the variables split along ``channel_dims`` (``psi[level=1]``, ...), as in
@@ -49,6 +51,22 @@ def _truth_view(ds: xr.Dataset, variables: Sequence[str]) -> xr.Dataset:
             f"it has {sorted(map(str, ds.data_vars))}"
         )
     return ds[[f"{v}_truth" for v in variables]].rename({f"{v}_truth": v for v in variables})
+
+
+def _lead_days(
+    ds: xr.Dataset, sample_dims: tuple[str, ...], dtype: torch.dtype
+) -> torch.Tensor | None:
+    """Lead time in days of every sample (flat, row-major), or None without a timedelta one."""
+    if "lead_time" not in sample_dims or "lead_time" not in ds.coords:
+        return None
+    lead = ds["lead_time"]
+    if lead.ndim != 1 or not np.issubdtype(lead.dtype, np.timedelta64):
+        return None
+    days = lead.values / np.timedelta64(1, "D")
+    shape = [ds.sizes[d] for d in sample_dims]
+    axis = sample_dims.index("lead_time")
+    grid = np.broadcast_to(days.reshape([-1 if d == axis else 1 for d in range(len(shape))]), shape)
+    return torch.tensor(grid.reshape(-1), dtype=dtype)
 
 
 class EnsembleDataset(Dataset[Sample]):
@@ -116,6 +134,7 @@ class EnsembleDataset(Dataset[Sample]):
         self._size = size
         self._scale = torch.tensor(stats.std, dtype=dtype)[:, None, None]
         self.static = self._static_fields(ds, list(static), sample_dims, member_dim, dtype)
+        self._lead_days = _lead_days(ds, sample_dims, dtype)
 
     @staticmethod
     def _static_fields(
@@ -173,6 +192,8 @@ class EnsembleDataset(Dataset[Sample]):
             }
             if self.static is not None:
                 sample["static"] = self.static
+            if self._lead_days is not None:
+                sample["lead_time"] = self._lead_days[index]
             samples.append(sample)
         return samples
 

@@ -41,7 +41,7 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
     parts: list[tuple[torch.Tensor, torch.Tensor]] = []
     with torch.no_grad():
         for batch in DataLoader(data, batch_size=16):
-            parts.append(model(batch["members"], batch.get("static")))
+            parts.append(model(batch["members"], batch.get("static"), batch.get("lead_time")))
     mean = torch.tensor(stats.mean, dtype=torch.float64)[:, None, None]
     std = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
     mu = torch.cat([p[0] for p in parts]).double() * std + mean

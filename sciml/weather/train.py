@@ -9,7 +9,11 @@ one fit per variable, level and lead time over all training dates and grid point
 first ``members`` members: per-point fits need many more dates than a toy set has, see
 :func:`sciml.weather.emos.fit_emos` for them) or
 :func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
-resume, preemption; a rerun with another configuration is refused).
+resume, preemption; a rerun with another configuration is refused). The deep models
+(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time; their
+convolutions wrap around in longitude when the grid closes the circle
+(:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
+:data:`RUN_VERSION`; folders of another version are refused (retrain in a new folder).
 """
 
 from __future__ import annotations
@@ -28,11 +32,16 @@ import xarray as xr
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.weather.emos import fit_emos
-from sciml.weather.postprocess import Backbone, PostProcessor
+from sciml.weather.mixed import MixedPostProcessor
+from sciml.weather.periodic import is_periodic_lon
+from sciml.weather.pooled import PooledPostProcessor
+from sciml.weather.postprocess import Backbone, GaussianPostProcessor, PostProcessor
 from sciml.xrchannels import NormStats, compute_stats
 
 __all__ = [
+    "DEEP_MODELS",
     "MODELS",
+    "RUN_VERSION",
     "RunConfig",
     "forecast_variables",
     "load_postprocessor",
@@ -41,8 +50,11 @@ __all__ = [
     "train_postprocessor",
 ]
 
-MODELS = ("emos", "mlp", "unet")
+DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
+MODELS = ("emos", *DEEP_MODELS)
 RUN_CONFIG = "weather_run.json"
+#: Format of ``weather_run.json``; 2: the deep models read the lead time (4-output head).
+RUN_VERSION = 2
 SAMPLE_DIMS = ("time", "lead_time")
 
 
@@ -61,6 +73,9 @@ class RunConfig:
     batch_size: int
     lr: float
     seed: int
+    grid: tuple[int, ...] = ()
+    periodic: bool = False
+    version: int = RUN_VERSION
 
     def to_json(self) -> str:
         """The configuration as JSON text."""
@@ -119,7 +134,7 @@ def train_postprocessor(
     variables: Sequence[str] | None = None,
     static: Sequence[str] | None = None,
     channel_dims: Sequence[str] = ("level",),
-    choice: str = "first",
+    choice: str | None = None,
     validation: float = 0.2,
     epochs: int = 10,
     batch_size: int = 8,
@@ -132,14 +147,16 @@ def train_postprocessor(
 
     Args:
         ds: Ensemble with ``<variable>_truth`` (e.g. a toy preset), Dask-backed or not.
-        model: ``"emos"``, ``"mlp"`` or ``"unet"``.
+        model: ``"emos"``, ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"``.
         run_dir: The run folder.
         members: Members the model sees (the first ones for EMOS).
         variables: Forecast variables (default: every one with a truth).
         static: Static fields for the deep models (default: every field without sample
             dims; EMOS uses none).
         channel_dims: Dims folded into channels.
-        choice: ``"first"`` or ``"random"`` members per training sample (deep models).
+        choice: ``"first"`` or ``"random"`` members per training sample (deep models;
+            None: ``"random"`` for ``pooled``, which is meant for any members, else
+            ``"first"``).
         validation: Fraction of the last start dates used for validation.
         epochs: Training epochs (deep models).
         batch_size: Samples per step (deep models).
@@ -168,6 +185,9 @@ def train_postprocessor(
             f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
         )
     fields = [] if model == "emos" else list(static if static is not None else static_variables(ds))
+    if choice is None:
+        choice = "random" if model == "pooled" else "first"
+    grid = () if model == "emos" else _grid(ds, chosen, channel_dims)
     config = RunConfig(
         model=model,
         members=members,
@@ -180,6 +200,8 @@ def train_postprocessor(
         batch_size=batch_size,
         lr=lr,
         seed=seed,
+        grid=grid,
+        periodic=model != "emos" and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
     run_dir = Path(run_dir)
     train, val = _split_validation(ds, validation)
@@ -207,9 +229,29 @@ def _train_emos(train: xr.Dataset, config: RunConfig, run_dir: Path) -> None:
         coefficients.to_netcdf(tmp)
 
 
-def _build(config: RunConfig, channels: int) -> PostProcessor:
-    backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
-    return PostProcessor(channels, static=len(config.static), backbone=backbone)
+def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> tuple[int, ...]:
+    """The (lat, lon) sizes of the forecasts: the dims beside members, samples and channels."""
+    var = ds[variables[0]]
+    spatial = [d for d in var.dims if d not in ("member", *SAMPLE_DIMS, *channel_dims)]
+    if len(spatial) != 2:
+        raise ValueError(
+            f"the deep models need 2 spatial dims (lat, lon) besides member, {SAMPLE_DIMS} "
+            f"and channel_dims {tuple(channel_dims)}; {variables[0]!r} has {spatial}"
+        )
+    return tuple(ds.sizes[d] for d in spatial)
+
+
+def _build(config: RunConfig, channels: int) -> GaussianPostProcessor:
+    static, periodic = len(config.static), config.periodic
+    if config.model in ("mlp", "unet"):
+        backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
+        return PostProcessor(channels, static=static, backbone=backbone, periodic=periodic)
+    if config.model == "mixed":
+        height, width = config.grid
+        return MixedPostProcessor(
+            channels, height=height, width=width, static=static, periodic=periodic
+        )
+    return PooledPostProcessor(channels, static=static, periodic=periodic)
 
 
 def _train_deep(
@@ -270,18 +312,24 @@ def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found; is {run_dir} a 'sciml weather train' run?")
     raw: dict[str, Any] = json.loads(path.read_text())
-    for key in ("variables", "static", "channel_dims"):
+    if raw.get("version") != RUN_VERSION:
+        raise ValueError(
+            f"{run_dir} holds a weather run of format {raw.get('version', 1)}; this version of "
+            f"sciml reads format {RUN_VERSION} (the deep models now read the lead time): "
+            "retrain it in a new --run-dir"
+        )
+    for key in ("variables", "static", "channel_dims", "grid"):
         raw[key] = tuple(raw[key])
     config = RunConfig(**raw)
     return config, NormStats.from_json(run_dir / "stats.json")
 
 
-def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> PostProcessor:
+def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
     """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
 
     Raises:
         FileNotFoundError: No run or no such checkpoint.
-        ValueError: The run is an EMOS run.
+        ValueError: The run is an EMOS run, or of another run format.
     """
     from sciml.checkpoint import load_checkpoint
 
