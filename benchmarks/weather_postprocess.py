@@ -1,20 +1,27 @@
-"""Post-processing 5 members of a toy preset: CRPS of EMOS and the deep models vs the raw ensemble.
+"""Post-processing k members of a toy preset: CRPS of EMOS and the deep models vs the raw ensemble.
 
 Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 10]
-       [--models emos mlp unet] [--work DIR] [--out PATH]
+       [--models emos mlp unet mixed pooled] [--work DIR] [--out PATH] [--train-only]
 
 DATA is a preset written by ``generate_preset`` + ``write_ensemble`` (or any ensemble with
 a truth). Its start dates are split with ``split_start_dates`` (60/20/20): the models train
 on the first 60 % and validate on the next 20 % (``train_postprocessor`` holds out the last
 quarter of what it is given), and every score is on the last 20 %, never seen in training.
-EMOS is fitted on ``--members`` and on all members. Prints the mean CRPS and skill against
-the raw full ensemble per model (over variables, levels and lead times) and per lead time,
-the training time and the peak resident memory of the process; writes every row as JSON.
+EMOS is fitted on ``--members`` and on all members. A run that finished (or was stopped by
+SIGUSR1/SIGTERM: its ``best`` checkpoint, chosen on the validation dates, is scored) leaves
+``benchmark.json`` in its folder and is not trained again, so the models can be trained by
+separate ``--train-only`` invocations side by side and scored together by a last one.
+Prints the mean CRPS and skill against the raw full ensemble per model (over variables,
+levels and lead times) and per lead time; per model the training time, epochs, training
+throughput (median samples/s over epochs, from ``fit``'s ``perf.csv``) and the peak
+resident memory of the training process (the loaded data set included); the evaluation
+time. Writes every row as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import time
 from pathlib import Path
@@ -28,6 +35,45 @@ from sciml.weather.data import split_start_dates
 from sciml.weather.evaluate import evaluate_runs
 from sciml.weather.train import MODELS, train_postprocessor
 
+MARKER = "benchmark.json"
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _train(seen: xr.Dataset, run: Path, model: str, members: int, args: argparse.Namespace) -> dict:
+    """Train one run unless it left its marker; the marker's record (time, status, memory)."""
+    marker = run / MARKER
+    if marker.exists():
+        return json.loads(marker.read_text())
+    start = time.perf_counter()
+    status = train_postprocessor(
+        seen,
+        model=model,
+        run_dir=run,
+        members=members,
+        validation=0.25,
+        epochs=args.epochs,
+        seed=args.seed,
+        progress=False,
+    )
+    record = {
+        "status": status,
+        "train_seconds": time.perf_counter() - start,
+        "peak_rss_mib": _peak_rss_mib(),
+    }
+    perf = run / "perf.csv"
+    if perf.exists():
+        rows = pd.read_csv(perf)
+        rate = rows[rows["metric"] == "samples_per_s"]["value"]
+        record |= {"epochs_done": int(rate.size), "samples_per_s": float(rate.median())}
+        record["peak_memory_mib_fit"] = float(
+            rows[rows["metric"] == "peak_memory_mib"]["value"].max()
+        )
+    marker.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
 
 def main(argv: list[str] | None = None) -> int:
     """Train, evaluate on held-out dates, print the tables, write the JSON report."""
@@ -39,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--work", default="weather_postprocess_runs", help="run folders here")
     parser.add_argument("--out", default="weather_postprocess.json", help="JSON report path")
+    parser.add_argument("--train-only", action="store_true", help="train, do not evaluate")
     args = parser.parse_args(argv)
     ds = xr.open_dataset(args.data).load()
     train, val, test = split_start_dates(ds)
@@ -47,41 +94,33 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(m, args.members) for m in args.models]
     if "emos" in args.models and full != args.members:
         plan.append(("emos", full))
-    runs, timings = [], {}
+    runs, records = [], {}
     for model, members in plan:
         run = Path(args.work) / f"{model}_{members}_seed{args.seed}"
-        start = time.perf_counter()
-        status = train_postprocessor(
-            seen,
-            model=model,
-            run_dir=run,
-            members=members,
-            validation=0.25,
-            epochs=args.epochs,
-            seed=args.seed,
-            progress=False,
-        )
-        timings[run.name] = time.perf_counter() - start
-        print(f"{run.name}: {status} in {timings[run.name]:.0f} s")
+        records[run.name] = _train(seen, run, model, members, args)
+        print(f"{run.name}: {json.dumps(records[run.name])}")
         runs.append(run)
+    if args.train_only:
+        return 0
     start = time.perf_counter()
     table = evaluate_runs(runs, test)
-    timings["evaluate"] = time.perf_counter() - start
+    evaluate_seconds = time.perf_counter() - start
     summary = table.groupby("model")[["crps", "crps_skill", "spread_skill"]].mean()
     by_lead = table.pivot_table(index="lead_days", columns="model", values="crps_skill")
     with pd.option_context("display.width", 160):
-        print(f"test dates: {test.sizes['time']}, evaluation {timings['evaluate']:.1f} s")
+        print(f"test dates: {test.sizes['time']}, evaluation {evaluate_seconds:.1f} s")
         print(summary.sort_values("crps").round(4).to_string())
         print("\nCRPS skill against the raw full ensemble, by lead time (days):")
         print(by_lead.round(3).to_string())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak resident memory {peak:.0f} MiB")
+        print("\ntraining (peak memory: the training process, the loaded data set included):")
+        print(pd.DataFrame(records).T.round(1).to_string())
     write_report(
         args.out,
         "weather_postprocess",
         table.to_dict("records"),
-        seconds=timings,
-        peak_rss_mib=peak,
+        training=records,
+        evaluate_seconds=evaluate_seconds,
+        peak_rss_mib=_peak_rss_mib(),
         data=str(args.data),
         test_dates=int(test.sizes["time"]),
     )
