@@ -11,6 +11,7 @@ from sciml.cli import (
     positive_float,
     positive_int,
 )
+from sciml.weather.spread_cli import register_spread
 
 
 def lead_times(text: str) -> list[float]:
@@ -106,21 +107,35 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import pandas as pd
 
+    from sciml.demos.report import markdown_table
     from sciml.io_utils import atomic_write_text
     from sciml.weather.data import open_ensemble
-    from sciml.weather.evaluate import evaluate_runs
+    from sciml.weather.evaluate import score_runs
+    from sciml.weather.evaluate_report import SUMMARY, describe, write_evaluation
 
-    table = evaluate_runs(args.run_dir, open_ensemble(args.test_data))
-    with pd.option_context("display.width", 200, "display.max_rows", None):
-        print(table.round(5).to_string(index=False))
-    if args.json:
-        atomic_write_text(args.json, table.to_json(orient="records", indent=1))
-        print(f"wrote {args.json}")
-    if args.csv:
-        atomic_write_text(args.csv, table.to_csv(index=False))
-        print(f"wrote {args.csv}")
+    climate = open_ensemble(args.climate) if args.climate else None
+    evaluation = score_runs(
+        args.run_dir,
+        open_ensemble(args.test_data),
+        climate=climate,
+        extreme_fraction=args.extreme_fraction,
+    )
+    summary = evaluation.table[[c for c in SUMMARY if c in evaluation.table]]
+    print(describe(evaluation))
+    with pd.option_context("display.width", 250, "display.max_rows", None):
+        print(summary.round(5).to_string(index=False))
+    written = write_evaluation(evaluation, json=args.json, csv=args.csv, figures=args.figures)
+    if args.markdown:
+        rows = summary.astype(object).where(summary.notna(), "").to_numpy().tolist()
+        table = markdown_table(list(summary.columns), rows, floats=".4g")
+        atomic_write_text(args.markdown, f"{describe(evaluation)}\n\n{table}\n")
+        written.append(Path(args.markdown))
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
@@ -129,7 +144,8 @@ def _register_train(sub: Subparsers) -> None:
 
     train = sub.add_parser(
         "train",
-        help="train a post-processing model (EMOS, MLP, U-Net) on an ensemble with a truth",
+        help="train a post-processing model (EMOS, MLP, U-Net, mixed, pooled) on an ensemble "
+        "with a truth",
         description="The last --validation fraction of the start dates validates; test on "
         "another file with 'sciml weather evaluate'. On SIGUSR1/SIGTERM a deep model "
         "checkpoints and the command exits with 3; the same command resumes it.",
@@ -142,8 +158,8 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument(
         "--choice",
         choices=("first", "random"),
-        default="first",
-        help="first k members, or k drawn per training sample",
+        help="first k members, or k drawn per training sample (unset: random for pooled, "
+        "first for the others)",
     )
     train.add_argument(
         "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
@@ -155,18 +171,39 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 
+
+def _register_evaluate(sub: Subparsers) -> None:
     evaluate = sub.add_parser(
         "evaluate",
         help="score runs against the raw full and k-member ensembles on test data",
         description="One row per model, variable, level and lead time: CRPS (and which "
-        "one), CRPS skill against the raw full ensemble, RMSE, spread-skill.",
+        "one), CRPS skill against the raw full ensemble, the EFI-weighted CRPS and the CRPS "
+        "on the most extreme events (and their skills), RMSE, spread-skill and the rank/PIT "
+        "histogram's distance from flat. Runs that differ only by seed are averaged "
+        "(<score>_std columns) and keep their own rows.",
     )
     evaluate.add_argument("test_data", nargs="+", help="test ensemble file(s) with truth")
     evaluate.add_argument(
         "--run-dir", nargs="+", required=True, help="run folder(s) of 'sciml weather train'"
     )
+    evaluate.add_argument(
+        "--climate",
+        nargs="+",
+        help="ensemble file(s) with truth of other start dates (e.g. the training data) that "
+        "define the model climate and the truth's climatology; unset: the test dates",
+    )
+    evaluate.add_argument(
+        "--extreme-fraction",
+        type=positive_float,
+        default=0.05,
+        help="share of each row's points (largest |anomaly| of the truth) that are extreme",
+    )
     evaluate.add_argument("--json", help="also write the table as JSON here")
     evaluate.add_argument("--csv", help="also write the table as CSV here")
+    evaluate.add_argument("--markdown", help="also write the summary as a Markdown table here")
+    evaluate.add_argument(
+        "--figures", help="folder for the rank/PIT histograms and CRPS-skill figures"
+    )
     evaluate.set_defaults(func=_cmd_evaluate)
 
 
@@ -244,3 +281,5 @@ def register(subparsers: Subparsers) -> None:
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)
     _register_train(sub)
+    _register_evaluate(sub)
+    register_spread(sub)

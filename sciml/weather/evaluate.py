@@ -42,7 +42,7 @@ import pandas as pd
 import xarray as xr
 
 from sciml.weather import metrics
-from sciml.weather.extremes import efi_weight, extreme_events
+from sciml.weather.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.predict import predict_run
 from sciml.weather.reliability import pit_histogram, reliability_index
 from sciml.weather.train import RunConfig, read_run
@@ -179,6 +179,7 @@ def score_runs(
     """
     if not run_dirs:
         raise ValueError("evaluate needs at least one run folder")
+    check_fraction(extreme_fraction)
     runs = _name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
     variables = list(dict.fromkeys(v for run in runs for v in run.config.variables))
     _check_data(test, variables, "test")

@@ -28,7 +28,7 @@ import xarray as xr
 from sciml.weather.alignment import align_to
 from sciml.weather.metrics import extreme_forecast_index
 
-__all__ = ["efi_weight", "extreme_events", "model_climate"]
+__all__ = ["check_fraction", "efi_weight", "extreme_events", "model_climate"]
 
 
 def _check_same_dims(data: xr.DataArray, climate: xr.DataArray, *names: str) -> None:
@@ -38,6 +38,16 @@ def _check_same_dims(data: xr.DataArray, climate: xr.DataArray, *names: str) -> 
             f"the {names[1]} ({climate.name}) must have the dimensions of the {names[0]}, "
             f"{data.dims}, got {climate.dims}"
         )
+
+
+def check_fraction(fraction: float) -> None:
+    """The share of extreme events must lie in (0, 1].
+
+    Raises:
+        ValueError: It does not.
+    """
+    if isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise ValueError(f"the extreme fraction must lie in (0, 1], got {fraction!r}")
 
 
 def model_climate(
@@ -119,8 +129,7 @@ def extreme_events(
     Raises:
         ValueError: ``fraction`` outside (0, 1], or a dimension missing.
     """
-    if isinstance(fraction, bool) or not 0 < fraction <= 1:
-        raise ValueError(f"the extreme fraction must lie in (0, 1], got {fraction!r}")
+    check_fraction(fraction)
     missing = [d for d in dim if d not in truth.dims]
     if time_dim not in climate_truth.dims or missing:
         raise ValueError(

@@ -223,7 +223,7 @@ def reliability_histograms(
     Bars are relative frequencies; the dashed line is the flat histogram of a reliable
     forecast.
     """
-    rows: list[tuple[str, xr.DataArray]] = []
+    rows: list[tuple[str, xr.DataArray, str]] = []
     for var, hist in histograms.items():
         kind = next((d for d in ("rank", "bin") if d in hist.dims), None)
         others = [d for d in hist.dims if d not in (kind, "lead_time")]
@@ -232,12 +232,13 @@ def reliability_histograms(
                 f"histogram of {var} needs 'rank' or 'bin', 'lead_time' and at most one more "
                 f"dimension, got {hist.dims}"
             )
-        hist = hist.rename({kind: "_bin"})
+        hist, xlabel = hist.rename({kind: "_bin"}), "rank" if kind == "rank" else "PIT bin"
         if not others:
-            rows.append((var, hist))
+            rows.append((var, hist, xlabel))
             continue
         for value in hist[others[0]].values:
-            rows.append((f"{var}, {others[0]} {format_value(value)}", hist.sel({others[0]: value})))
+            label = f"{var}, {others[0]} {format_value(value)}"
+            rows.append((label, hist.sel({others[0]: value}), xlabel))
     if not rows:
         raise ValueError("no histogram to plot")
     leads = rows[0][1]["lead_time"].values
@@ -249,12 +250,13 @@ def reliability_histograms(
         squeeze=False,
         constrained_layout=True,
     )
-    for axes_row, (label, hist) in zip(axes, rows, strict=True):
+    for axes_row, (label, hist, xlabel) in zip(axes, rows, strict=True):
         for ax, lead in zip(axes_row, leads, strict=True):
             counts = hist.sel(lead_time=lead)
             ax.bar(np.arange(1, counts.size + 1), counts / counts.sum(), width=0.85)
             ax.axhline(1 / counts.size, color="k", linestyle="--", linewidth=1)
             ax.set_title(f"{label}, lead {format_value(lead)}", fontsize=8)
+            ax.set_xlabel(xlabel, fontsize=8)
         axes_row[0].set_ylabel("relative frequency")
     if title:
         fig.suptitle(title)

@@ -105,6 +105,7 @@ def test_reliability_histograms(fields: tuple[xr.DataArray, xr.DataArray]) -> No
     fig = plots.reliability_histograms({"t": ranks, "u": pit}, title="model")
     assert len(fig.axes) == 3 * 3  # rows: t, u at two levels; a column per lead time
     assert fig.axes[3].get_title() == "u, level 1, lead 0 h"
+    assert fig.axes[0].get_xlabel() == "rank" and fig.axes[3].get_xlabel() == "PIT bin"
     assert fig.axes[0].patches[0].get_height() == pytest.approx(float(ranks[0, 0] / 40))
     with pytest.raises(ValueError, match="'rank' or 'bin'"):
         plots.reliability_histograms({"t": ranks.rename(rank="r")})
