@@ -66,6 +66,22 @@ def test_samples_hold_members_truth_spread_and_static_fields() -> None:
     assert batch["members"].shape == (4, 2, 4, 5, 6) and batch["static"].shape == (4, 1, 5, 6)
 
 
+def test_samples_carry_their_lead_time_in_days() -> None:
+    ds = _ensemble(np.random.default_rng(3))
+    ds = ds.assign_coords(lead_time=np.array([0, 36], dtype="timedelta64[h]"))
+    data = EnsembleDataset(ds, ["psi"], members=2)
+    # time major, then lead_time: samples 0..5 are leads 0, 1.5, 0, 1.5, 0, 1.5 days
+    leads = [float(data[i]["lead_time"]) for i in range(len(data))]
+    assert leads == [0.0, 1.5] * 3
+    assert data.__getitems__([5, 2])[0]["lead_time"].dtype == torch.float32
+    # sample dims in another order: lead_time major
+    flipped = EnsembleDataset(ds, ["psi"], members=2, sample_dims=("lead_time", "time"))
+    assert [float(flipped[i]["lead_time"]) for i in (0, 2, 3)] == [0.0, 0.0, 1.5]
+    # a lead time that is not a timedelta is not guessed at: no lead_time in the sample
+    numeric = EnsembleDataset(ds.assign_coords(lead_time=[0, 24]), ["psi"], members=2)
+    assert "lead_time" not in numeric[0]
+
+
 def test_random_members_are_distinct_and_redrawn() -> None:
     ds = _ensemble(np.random.default_rng(1))
     data = EnsembleDataset(ds, ["psi"], members=3, choice="random")
