@@ -31,9 +31,17 @@ from torch.utils.data import Dataset
 from sciml.weather.dataset import EnsembleDataset
 from sciml.xrchannels import NormStats
 
-__all__ = ["SpreadDataset"]
+__all__ = ["SpreadDataset", "check_spread_data", "lead_days"]
 
 Sample = dict[str, torch.Tensor]
+
+
+def lead_days(ds: xr.Dataset) -> tuple[float, ...]:
+    """The lead times of ``ds`` in days (a timedelta coordinate, or numbers taken as days)."""
+    values = ds["lead_time"].values
+    if np.issubdtype(values.dtype, np.timedelta64):
+        values = values / np.timedelta64(1, "D")
+    return tuple(float(v) for v in np.atleast_1d(values))
 
 
 def check_spread_data(

@@ -27,7 +27,7 @@ from sciml.io_utils import atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.weather.predict import _labelled
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
-from sciml.weather.spread_data import SpreadDataset, check_spread_data
+from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.train import _split_validation, forecast_variables
 from sciml.xrchannels import NormStats, compute_stats
 
@@ -42,6 +42,7 @@ class SpreadConfig:
 
     members: int
     history: int
+    lead_days: tuple[float, ...]
     loss: str
     variables: tuple[str, ...]
     levels: int
@@ -148,6 +149,7 @@ def train_spread(
     config = SpreadConfig(
         members=members,
         history=history,
+        lead_days=lead_days(ds),
         loss=loss,
         variables=tuple(chosen),
         levels=ds.sizes["level"],
@@ -228,7 +230,7 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
             f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
         )
     raw: dict[str, Any] = json.loads(path.read_text())
-    for key in ("variables", "periodic"):
+    for key in ("variables", "periodic", "lead_days"):
         raw[key] = tuple(raw[key])
     return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")
 
@@ -257,14 +259,20 @@ def predict_spread(
 
     Raises:
         FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
-        KeyError, ValueError: ``test`` lacks a variable, or has fewer members or lead times
-            than the run needs.
+        KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
+            than the run needs, or (for a temporal run) other lead times than it was
+            trained on (the earlier steps would be other intervals back).
     """
     config, stats = read_spread_run(run_dir)
     model = load_spread_model(run_dir)
     data = SpreadDataset(
         test, config.variables, members=config.members, history=config.history, stats=stats
     )
+    if config.history > 1 and lead_days(test) != config.lead_days:
+        raise ValueError(
+            f"{run_dir} stacks {config.history} lead times and was trained on lead times "
+            f"{list(config.lead_days)} days; the data have {list(lead_days(test))}"
+        )
     with torch.no_grad():
         parts = [model(b["history"], b["available"]) for b in DataLoader(data, batch_size)]
     scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]

@@ -90,6 +90,9 @@ def test_train_from_the_command_line_and_refusals(
         evaluate_spread([tmp_path], xr.open_dataset(test))
     with pytest.raises(ValueError, match=r"history .*\(the data have 1 lead times"):
         evaluate_spread([run], xr.open_dataset(test).isel(lead_time=[0]))
+    later = xr.open_dataset(test).isel(lead_time=[0, 2])  # steps two days apart, not one
+    with pytest.raises(ValueError, match=r"trained on lead times \[0.0, 1.0, 2.0\] days; the"):
+        evaluate_spread([run], later)
     new = tmp_path / "cli"
     argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
     assert _spread_cli([*argv, *TINY, str(data)]) == 0
