@@ -30,6 +30,8 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
 
     _, stats = read_run(run_dir)
     model = load_postprocessor(run_dir)
+    if config.model == "mixed":
+        _check_grid(config, test)
     data = EnsembleDataset(
         test,
         list(config.variables),
@@ -58,6 +60,18 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
     return out
 
 
+def _check_grid(config: RunConfig, test: xr.Dataset) -> None:
+    """The mixed model has weights per grid point: the test grid must be the training grid."""
+    var = test[config.variables[0]]
+    spatial = [d for d in var.dims if d not in ("member", *SAMPLE_DIMS, *config.channel_dims)]
+    grid = tuple(test.sizes[d] for d in spatial)
+    if grid != config.grid:
+        raise ValueError(
+            f"the mixed model has weights per grid point and was trained on a {config.grid} "
+            f"grid; the test data's {spatial} are {grid}"
+        )
+
+
 def _labelled(values: torch.Tensor, truth: xr.DataArray, own: list[str]) -> xr.DataArray:
     """``(sample, channel, *spatial)`` values on the truth's dims and coordinates."""
     spatial = [d for d in truth.dims if d not in (*SAMPLE_DIMS, *own)]
@@ -71,6 +85,7 @@ def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
 
     Raises:
         FileNotFoundError: Not a run folder, or its model file is missing.
+        ValueError: A mixed run on another grid than it was trained on.
         KeyError: A variable of the run is missing from ``test``.
     """
     run_dir = Path(run_dir)

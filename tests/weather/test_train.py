@@ -15,6 +15,7 @@ import sciml.weather.postprocess as postprocess
 from sciml.cli import main
 from sciml.weather.mixed import MixedPostProcessor
 from sciml.weather.pooled import PooledPostProcessor
+from sciml.weather.predict import predict_run
 from sciml.weather.train import RUN_CONFIG, load_postprocessor, read_run, train_postprocessor
 from tests.weather.test_train_evaluate import _write
 
@@ -38,6 +39,10 @@ def test_the_command_line_trains_the_new_models(
     assert config.choice == ("random" if model == "pooled" else "first")
     assert config.grid == (8, 8) and not config.periodic  # no longitudes in the file
     assert isinstance(load_postprocessor(run), kind)
+    if model == "mixed":  # weights per grid point: another grid is refused by name
+        smaller = xr.open_dataset(data).isel(lat=slice(4))
+        with pytest.raises(ValueError, match=r"trained on a \(8, 8\) grid.*\['lat', 'lon'\] are"):
+            predict_run(run, smaller)
 
 
 def _metrics(run: Path) -> pd.DataFrame:
