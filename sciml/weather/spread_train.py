@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from sciml.io_utils import atomic_write_text
 from sciml.run_dir import RunLock, differences
+from sciml.train_config import TrainConfig
 from sciml.weather.predict import _labelled
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
@@ -164,12 +165,24 @@ def train_spread(
         depth=depth,
     )
     config.build()  # the model's own checks, before anything is written
+    multiple = 2**depth
+    odd = {d: ds.sizes[d] for d in ("lat", "lon") if ds.sizes.get(d, 0) % multiple}
+    if odd:
+        raise ValueError(f"lat and lon must divide by 2**depth = {multiple}, got {odd}")
+    loop = TrainConfig(
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        tensorboard=False,
+        handle_signals=handle_signals,
+    )
     train, val = _split_validation(ds, validation)
     run_dir = Path(run_dir)
     _claim(run_dir, config)
     stats = compute_stats(train, chosen, channel_dims=("level",))
     stats.to_json(run_dir / "stats.json")
-    return _fit(train, val, config, stats, run_dir, progress=progress, signals=handle_signals)
+    return _fit(train, val, config, stats, run_dir, loop=loop)
 
 
 def _fit(
@@ -179,11 +192,9 @@ def _fit(
     stats: NormStats,
     run_dir: Path,
     *,
-    progress: bool,
-    signals: bool,
+    loop: TrainConfig,
 ) -> str:
     from sciml.sampling import seed_everything
-    from sciml.train_config import TrainConfig
     from sciml.training import fit
 
     def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
@@ -204,14 +215,7 @@ def _fit(
         dataset(train, config.choice),
         partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
         run_dir=run_dir,
-        config=TrainConfig(
-            epochs=config.epochs,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            progress=progress,
-            tensorboard=False,
-            handle_signals=signals,
-        ),
+        config=loop,
         val_dataset=dataset(val, "first"),
     )
     return result.status

@@ -83,6 +83,10 @@ def test_train_from_the_command_line_and_refusals(
         train_spread(ds, run_dir=tmp_path / "a", members=2, history=4)
     with pytest.raises(ValueError, match="loss must be one of"):
         train_spread(ds, run_dir=tmp_path / "a", loss="huber")
+    with pytest.raises(ValueError, match=r"lat and lon must divide by 2\*\*depth = 16"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, batch_size=0)
     assert not (tmp_path / "a").exists()  # nothing written for a bad input
     with pytest.raises(ValueError, match="use more members than the test data have"):
         evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
