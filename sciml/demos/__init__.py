@@ -45,6 +45,7 @@ SECTIONS: dict[str, str] = {
     "spatial": "sciml.demos.spatial",
     "weather": "sciml.demos.weather",
     "geo": "sciml.demos.geo",
+    "volumes": "sciml.demos.volumes",
 }
 
 
