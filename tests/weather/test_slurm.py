@@ -1,0 +1,71 @@
+"""slurm/weather.sbatch on the real local Slurm: SIGUSR1 mid-run, requeue, resume; one task.
+
+Uses the one-node cluster of tests/test_slurm.py (skipped where Slurm or root is missing).
+"""
+
+import csv
+import subprocess
+import time
+from pathlib import Path
+
+from sciml.checkpoint import read_checkpoint
+from tests.test_slurm import ROOT, _sbatch, _state, _wait_gone, pytestmark, slurm_env  # noqa: F401, F811
+from tests.weather.test_evaluate import _ensemble
+
+SBATCH = ROOT / "slurm" / "weather.sbatch"
+ARGS = ["--model", "mlp", "--members", "2", "--epochs", "2", "--batch-size", "2"]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_interrupted_requeued_and_resumed_where_it_stopped(
+    slurm_env: dict[str, str],  # noqa: F811 - the fixture of tests/test_slurm.py
+    tmp_path: Path,
+) -> None:
+    data, run, log = tmp_path / "train.nc", tmp_path / "run", tmp_path / "job.out"
+    _ensemble(dates=6, seed=0).to_netcdf(data)
+    job = _sbatch(
+        slurm_env, f"--output={log}", str(SBATCH), str(data), "--run-dir", str(run), *ARGS
+    )
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.csv").exists() or len(_rows(run)) < 2:
+        assert time.monotonic() < deadline, "the job did not start training"
+        time.sleep(0.05)
+    subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env, check=True, timeout=30)
+    deadline = time.monotonic() + 120
+    while "requeueing" not in (log.read_text() if log.exists() else "") or (
+        _state(slurm_env, job) != "PENDING"
+    ):
+        assert time.monotonic() < deadline, f"the job never requeued itself:\n{log.read_text()}"
+        time.sleep(0.2)
+    time.sleep(3)  # see tests/test_slurm.py: a credential revoked in the same second
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job}", "StartTime=now"],
+        env=slurm_env,
+        check=True,
+        timeout=30,
+    )
+    _wait_gone(slurm_env, job)
+    text = log.read_text()
+    assert "mlp on 2 members: interrupted" in text and "mlp on 2 members: completed" in text, text
+    assert f"job {job} (restart 1)" in text
+    # resumed, not restarted: every step of the 2 epochs (5 training dates x 2 lead times,
+    # batches of 2) logged once, in order (fit's tests show the resumed values are exact)
+    steps = [int(r["step"]) for r in _rows(run) if r["split"] == "train_step"]
+    assert steps == list(range(1, 2 * 5 + 1))
+    assert read_checkpoint(run / "checkpoints" / "last.pt")["state"]["global_step"] == 10
+
+
+def test_more_than_one_task_is_refused(slurm_env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    log = tmp_path / "job.out"
+    args = ["--wait", "--ntasks=2", f"--output={log}", str(SBATCH), "data.nc", *ARGS]
+    args += ["--run-dir", str(tmp_path / "run")]
+    process = subprocess.run(
+        ["sbatch", "--parsable", *args], env=slurm_env, cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert process.returncode != 0
+    assert "runs one task; got --ntasks=2" in log.read_text()
+    assert not (tmp_path / "run").exists()
