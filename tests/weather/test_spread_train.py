@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 
 from sciml.weather.spread_cli import register_spread
-from sciml.weather.spread_evaluate import evaluate_spread, spread_scores
+from sciml.weather.spread_evaluate import evaluate_spread
 from sciml.weather.spread_train import load_spread_model, predict_spread, train_spread
-from tests.weather.test_spread import tiny_ensemble, write_tiny
+from tests.weather.test_spread_data import write_tiny
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = ["--epochs", "1", "--quiet"]
@@ -101,12 +101,3 @@ def test_train_from_the_command_line_and_refusals(
     argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
     assert _spread_cli([*argv, *TINY, str(data)]) == 0
     assert load_spread_model(new).periodic == ("lat", "lon")
-
-
-def test_scores_align_by_label() -> None:
-    ds = tiny_ensemble(dates=2)
-    full = ds["psi"].std("member", ddof=1)
-    with pytest.raises(ValueError, match="other coordinates"):
-        spread_scores(full.assign_coords(level=[2, 1]), full)
-    with pytest.raises(ValueError, match="dims differ"):
-        spread_scores(full.isel(level=0), full)
