@@ -24,7 +24,7 @@ from sciml.volumes.train import VolumeTraining, train_volumes
 #: Sizes of the quick and the full section.
 SIZES = {
     True: {"samples": 6, "size": 8, "epochs": 1, "width": 2, "levels": 1, "workers": 0},
-    False: {"samples": 32, "size": 32, "epochs": 3, "width": 8, "levels": 2, "workers": 2},
+    False: {"samples": 16, "size": 16, "epochs": 2, "width": 4, "levels": 2, "workers": 2},
 }
 #: The DESIGN.md plan: ``sciml spatial plan --model cosmoflow --shape 4x512x512x512
 #: --world 2048 --memory 80GiB --profile h100``.
