@@ -12,7 +12,8 @@ SIGUSR1/SIGTERM: its ``best`` checkpoint, chosen on the validation dates, is sco
 ``benchmark.json`` in its folder and is not trained again, so the models can be trained by
 separate ``--train-only`` invocations side by side and scored together by a last one.
 Prints the mean CRPS and skill against the raw full ensemble per model (over variables,
-levels and lead times) and per lead time; per model the training time, epochs, training
+levels and lead times; also on the extreme-event subsets when ``evaluate`` scores them) and
+per lead time; per model the training time, epochs, training
 throughput (median samples/s over epochs, from ``fit``'s ``perf.csv``) and the peak
 resident memory of the training process (the loaded data set included); the evaluation
 time. Writes every row as JSON.
@@ -71,6 +72,9 @@ def _train(seen: xr.Dataset, run: Path, model: str, members: int, args: argparse
         record["peak_memory_mib_fit"] = float(
             rows[rows["metric"] == "peak_memory_mib"]["value"].max()
         )
+        metrics = pd.read_csv(run / "metrics.csv")
+        val = metrics[metrics["metric"] == "val_loss"].set_index("epoch")["value"]
+        record["best_epoch"] = int(val.idxmin()) + 1  # the checkpoint that is scored
     marker.write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     table = evaluate_runs(runs, test)
     evaluate_seconds = time.perf_counter() - start
-    summary = table.groupby("model")[["crps", "crps_skill", "spread_skill"]].mean()
+    scores = ["crps", "crps_skill", "crps_extreme_skill", "crps_efi_skill", "spread_skill"]
+    summary = table.groupby("model")[[c for c in scores if c in table]].mean()
     by_lead = table.pivot_table(index="lead_days", columns="model", values="crps_skill")
     with pd.option_context("display.width", 160):
         print(f"test dates: {test.sizes['time']}, evaluation {evaluate_seconds:.1f} s")
