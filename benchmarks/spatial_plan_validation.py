@@ -1,13 +1,15 @@
 """Planner against measurement: step time and peak memory per rank, grid by grid, on this machine.
 
-Usage: python benchmarks/spatial_plan_validation.py [--quick] [--profile PATH] [--out PATH]
+Usage: python benchmarks/spatial_plan_validation.py [--quick] [--case MODEL:SIZE ...]
+[--profile PATH] [--out PATH]
 
 For CosmoFlow and the 3D U-Net at two sizes each (global batch 2), every
 grid of 1, 2 and 4 local gloo processes in :data:`GRIDS` is priced by the
 planner (``sciml.spatial_parallel.planner``: a calibrated profile of this
 machine plus its measured local convolutions) and then run
-(``planner_measure.measure_step``: Adam steps, median time of the slowest
-rank, peak memory growth of the fullest rank over a step). The script
+(``planner_measure.time_step``: Adam steps, the best time of the slowest
+rank; ``planner_measure.step_memory``, in fresh processes of their own: peak
+memory growth of the fullest rank over a step). The script
 prints, per case, the predicted and measured figures, their ratios and the
 Kendall rank correlation of predicted and measured step times over the
 grids, and writes them with the load average before and after each run
@@ -33,7 +35,7 @@ from sciml.spatial_parallel.planner import measure_costs
 from sciml.spatial_parallel.planner_calibrate import calibrate
 from sciml.spatial_parallel.planner_cost import estimate
 from sciml.spatial_parallel.planner_graph import trace
-from sciml.spatial_parallel.planner_measure import measure_step
+from sciml.spatial_parallel.planner_measure import step_memory, time_step
 from sciml.spatial_parallel.planner_profile import Profile, load_profile
 
 #: Grids (data, depth, height, width) of 1, 2 and 4 processes.
@@ -68,6 +70,19 @@ def kendall_tau(x: list[float], y: list[float]) -> float:
     return 2 * score / (n * (n - 1)) if n > 1 else float("nan")
 
 
+def cases(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """``["cosmoflow:48", "unet:32"]`` -> the sizes to run per model."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, _, size = spec.partition(":")
+        if name not in models() or not size.isdigit() or int(size) < 1:
+            raise SystemExit(
+                f"--case must be MODEL:SIZE with MODEL in {sorted(models())}, got {spec!r}"
+            )
+        sizes[name] = (*sizes.get(name, ()), int(size))
+    return sizes
+
+
 def run_case(
     name: str, model: nn.Module, shape: tuple[int, ...], profile: Profile, repeats: int
 ) -> list[dict[str, Any]]:
@@ -79,10 +94,11 @@ def run_case(
         est = estimate(graph, grid, profile, costs=costs)  # type: ignore[arg-type]
         load_before = os.getloadavg()[0]
         mesh = dict(zip(("data", "depth", "height", "width"), grid, strict=True))
-        run = functools.partial(measure_step, repeats=repeats)
-        results = spawn(run, math.prod(grid), model, mesh, shape)
-        seconds = max(r["seconds"] for r in results)
-        peak = max(r["peak_bytes"] for r in results)
+        timed = spawn(
+            functools.partial(time_step, repeats=repeats), math.prod(grid), model, mesh, shape
+        )
+        seconds = max(r["seconds"] for r in timed)
+        peak = max(spawn(step_memory, math.prod(grid), model, mesh, shape))
         rows.append(
             {
                 "model": name,
@@ -120,11 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per grid")
     parser.add_argument("--out", default="runs/bench/spatial_plan_validation.json")
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=None,
+        metavar="MODEL:SIZE",
+        help="run only this case (repeatable), e.g. cosmoflow:48 or unet:32",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         sizes = {"cosmoflow": (32, 40), "unet": (24, 32)}
     else:
         sizes = {"cosmoflow": (48, 64), "unet": (32, 48)}
+    if args.case:
+        sizes = cases(args.case)
     repeats = 2 if args.quick else args.repeats
     profile = load_profile(args.profile) if args.profile else calibrate()
     print(f"profile: {profile}")
@@ -133,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     summary = []
     for name, model in models().items():
+        if name not in sizes:
+            continue
         channels = 4 if name == "cosmoflow" else 2
         for size in sizes[name]:
             shape = (2, channels, size, size, size)

@@ -6,7 +6,8 @@ oneDNN), with times and scratch memory a single rate cannot follow. As in
 Dryden et al.'s performance model, :func:`measure_convs` times the very
 convolutions the ranks run (:func:`local_conv`: the largest block with its
 halos, the native padding left on unsplit dims) forward and backward, and
-the resident-set growth beyond their outputs; the planner uses these
+the resident-set growth beyond their outputs (each in a fresh process: see
+:func:`measure_convs`); the planner uses these
 :class:`ConvCost` entries instead of the roofline where it has them.
 :func:`load_costs` / :func:`save_costs` keep them next to the profile.
 """
@@ -112,7 +113,8 @@ def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
     )
 
 
-def _measure_one(conv: LocalConv, *, repeats: int) -> ConvCost:
+def _tensors(conv: LocalConv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Input, weight and output gradient of ``conv`` (random)."""
     c = conv.in_shape[1]
     if conv.kind == "Conv3d":
         shape = (conv.out_channels, c // conv.groups, *conv.kernel)
@@ -120,31 +122,54 @@ def _measure_one(conv: LocalConv, *, repeats: int) -> ConvCost:
         shape = (c, conv.out_channels // conv.groups, *conv.kernel)
     weight = torch.randn(shape, requires_grad=True)
     x = torch.randn(conv.in_shape, requires_grad=not conv.first)
-    grad = torch.ones_like(_run(conv, x, weight))
-    fwd, bwd, fwd_bytes, bwd_bytes = [], [], [], []
+    return x, weight, torch.ones_like(_run(conv, x, weight))
+
+
+def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
+    """Forward and backward seconds, the best of ``repeats`` after a warm-up."""
+    x, weight, grad = _tensors(conv)
+    fwd, bwd = [], []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        y = _run(conv, x, weight)
+        fwd.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        y.backward(grad)
+        bwd.append(time.perf_counter() - start)
+        x.grad = weight.grad = None
+        del y
+    return min(fwd[1:]), min(bwd[1:])  # the least disturbed by other load
+
+
+def _scratch(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
+    """Resident-set growth of the forward and backward beyond their results (median)."""
+    x, weight, grad = _tensors(conv)
+    fwd, bwd = [], []
     cpu = torch.device("cpu")
     for _ in range(repeats + 1):
         before = status_bytes("VmRSS")
         reset_peak(cpu)
-        start = time.perf_counter()
         y = _run(conv, x, weight)
-        fwd.append(time.perf_counter() - start)
-        fwd_bytes.append(status_bytes("VmHWM") - before - y.numel() * y.element_size())
+        fwd.append(status_bytes("VmHWM") - before - y.numel() * y.element_size())
         before = status_bytes("VmRSS")
         reset_peak(cpu)
-        start = time.perf_counter()
         y.backward(grad)
-        bwd.append(time.perf_counter() - start)
         grads = (0 if conv.first else x.numel()) * x.element_size()
-        bwd_bytes.append(status_bytes("VmHWM") - before - grads)
+        bwd.append(status_bytes("VmHWM") - before - grads)
         x.grad = weight.grad = None
         del y
-    return ConvCost(
-        forward_s=min(fwd[1:]),  # the least disturbed by other load
-        backward_s=min(bwd[1:]),
-        forward_bytes=max(0.0, statistics.median(fwd_bytes[1:])),
-        backward_bytes=max(0.0, statistics.median(bwd_bytes[1:])),
-    )
+    return max(0.0, statistics.median(fwd[1:])), max(0.0, statistics.median(bwd[1:]))
+
+
+def _all_seconds(convs: list[LocalConv], repeats: int) -> list[tuple[float, float]]:
+    """:func:`_seconds` of each convolution (a rank function: a fresh process, plain allocator)."""
+    return [_seconds(conv, repeats=repeats) for conv in convs]
+
+
+def _all_scratch(convs: list[LocalConv], repeats: int) -> list[tuple[float, float]]:
+    """:func:`_scratch` of each convolution (a rank function: a fresh process, mmap throughout)."""
+    mmap_large_allocations()
+    return [_scratch(conv, repeats=repeats) for conv in convs]
 
 
 def measure_convs(
@@ -152,17 +177,23 @@ def measure_convs(
 ) -> dict[str, ConvCost]:
     """Time (and measure the scratch memory of) each distinct local convolution on the CPU.
 
-    ``threads`` intra-op threads: one, as ``sciml.spawn`` gives each rank.
+    ``threads`` intra-op threads: one, as ``sciml.spawn`` gives each rank. Times
+    and scratch are measured in two fresh processes (:func:`sciml.spawn.spawn`):
+    the scratch needs :func:`mmap_large_allocations`, under which every large
+    tensor page-faults afresh and runs slower than in training, and a heap that
+    earlier work left behind would hide part of the scratch.
     """
-    from sciml.distributed import torch_threads
+    from sciml.spawn import spawn
 
-    mmap_large_allocations()
-    costs = {}
-    with torch_threads(threads):
-        for conv in {c.key: c for c in convs}.values():
-            if math.prod(conv.in_shape) > 0:
-                costs[conv.key] = _measure_one(conv, repeats=repeats)
-    return costs
+    wanted = [c for c in {c.key: c for c in convs}.values() if math.prod(c.in_shape) > 0]
+    if not wanted:
+        return {}
+    seconds = spawn(_all_seconds, 1, wanted, repeats, threads=threads)[0]
+    scratch = spawn(_all_scratch, 1, wanted, repeats, threads=threads)[0]
+    return {
+        conv.key: ConvCost(fwd, bwd, fwd_bytes, bwd_bytes)
+        for conv, (fwd, bwd), (fwd_bytes, bwd_bytes) in zip(wanted, seconds, scratch, strict=True)
+    }
 
 
 def save_costs(costs: Mapping[str, ConvCost], path: Path | str) -> Path:

@@ -5,10 +5,17 @@ parallelises a model on a mesh, runs Adam training steps on a random global
 batch and returns the best (and median) step time and the memory the step adds to what
 it starts with. On CUDA the peak is the allocator's
 (``torch.cuda.max_memory_allocated``); on the CPU it is the growth of the
-resident set from before the timed steps to its high-water mark in them
-(Linux ``/proc/self/status``, reset through ``/proc/self/clear_refs``), which
-follows the live tensors because :func:`mmap_large_allocations` sends every
-allocation over 64 KiB to its own mapping, returned when freed.
+resident set over one more step (Linux ``/proc/self/status``, reset through
+``/proc/self/clear_refs``), which follows the live tensors because
+:func:`mmap_large_allocations` sends every allocation over 64 KiB to its own
+mapping, returned when freed.
+
+The steps are timed *before* that switch, with the C allocator as training
+runs it (freed blocks kept for reuse): with a fresh mapping per tensor every
+page of every activation faults on first touch, which on this 2-core virtual
+machine slowed a CosmoFlow 48^3 step from 60 to 95 ms on one rank and
+doubled each rank's CPU time on two ranks (concurrent page faults contend),
+so steps timed under it priced the page faults, not the step.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import contextlib
 import ctypes
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -29,9 +36,16 @@ from sciml.spatial_parallel.sharding import shard
 
 
 def mmap_large_allocations() -> None:
-    """Route C allocations over 64 KiB through mmap (glibc), so freed tensors leave RSS."""
+    """Route C allocations over 64 KiB through mmap (glibc), so freed tensors leave RSS.
+
+    The free memory the heap already holds is returned too (``malloc_trim``), so
+    that the resident set holds live memory only. Every later large allocation
+    page-faults: time nothing under it.
+    """
     with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS is then an upper bound
-        ctypes.CDLL("libc.so.6").mallopt(-3, 65536)  # M_MMAP_THRESHOLD
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 65536)  # M_MMAP_THRESHOLD
+        libc.malloc_trim(0)
 
 
 def status_bytes(field: str) -> float:
@@ -58,29 +72,10 @@ def _peak(device: torch.device, baseline: float) -> float:
     return status_bytes("VmHWM") - baseline
 
 
-def measure_step(
-    model: nn.Module,
-    mesh_shape: dict[str, int],
-    sample_shape: Sequence[int],
-    *,
-    repeats: int = 3,
-    device: str = "cpu",
-) -> dict[str, float]:
-    """Best and median seconds of an Adam step of ``model`` on this rank's block, and its memory.
-
-    ``peak_bytes`` is the growth over the memory held between steps (parameters,
-    gradients, optimizer state, buckets, the input block): what the step itself
-    allocates, to compare with the planner's activations, halos and workspace.
-
-    Args:
-        model: The single-device model (parallelised here for ``mesh_shape``).
-        mesh_shape: ``SpatialMesh`` keywords; their product is the world size.
-        sample_shape: Global batch ``(N, C, D, H, W)`` (random normal values).
-        repeats: Timed steps after one warm-up step.
-        device: ``"cpu"`` or ``"cuda"`` (this rank's current device).
-    """
-    where = torch.device(device)
-    mmap_large_allocations()
+def _trainer(
+    model: nn.Module, mesh_shape: dict[str, int], sample_shape: Sequence[int], where: torch.device
+) -> Callable[[], float]:
+    """A function that runs one Adam step of ``model`` parallelised on ``mesh_shape``: seconds."""
     torch.manual_seed(0)
     mesh = SpatialMesh(**mesh_shape)  # type: ignore[arg-type]
     pmodel = parallelize(model.to(where), mesh)
@@ -98,14 +93,63 @@ def measure_step(
             torch.cuda.synchronize(where)
         return time.perf_counter() - start
 
+    return step
+
+
+def time_step(
+    model: nn.Module,
+    mesh_shape: dict[str, int],
+    sample_shape: Sequence[int],
+    *,
+    repeats: int = 3,
+    device: str = "cpu",
+) -> dict[str, float]:
+    """Best and median seconds of an Adam step of ``model`` on this rank's block.
+
+    Run it in a process whose allocator is as training leaves it (not after
+    :func:`mmap_large_allocations`).
+
+    Args:
+        model: The single-device model (parallelised here for ``mesh_shape``).
+        mesh_shape: ``SpatialMesh`` keywords; their product is the world size.
+        sample_shape: Global batch ``(N, C, D, H, W)`` (random normal values).
+        repeats: Timed steps after one warm-up step.
+        device: ``"cpu"`` or ``"cuda"`` (this rank's current device).
+    """
+    step = _trainer(model, mesh_shape, sample_shape, torch.device(device))
+    step()  # warm-up: gradients, optimizer state, buckets, library workspaces
+    times = [step() for _ in range(repeats)]
+    return {"seconds": min(times), "median_seconds": statistics.median(times)}
+
+
+def step_memory(
+    model: nn.Module,
+    mesh_shape: dict[str, int],
+    sample_shape: Sequence[int],
+    *,
+    device: str = "cpu",
+) -> float:
+    """Bytes an Adam step of ``model`` allocates on this rank beyond what it starts with.
+
+    The growth over the memory held between steps (parameters, gradients,
+    optimizer state, buckets, the input block): what the step itself allocates,
+    to compare with the planner's activations, halos and workspace. On the CPU
+    it switches :func:`mmap_large_allocations` on first: run it in a fresh process.
+
+    Args:
+        model: The single-device model (parallelised here for ``mesh_shape``).
+        mesh_shape: ``SpatialMesh`` keywords; their product is the world size.
+        sample_shape: Global batch ``(N, C, D, H, W)`` (random normal values).
+        device: ``"cpu"`` or ``"cuda"`` (this rank's current device).
+    """
+    where = torch.device(device)
+    if where.type == "cpu":
+        mmap_large_allocations()
+    step = _trainer(model, mesh_shape, sample_shape, where)
     step()  # warm-up: gradients, optimizer state, buckets, library workspaces
     baseline = (
         float(torch.cuda.memory_allocated(where)) if where.type == "cuda" else status_bytes("VmRSS")
     )
     reset_peak(where)
-    times = [step() for _ in range(repeats)]
-    return {
-        "seconds": min(times),
-        "median_seconds": statistics.median(times),
-        "peak_bytes": _peak(where, baseline),
-    }
+    step()
+    return _peak(where, baseline)

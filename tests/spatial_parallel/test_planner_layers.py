@@ -1,0 +1,29 @@
+"""Per-shape calibration of local convolutions: measured in fresh processes."""
+
+import pytest
+
+from sciml.spatial_parallel.planner_layers import LocalConv, measure_convs
+from tests.spatial_parallel.test_planner_measure import mapped_bytes_of_a_tensor
+
+pytestmark = pytest.mark.xdist_group("planner_measure")
+
+
+def test_measuring_convolutions_leaves_this_process_allocator_alone() -> None:
+    # the scratch measurement needs every large allocation in a mapping of its own;
+    # switched on in the caller it made every later tensor page-fault (and the
+    # validation's steps slower than training)
+    conv = LocalConv(
+        kind="Conv3d",
+        in_shape=(1, 2, 6, 6, 6),
+        out_channels=2,
+        kernel=(3, 3, 3),
+        stride=(1, 1, 1),
+        dilation=(1, 1, 1),
+        padding=(1, 1, 1),
+        groups=1,
+        first=False,
+    )
+    cost = measure_convs([conv, conv], repeats=1)[conv.key]
+    assert cost.forward_s > 0 and cost.backward_s > 0
+    assert cost.forward_bytes >= 0 and cost.backward_bytes >= 0
+    assert mapped_bytes_of_a_tensor() == 0

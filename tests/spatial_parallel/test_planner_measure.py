@@ -1,0 +1,63 @@
+"""Measuring a step for the planner: times under the allocator training runs with, memory apart."""
+
+import ctypes
+
+import pytest
+import torch
+from torch import nn
+
+from sciml.distributed import spawn
+from sciml.spatial_parallel.planner_measure import step_memory, time_step
+
+pytestmark = pytest.mark.xdist_group("planner_measure")
+
+SHAPE = (1, 1, 8, 8, 8)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks")
+        + ("fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
+
+
+def mapped_bytes_of_a_tensor() -> int:
+    """Bytes of a live 4 MiB tensor that glibc put in a mapping of its own.
+
+    The allocator as training runs it raises its mmap threshold once a block of
+    that size was freed and serves the next from the heap (0 bytes); under
+    ``mmap_large_allocations`` every such tensor is a fresh mapping whose pages all fault.
+    """
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    torch.ones(2**20)
+    before = libc.mallinfo2().hblkhd
+    tensor = torch.ones(2**20)
+    mapped = libc.mallinfo2().hblkhd - before
+    del tensor
+    return int(mapped)
+
+
+def timed_then_mapped() -> tuple[dict[str, float], int]:
+    """Rank function: time a tiny model's step, then see where a large tensor goes."""
+    model = nn.Sequential(nn.Conv3d(1, 2, 3, padding=1), nn.ReLU())
+    return time_step(model, {"depth": 1}, SHAPE, repeats=1), mapped_bytes_of_a_tensor()
+
+
+def test_steps_are_timed_with_the_allocator_training_runs_with() -> None:
+    # measuring memory routes every large tensor through a fresh mapping, whose page
+    # faults slowed a CosmoFlow step by half on one rank and doubled it on two: the
+    # timing must not run under it
+    times, mapped = spawn(timed_then_mapped, 1)[0]
+    assert 0 < times["seconds"] <= times["median_seconds"]
+    assert mapped == 0
+
+
+def test_step_memory_counts_what_a_step_allocates() -> None:
+    # one 3x3x3 convolution keeps its input (the model input, held anyway) and its
+    # output for ReLU's backward: at least one output block of float32 over the step
+    model = nn.Sequential(nn.Conv3d(1, 64, 3, padding=1), nn.ReLU())
+    peak = spawn(step_memory, 1, model, {"depth": 1}, (1, 1, 16, 16, 16))[0]
+    output = 64 * 16**3 * 4
+    assert output <= peak < 8 * output
