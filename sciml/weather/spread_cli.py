@@ -44,7 +44,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.weather.data import open_ensemble
     from sciml.weather.spread_evaluate import evaluate_spread
 
-    table = evaluate_spread(args.run_dir, open_ensemble(args.test_data))
+    runs, test_data = _runs_and_data(args.run_dir, args.test_data)
+    table = evaluate_spread(runs, open_ensemble(test_data))
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(table.round(5).to_string(index=False))
     if args.json:
@@ -52,6 +53,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         atomic_write_text(args.json, text)
         print(f"wrote {args.json}")
     return 0
+
+
+def _runs_and_data(runs: list[str], data: list[str]) -> tuple[list[str], list[str]]:
+    """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
+
+    Without positional test data, the trailing paths of ``--run-dir`` that are not spread run
+    folders (no ``spread_run.json``) are the test data.
+    """
+    from pathlib import Path
+
+    from sciml.weather.spread_train import RUN_CONFIG
+
+    if data:
+        return runs, data
+    count = len(runs)
+    while count and not (Path(runs[count - 1]) / RUN_CONFIG).exists():
+        count -= 1
+    if count == len(runs):
+        raise ValueError("no test data given: name the test file(s) after the run folders")
+    return runs[:count], runs[count:]
 
 
 def _add_train(sub: Subparsers) -> None:
@@ -114,7 +135,11 @@ def register_spread(sub: Subparsers) -> None:
         "start dates and grid points) with the full ensemble's standard deviation and the "
         "RMSE against it, for the k-member sample spread (sample_k) and for each run.",
     )
-    evaluate.add_argument("test_data", nargs="+", help="test ensemble file(s)")
+    evaluate.add_argument(
+        "test_data",
+        nargs="*",
+        help="test ensemble file(s) (or the paths after the run folders of --run-dir)",
+    )
     evaluate.add_argument(
         "--run-dir", nargs="+", required=True, help="run folder(s) of 'sciml weather spread train'"
     )

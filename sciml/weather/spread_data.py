@@ -50,7 +50,7 @@ def check_spread_data(
     """Reject data that cannot give ``history`` steps of ``members`` members per variable.
 
     Raises:
-        KeyError: A variable is missing.
+        KeyError: A variable or its ``<variable>_truth`` is missing.
         ValueError: No ``member``, ``lead_time`` or ``level`` dim where needed, lead times
             not ascending, ``members`` not in [2, ensemble size] or ``history`` not in
             [1, number of lead times].
@@ -67,15 +67,21 @@ def check_spread_data(
     leads = ds.sizes["lead_time"]
     if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= leads:
         raise ValueError(
-            f"history (lead times stacked) must be an integer in [1, {leads}] (the data have "
-            f"{leads} lead times), got {history!r}"
+            f"history (lead times stacked, --temporal) must be an integer in [1, {leads}] "
+            f"(the data have {leads} lead times), got {history!r}"
         )
     values = ds["lead_time"].values
     if leads > 1 and not bool(np.all(values[1:] > values[:-1])):
         raise ValueError(f"lead_time must be strictly ascending, got {values}")
-    missing = [v for v in variables if v not in ds.data_vars]
+    missing = [v for v in variables if v not in ds.data_vars or f"{v}_truth" not in ds.data_vars]
     if missing:
-        raise KeyError(f"variables {missing} not in the dataset ({sorted(map(str, ds.data_vars))})")
+        raise KeyError(
+            f"variables {missing} or their truth (<variable>_truth) not in the dataset "
+            f"({sorted(map(str, ds.data_vars))})"
+        )
+    memberless = [v for v in variables if "member" not in ds[v].dims]
+    if memberless:
+        raise ValueError(f"variables {memberless} have no 'member' dim: they are no ensemble")
     flat = [v for v in variables if "level" not in ds[v].dims]
     if flat:
         raise ValueError(

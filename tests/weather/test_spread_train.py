@@ -47,7 +47,8 @@ def test_evaluate_table_against_a_numpy_reference(
 ) -> None:
     _, test, run = trained
     out = tmp_path / "spread.json"
-    assert _spread_cli(["evaluate", "--run-dir", str(run), "--json", str(out), str(test)]) == 0
+    # the test file after the run folders of --run-dir (nargs="+") is the test data
+    assert _spread_cli(["evaluate", "--json", str(out), "--run-dir", str(run), str(test)]) == 0
     rows = json.loads(out.read_text())
     assert {r["model"] for r in rows} == {"sample_2", "spread_2_crps_t2"}
     assert len(rows) == 2 * 2 * 2 * 3  # models x variables x levels x lead times
@@ -83,6 +84,8 @@ def test_train_from_the_command_line_and_refusals(
         train_spread(ds, run_dir=tmp_path / "a", members=2, history=4)
     with pytest.raises(ValueError, match="loss must be one of"):
         train_spread(ds, run_dir=tmp_path / "a", loss="huber")
+    with pytest.raises(KeyError, match=r"variables \['psi_truth'\] or their truth"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, variables=["psi_truth"])
     with pytest.raises(ValueError, match=r"lat and lon must divide by 2\*\*depth = 16"):
         train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
     with pytest.raises(ValueError, match="batch_size"):
@@ -97,6 +100,8 @@ def test_train_from_the_command_line_and_refusals(
     later = xr.open_dataset(test).isel(lead_time=[0, 2])  # steps two days apart, not one
     with pytest.raises(ValueError, match=r"trained on lead times \[0.0, 1.0, 2.0\] days; the"):
         evaluate_spread([run], later)
+    with pytest.raises(ValueError, match="no test data given"):
+        _spread_cli(["evaluate", "--run-dir", str(run)])
     new = tmp_path / "cli"
     argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
     assert _spread_cli([*argv, *TINY, str(data)]) == 0
