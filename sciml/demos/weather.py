@@ -1,4 +1,9 @@
-"""``sciml demo`` section: score the real ERA5 ensemble sample and a toy QG ensemble."""
+"""``sciml demo`` section: ensemble scores, and post-processing from half the members.
+
+The real ERA5 ensemble sample and a toy QG ensemble are scored; then a small
+imperfect-model toy ensemble is post-processed (EMOS and a per-grid-point MLP from half the
+members) and scored with ``sciml weather evaluate``'s table.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import xarray as xr
 from matplotlib.figure import Figure
 
 from sciml.datasets import sample_path
@@ -135,5 +141,87 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
         f"![spread-skill]({'weather/' + skill})",
         "",
         f"![maps]({'weather/' + toy_maps})",
+        "",
+        *_postprocessing(figdir, quick=quick),
     ]
     return "\n".join(lines)
+
+
+def _train_runs(train: xr.Dataset, folder: Path, *, k: int, epochs: int) -> list[Path]:
+    """EMOS on ``k`` and on every member, an MLP on ``k``: their run folders."""
+    from sciml.demos import DemoInterrupted
+    from sciml.weather.train import train_postprocessor
+
+    runs = []
+    for model, members in (("emos", k), ("emos", train.sizes["member"]), ("mlp", k)):
+        run = folder / f"{model}_{members}"
+        status = train_postprocessor(
+            train, model=model, run_dir=run, members=members, epochs=epochs, progress=False
+        )
+        if status == "interrupted":
+            raise DemoInterrupted("weather", f"run folder {run}")
+        runs.append(run)
+    return runs
+
+
+def _summary(table: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Scores per model averaged over the rows; skills of the averages against ``reference``."""
+    scores = ["crps", "crps_efi", "crps_extreme"]
+    summary = table.groupby("model", sort=False)[[*scores, "spread_skill", "reliability"]].mean()
+    for score in scores:
+        skill = 1 - summary[score] / summary.loc[reference, score]
+        summary.insert(summary.columns.get_loc(score) + 1, f"{score}_skill", skill)
+    return summary
+
+
+def _postprocessing(figdir: Path, *, quick: bool) -> list[str]:
+    """Train EMOS and an MLP on half the members of an imperfect toy; the evaluate table."""
+    from sciml.weather import plots
+    from sciml.weather.evaluate import score_runs
+    from sciml.weather.evaluate_report import describe, skill_by_lead
+    from sciml.weather.toy import generate_ensemble
+    from sciml.weather.toy_presets import toy_preset
+
+    preset = toy_preset("qg-imperfect-v1")
+    size: dict[str, Any] = (
+        {"members": 4, "start_dates": 8, "lead_times": (0, 2), "spin_up": 10.0}
+        if quick
+        else {"members": 10, "start_dates": 30, "lead_times": (0, 2, 4), "spin_up": 60.0}
+    )
+    toy = generate_ensemble(
+        **size,
+        spread_factor=preset.settings.spread_factor,
+        seed=preset.settings.seed,
+        params=preset.params,
+        forecast_params=preset.forecast_params,
+    )
+    times = toy["time"].values
+    train, test = toy.sel(time=times[:-2]), toy.sel(time=times[-2:])
+    k, epochs = size["members"] // 2, 2 if quick else 20
+    runs = _train_runs(train, figdir / "runs", k=k, epochs=epochs)
+    evaluation = score_runs(runs, test, climate=train)
+    skill = _save(skill_by_lead(evaluation, "psi"), figdir, "postprocess_skill.png")
+    pit = _save(
+        plots.reliability_histograms(evaluation.histograms[f"mlp_{k}"], title=f"mlp_{k}: PIT"),
+        figdir,
+        "postprocess_pit.png",
+    )
+    return [
+        "### Post-processing from half the members",
+        "",
+        f"A toy ensemble of the `{preset.name}` configuration (the members "
+        "run a model with weaker drag and shear and smoothed topography, from under-dispersive "
+        f"perturbations; {size['members']} members, {times.size} start dates, the last 2 "
+        f"for testing), EMOS on {k} and on {size['members']} members and a per-grid-point "
+        f"MLP on {k} members ({epochs} epochs), scored on the test dates as `sciml weather "
+        "evaluate` scores them, averaged over variables, levels and lead times (the skills "
+        "are those of the averages). "
+        + describe(evaluation)
+        + (" Sizes this small show the workflow, not the models' skill." if quick else ""),
+        "",
+        _table(_summary(evaluation.table, f"raw_{size['members']}")),
+        "",
+        f"![CRPS skill](weather/{skill})",
+        "",
+        f"![MLP PIT histograms](weather/{pit})",
+    ]

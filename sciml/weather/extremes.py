@@ -61,7 +61,8 @@ def model_climate(
         time_dim: Name of the start-date dimension.
 
     Returns:
-        The values with ``time_dim`` and ``member_dim`` stacked into ``climate``.
+        The values with ``time_dim`` and ``member_dim`` stacked into ``climate``, without
+        the coordinates along them (e.g. a ``valid_time``).
 
     Raises:
         ValueError: A dimension is missing.
@@ -71,7 +72,8 @@ def model_climate(
         raise ValueError(
             f"the model climate needs dimensions {missing}; {forecasts.name} has {forecasts.dims}"
         )
-    stacked = forecasts.stack(climate=(time_dim, member_dim))
+    dated = [name for name, c in forecasts.coords.items() if {time_dim, member_dim} & set(c.dims)]
+    stacked = forecasts.drop_vars(dated).stack(climate=(time_dim, member_dim))
     return stacked.drop_vars(["climate", time_dim, member_dim], errors="ignore")
 
 

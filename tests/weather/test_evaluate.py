@@ -32,7 +32,8 @@ def _ensemble(*, dates: int, seed: int, lat: tuple[float, ...] = (10.0, 20.0, 30
         "psi": (dims, signal + 0.5 * rng.standard_normal(shape), {"units": "1"}),
         "psi_truth": (dims[1:], truth, {"units": "1"}),
     }
-    return xr.Dataset(data, coords=coords)
+    ds = xr.Dataset(data, coords=coords)
+    return ds.assign_coords(valid_time=ds["time"] + ds["lead_time"])  # as the toy has it
 
 
 @pytest.fixture(scope="module")
