@@ -5,9 +5,13 @@ Halo exchange: a fixed cost per split layer and direction (the profile's
 bandwidth`` per neighbour (one or two), priced by the profile's point-to-point model
 (inside or between nodes by the neighbour's rank distance); with overlap
 the interior computes while the messages travel and the boundary shells run
-after them. Gradient all-reduce: buckets in the order the backward pass
-fills them, each issued when its last gradient is ready, serialised; only
-what outlasts the backward pass is exposed.
+after them. Without overlap a layer assembles its extended input (block and
+halos) in a new tensor and its backward splits that gradient back into the
+block's: one pass over the block and halos each way (:func:`assembly_time`).
+
+Gradient all-reduce: buckets in the order the backward pass fills them, each
+issued when its last gradient is ready, serialised; only what outlasts the
+backward pass is exposed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import math
 
 from sciml.spatial_parallel.planner_graph import Graph, Layer
-from sciml.spatial_parallel.planner_halo import Grid, Halo, halo_bytes, largest
+from sciml.spatial_parallel.planner_halo import Grid, Halo, halo_bytes, largest, local_numel
 from sciml.spatial_parallel.planner_profile import Profile
 
 
@@ -28,6 +32,20 @@ def exchange_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> flo
             messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
             seconds += messages * profile.p2p(nbytes / messages, stride=strides[k])
     return seconds
+
+
+def assembly_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
+    """Seconds of assembling the extended input (one direction), without overlap.
+
+    The forward reads the block and writes block and halos; the backward reads
+    the extended gradient's block part and writes the block's gradient (the halo
+    parts travel as messages): ``(2 block + halos) / mem_bw`` either way, to the
+    fullest rank. With overlap the interior reads the block in place.
+    """
+    if profile.overlap or not any(halo.received):
+        return 0.0
+    block = local_numel(layer.in_shape, grid) * layer.itemsize
+    return (2 * block + sum(halo_bytes(layer, grid, halo))) / profile.mem_bw
 
 
 def overlapped(

@@ -23,11 +23,13 @@ bytes / bandwidth)`` (a convolution's backward does its data and weight
 gradients: twice its forward FLOPs, once for the first layer whose input
 needs no gradient), slowed when more ranks share a node than compute at
 once; the halo exchange (:mod:`planner_comm`), hidden behind the interior's
-compute when the profile overlaps and added to it otherwise, in both
-directions; two all-reduces forward and two backward per normalisation
-layer; the gradient buckets' all-reduces, of which only what outlasts the
-backward is exposed; the optimizer's pass over the parameters; reading the
-rank's block, beyond what the rest of the step hides.
+compute when the profile overlaps and added to it, with the assembly of the
+extended input, otherwise, in both directions (slowed like the compute: on
+a CPU the exchange's own work shares the cores too); two all-reduces forward
+and two backward per normalisation layer; the gradient buckets' all-reduces,
+of which only what outlasts the backward is exposed; the optimizer's pass
+over the parameters; reading the rank's block, beyond what the rest of the
+step hides.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sciml.spatial_parallel.partition import DIM_NAMES
-from sciml.spatial_parallel.planner_comm import allreduce_exposed, exchange_time, overlapped
+from sciml.spatial_parallel.planner_comm import (
+    allreduce_exposed,
+    assembly_time,
+    exchange_time,
+    overlapped,
+)
 from sciml.spatial_parallel.planner_graph import NORM_KINDS, Graph, Layer
 from sciml.spatial_parallel.planner_halo import (
     Grid,
@@ -283,7 +290,11 @@ def estimate(
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
         )
-        exchange = exchange_time(layer, grid, halo, profile) if any(halo.received) else 0.0
+        exchange = 0.0
+        if any(halo.received):
+            exchange = exchange_time(layer, grid, halo, profile)
+            exchange += assembly_time(layer, grid, halo, profile)
+            exchange *= profile.contention(math.prod(grid))
         if any(halo.received):
             extra = sum(halo_bytes(layer, grid, halo))
             block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize

@@ -59,7 +59,10 @@ def test_one_rank_closed_form() -> None:
 def test_two_ranks_closed_form() -> None:
     est = estimate(CONV, (1, 2, 1, 1), PROFILE, optimizer="sgd")
     face = 2 * 8 * 8 * 4  # one plane of the 2-channel input
-    exchange = 2e-4 + 1e-4 + face / 1e8  # layer overhead, one neighbour, one message each way
+    block = 2 * 4 * 8 * 8 * 4
+    # layer overhead, one neighbour, one message each way, and the extended input
+    # assembled (read the block, write block and halo; its gradient split back alike)
+    exchange = 2e-4 + 1e-4 + face / 1e8 + (2 * block + face) / 1e9
     assert est.time["halo"] == pytest.approx(2 * exchange, rel=1e-12)  # forward and backward
     forward = 1e-3 + FLOPS / 2 / 1e9
     backward = 1e-3 + FLOPS / 2 / 5e8
@@ -68,12 +71,19 @@ def test_two_ranks_closed_form() -> None:
     ring = 2 * (1e-5 + PARAMS * 4 / 2 / 1e8)
     assert est.time["allreduce"] == pytest.approx(ring, rel=1e-12)
     # the model input stays alive, so the assembled copy (block + halo plane) is all extra
-    block = 2 * 4 * 8 * 8 * 4
     assert est.memory["halos"] == block + face and est.memory["optimizer"] == 0
     # backward: output gradient + input gradient + the assembled input's gradient
     out = 4 * 4 * 8 * 8 * 4
     assert est.memory["workspace"] == out + block + (block + face)
     assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
+
+
+def test_ranks_sharing_cores_slow_the_exchange_like_the_compute() -> None:
+    # two ranks on one core: each rank's compute and its exchange work take twice as long
+    alone = estimate(CONV, (1, 2, 1, 1), PROFILE)
+    shared = estimate(CONV, (1, 2, 1, 1), Profile(**{**PROFILE.__dict__, "concurrency": 1}))
+    assert shared.time["compute"] == pytest.approx(2 * alone.time["compute"], rel=1e-12)
+    assert shared.time["halo"] == pytest.approx(2 * alone.time["halo"], rel=1e-12)
 
 
 def test_overlap_hides_the_halo_behind_the_interior() -> None:
