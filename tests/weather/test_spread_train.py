@@ -2,12 +2,17 @@
 
 import argparse
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
 import xarray as xr
 
+import sciml.weather.spread_train as spread_train
 from sciml.weather.spread_cli import register_spread
 from sciml.weather.spread_evaluate import evaluate_spread
 from sciml.weather.spread_train import load_spread_model, predict_spread, train_spread
@@ -106,3 +111,30 @@ def test_train_from_the_command_line_and_refusals(
     argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
     assert _spread_cli([*argv, *TINY, str(data)]) == 0
     assert load_spread_model(new).periodic == ("lat", "lon")
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
+    trained: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = xr.open_dataset(trained[0])
+    options = {**SMALL, "members": 2, "history": 2, "choice": "random", "epochs": 2}
+    options["batch_size"] = 4
+    assert train_spread(ds, run_dir=tmp_path / "whole", **options) == "completed"
+    loss, calls = spread_train.spread_loss, []
+
+    def stopping(model: torch.nn.Module, batch: dict[str, torch.Tensor], **kw: str) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 4:  # the first training step of epoch 1 (3 steps an epoch)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return loss(model, batch, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spread_train, "spread_loss", stopping)
+    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "interrupted"
+    monkeypatch.setattr(spread_train, "spread_loss", loss)
+    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "completed"
+    metrics = [pd.read_csv(tmp_path / r / "metrics.csv") for r in ("whole", "split")]
+    pd.testing.assert_frame_equal(*metrics)
+    whole, split = (load_spread_model(tmp_path / r, checkpoint="last") for r in ("whole", "split"))
+    assert all(
+        torch.equal(a, b) for a, b in zip(whole.parameters(), split.parameters(), strict=True)
+    )
