@@ -6,5 +6,7 @@ CRPS losses), :mod:`.qg`, :mod:`.toy` and :mod:`.toy_presets` (two-layer QG mode
 generator, the fixed evaluation presets), :mod:`.verify` (score tables), :mod:`.dataset`
 (torch samples of k members, truth, spread, static fields), :mod:`.emos` (EMOS),
 :mod:`.postprocess` (MLP and U-Net post-processors), :mod:`.train` and :mod:`.evaluate`
-(``sciml weather train`` / ``evaluate``), :mod:`.plots`.
+(``sciml weather train`` / ``evaluate``; extreme events in :mod:`.extremes`, PIT histograms
+and the reliability index in :mod:`.reliability`, the written outputs in
+:mod:`.evaluate_report`), :mod:`.plots`.
 """
