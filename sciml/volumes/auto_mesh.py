@@ -1,7 +1,8 @@
 """The process grid of a training run: ``--mesh auto`` from the planner, recorded with the run.
 
 ``sciml cosmoflow|unet3d train --mesh auto --global-batch N`` chooses the grid
-this way (:func:`choose_mesh`, :func:`plan_mesh`):
+this way (:func:`plan_mesh`, through
+:func:`sciml.volumes.mesh_record.choose_mesh`):
 
 * **What is priced**: the run's own model (its width, levels and dtype) on one
   step's global input ``(N, C, D, H, W)``, ``C, D, H, W`` read from the data
@@ -22,64 +23,30 @@ this way (:func:`choose_mesh`, :func:`plan_mesh`):
   (a gather of objects over the CPU group); an error on rank 0 (no grid fits,
   naming the smallest need; the world cannot split the volume) is raised on
   every rank.
-* **Recorded**: a run's grid is written to ``RUN_DIR/mesh.json`` (with the
-  plan's table when chosen automatically) before it trains. A run folder with
-  a record keeps its grid: ``--mesh auto`` reuses the recorded grid without
-  planning again (so a resume is exact even when the planner, the profile or
-  the calibration changed since), and an explicit ``--mesh`` that differs from
-  the record is refused.
+* **Recorded**: the grid a run trains on is written to ``RUN_DIR/mesh.json``
+  once its inputs are checked (:mod:`sciml.volumes.mesh_record`). A run folder
+  with a record keeps its grid: ``--mesh auto`` reuses the recorded grid
+  without planning again (so a resume is exact even when the planner, the
+  profile or the calibration changed since), and an explicit ``--mesh`` that
+  differs from the record is refused.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from sciml.collectives import gather_objects, world
-from sciml.io_utils import atomic_write_text
-from sciml.spatial_parallel.mesh import MESH_AXES
 from sciml.spatial_parallel.planner import Plan, recommend
 from sciml.spatial_parallel.planner_profile import PROFILES, Profile, default_cache, get_profile
+from sciml.volumes.mesh_record import MeshChoice, full_mesh
 from sciml.volumes.train import CLASSES, MODELS, VolumeTraining, build_model
 from sciml.xrvolumes import ShardedVolumes
 
-__all__ = [
-    "RECORD",
-    "MeshChoice",
-    "choose_mesh",
-    "default_profile",
-    "plan_mesh",
-    "rank_memory",
-    "read_record",
-]
+__all__ = ["default_profile", "plan_mesh", "rank_memory"]
 
-#: The file of a run folder that records its grid.
-RECORD = "mesh.json"
-#: Grids shown in the printed and recorded table.
+#: Grids shown in the printed table.
 TABLE_ROWS = 3
-
-
-@dataclass(frozen=True)
-class MeshChoice:
-    """A grid chosen by the planner.
-
-    Attributes:
-        mesh: Sizes of every axis of :data:`~sciml.spatial_parallel.mesh.MESH_AXES`.
-        table: The plan's table (the choice and the runners-up).
-    """
-
-    mesh: dict[str, int]
-    table: str
-
-
-def full_mesh(sizes: Mapping[str, int]) -> dict[str, int]:
-    """``sizes`` with every axis of the mesh (missing axes are 1)."""
-    return {axis: int(sizes.get(axis, 1)) for axis in MESH_AXES}
 
 
 def default_profile(device: torch.device) -> Profile:
@@ -172,94 +139,3 @@ def _dividing(plan: Plan, global_batch: int) -> dict[str, int]:
         f"no grid that fits has a data size dividing the global batch {global_batch} "
         f"(data sizes of the grids that fit: {sizes}); choose a global batch divisible by one"
     )
-
-
-def read_record(run_dir: Path | str) -> dict[str, int] | None:
-    """The grid recorded in ``run_dir`` (``None``: none recorded).
-
-    Raises:
-        ValueError: If the record cannot be read or is not a grid.
-    """
-    path = Path(run_dir) / RECORD
-    if not path.exists():
-        return None
-    try:
-        mesh = json.loads(path.read_text())["mesh"]
-        if set(mesh) == set(MESH_AXES) and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh.values()
-        ):
-            return full_mesh(mesh)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"cannot read the run's grid from {path}: {err}") from None
-    raise ValueError(f"{path} does not record a grid: expected sizes of {MESH_AXES}, got {mesh}")
-
-
-def _decide(
-    run_dir: Path, mesh: Mapping[str, int] | None, plan: Callable[[], MeshChoice] | None
-) -> tuple[dict[str, int], str]:
-    """Rank 0: the grid and what to print (see :func:`choose_mesh`); writes the record."""
-    recorded = read_record(run_dir)
-    if recorded is not None:
-        if mesh is not None and full_mesh(mesh) != recorded:
-            raise ValueError(
-                f"--mesh {full_mesh(mesh)} differs from the grid {recorded} recorded in "
-                f"{run_dir / RECORD} when this run started; resume with that grid (or --mesh "
-                "auto), or start a new --run-dir"
-            )
-        return recorded, f"the grid recorded in {run_dir / RECORD}: {recorded}"
-    if mesh is None:
-        if plan is None:
-            raise ValueError("--mesh auto needs the planner's inputs (plan=)")
-        choice = plan()
-        chosen, note = choice.mesh, f"--mesh auto chose {choice.mesh}:\n{choice.table}"
-    else:
-        chosen, note = full_mesh(mesh), ""
-    size = world()[1]
-    if math.prod(chosen.values()) != size:
-        raise ValueError(
-            f"--mesh {chosen} has {math.prod(chosen.values())} ranks but the world size is {size}"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    record = {"mesh": chosen, "source": "auto" if mesh is None else "given", "plan": note or None}
-    atomic_write_text(run_dir / RECORD, json.dumps(record, indent=1) + "\n")
-    return chosen, note
-
-
-def choose_mesh(
-    run_dir: Path | str,
-    mesh: Mapping[str, int] | None,
-    *,
-    plan: Callable[[], MeshChoice] | None = None,
-) -> dict[str, int]:
-    """The run's grid, the same on every rank (collective: call on every rank).
-
-    Rank 0 reads the record of ``run_dir``, else takes ``mesh`` or (``mesh=None``,
-    ``--mesh auto``) calls ``plan``, prints the plan's table, writes the record,
-    and every rank returns its decision (see the module docstring).
-
-    Args:
-        run_dir: The run folder.
-        mesh: The grid asked for (missing axes are 1), or ``None`` for the planner's.
-        plan: Makes the planner's choice (only called on rank 0, only when needed).
-
-    Raises:
-        ValueError: On every rank, if rank 0 could not decide (its error, named).
-    """
-    rank = world()[0]
-    decision: tuple[dict[str, int] | None, str]
-    error: Exception | None = None
-    if rank == 0:
-        try:
-            decision = _decide(Path(run_dir), mesh, plan)
-        except Exception as err:  # noqa: BLE001 - sent to every rank, raised below
-            error, decision = err, (None, f"{type(err).__name__}: {err}")
-    else:
-        decision = (None, "")
-    chosen, note = gather_objects(decision)[0]
-    if error is not None:
-        raise error
-    if chosen is None:
-        raise ValueError(f"rank 0 could not choose the grid: {note}")
-    if rank == 0 and note:
-        print(note, flush=True)
-    return chosen

@@ -48,7 +48,7 @@ from sciml.spatial_parallel.cli import memory_size, parse_mesh
 
 if TYPE_CHECKING:
     from sciml.distributed import DistributedContext
-    from sciml.volumes.auto_mesh import MeshChoice
+    from sciml.volumes.mesh_record import MeshChoice
     from sciml.volumes.train import VolumeTraining
 
 #: What each workflow's ``data`` writes, and the defaults of its ``train``.
@@ -121,12 +121,13 @@ def _check_mesh_options(args: argparse.Namespace) -> None:
         )
 
 
-def _run_mesh(
+def _auto_mesh(
     args: argparse.Namespace, options: VolumeTraining, ctx: DistributedContext
 ) -> dict[str, int]:
-    """The grid of the run (collective): recorded, given, or chosen by the planner."""
+    """The grid of ``--mesh auto`` (collective): the recorded one, else the planner's."""
     from sciml.spatial_parallel.planner_profile import get_profile
-    from sciml.volumes.auto_mesh import choose_mesh, default_profile, plan_mesh, rank_memory
+    from sciml.volumes.auto_mesh import default_profile, plan_mesh, rank_memory
+    from sciml.volumes.mesh_record import choose_mesh
 
     def plan() -> MeshChoice:
         profile = get_profile(args.profile) if args.profile else default_profile(ctx.device)
@@ -141,7 +142,13 @@ def _run_mesh(
             profile=profile,
         )
 
-    return choose_mesh(args.run_dir, None if args.mesh == "auto" else args.mesh or {}, plan=plan)
+    mesh = choose_mesh(args.run_dir, None, plan=plan)
+    if args.global_batch % mesh["data"]:
+        raise ValueError(
+            f"--global-batch {args.global_batch} does not split over the {mesh['data']} data "
+            f"replicas of the grid {mesh}"
+        )
+    return mesh
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -174,16 +181,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         dtype=args.dtype,
     )
     with init_distributed(timeout=args.timeout) as ctx:
-        mesh = _run_mesh(args, options, ctx)
         if args.mesh == "auto":
-            if args.global_batch % mesh["data"]:
-                raise ValueError(
-                    f"--global-batch {args.global_batch} does not split over the grid's "
-                    f"{mesh['data']} data replicas ({mesh})"
-                )
-            batch = args.global_batch // mesh["data"]
-            config = dataclasses.replace(config, batch_size=batch)
-        options = dataclasses.replace(options, mesh=mesh, config=config)
+            mesh = _auto_mesh(args, options, ctx)
+            config = dataclasses.replace(config, batch_size=args.global_batch // mesh["data"])
+            options = dataclasses.replace(options, mesh=mesh, config=config)
+        else:
+            options = dataclasses.replace(options, mesh=args.mesh or {})
         result = train_volumes(args.data, args.run_dir, options, val=args.val, device=ctx.device)
         print0(f"{result.status} after {result.global_step} steps; run folder {result.run_dir}")
         marker = result.run_dir / "requeue"

@@ -32,6 +32,7 @@ from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.spatial_parallel.mesh import MESH_AXES
 from sciml.train_setup import LossFn, LossOutput
 from sciml.training import TrainConfig, TrainResult, fit
+from sciml.volumes.mesh_record import choose_mesh, record_mesh
 from sciml.xrvolumes import ShardedVolumes, run_stats
 
 __all__ = ["MODELS", "VolumeTraining", "build_model", "learning_rate_factor", "train_volumes"]
@@ -173,7 +174,8 @@ def train_volumes(
     Args:
         train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
         run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
-            ``norm_stats.json``); an interrupted run resumes from it.
+            ``norm_stats.json``, the grid in ``mesh.json``); an interrupted run
+            resumes from it, on the recorded grid only.
         options: The run's options.
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
@@ -181,17 +183,14 @@ def train_volumes(
             done (see :func:`sciml.training.fit`): the run checkpoints and stops.
 
     Raises:
-        ValueError: If the mesh does not match the number of processes, or the
-            files do not fit the model (named).
+        ValueError: If the mesh does not match the number of processes or the
+            grid recorded in ``run_dir``, or the files do not fit the model (named).
     """
-    sizes = options.mesh
-    mesh = SpatialMesh(
-        data=sizes.get("data", 1),
-        depth=sizes.get("depth", 1),
-        height=sizes.get("height", 1),
-        width=sizes.get("width", 1),
-    )
     run_dir = Path(run_dir)
+    sizes = choose_mesh(run_dir, options.mesh)  # another grid than the recorded one is refused
+    mesh = SpatialMesh(
+        data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
+    )
     train_set, val_set = _datasets(
         options, mesh, Path(train), None if val is None else Path(val), run_dir
     )
@@ -209,6 +208,7 @@ def train_volumes(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda epoch: learning_rate_factor(epoch, options)
     )
+    record_mesh(run_dir, sizes)
     return fit(
         model,
         optimizer,

@@ -1,16 +1,16 @@
 """sciml.volumes.auto_mesh: --mesh auto from the planner, one decision, recorded with the run."""
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 
 from sciml.cli import main
-from sciml.distributed import init_distributed, spawn
+from sciml.distributed import spawn
 from sciml.spatial_parallel.planner_profile import PROFILES, save_profile
-from sciml.volumes.auto_mesh import RECORD, MeshChoice, choose_mesh, plan_mesh, read_record
+from sciml.volumes.auto_mesh import plan_mesh
 from sciml.volumes.data import write_cosmology
+from sciml.volumes.mesh_record import MeshChoice, read_record
 from sciml.volumes.train import VolumeTraining
 
 pytestmark = pytest.mark.xdist_group("volumes_auto_mesh")
@@ -45,31 +45,6 @@ def test_the_plan_follows_the_batch_the_profile_and_the_memory(cosmo: Path) -> N
         _plan(cosmo, 2, 2, memory=1000.0)
     with pytest.raises(ValueError, match="no grid of 11 ranks can split input"):
         _plan(cosmo, 1, 11)  # 8 voxels cannot take 11 blocks, one sample not 11 replicas
-
-
-def test_the_record_is_written_then_kept(tmp_path: Path) -> None:
-    chosen = {"data": 1, "depth": 1, "height": 1, "width": 1}
-
-    def plan() -> MeshChoice:
-        return MeshChoice(dict(chosen), "the table")
-
-    def no_plan() -> MeshChoice:
-        raise AssertionError("a recorded grid must not be planned again")
-
-    with init_distributed(backend="gloo"):
-        with pytest.raises(ValueError, match="has 2 ranks but the world size is 1"):
-            choose_mesh(tmp_path / "bad", {"depth": 2})
-        assert not (tmp_path / "bad" / RECORD).exists()  # nothing recorded for a refused grid
-        assert choose_mesh(tmp_path, None, plan=plan) == chosen
-        record = json.loads((tmp_path / RECORD).read_text())
-        assert record["source"] == "auto" and "the table" in record["plan"]
-        assert choose_mesh(tmp_path, None, plan=no_plan) == chosen  # resume: reused
-        assert choose_mesh(tmp_path, {}, plan=no_plan) == chosen
-        with pytest.raises(ValueError, match="differs from the grid .* recorded in"):
-            choose_mesh(tmp_path, {"depth": 2})
-        (tmp_path / RECORD).write_text('{"mesh": {"depth": 0}}')
-        with pytest.raises(ValueError, match="does not record a grid"):
-            read_record(tmp_path)
 
 
 def _train_auto(argv: list[str]) -> int:

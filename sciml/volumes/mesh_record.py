@@ -1,0 +1,132 @@
+"""A run's process grid, decided once for every rank and recorded in ``RUN_DIR/mesh.json``.
+
+:func:`choose_mesh` (collective) gives every rank rank 0's decision: the grid
+recorded in the run folder when there is one (an explicit grid that differs
+is refused; ``--mesh auto`` takes it without planning again, so a resume is
+exact whatever changed since), else the grid asked for, else the planner's
+(``plan``, see :mod:`sciml.volumes.auto_mesh`). :func:`record_mesh` writes the
+grid a run trains on once its inputs are checked
+(:func:`sciml.volumes.train.train_volumes` calls both).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sciml.collectives import gather_objects, world
+from sciml.io_utils import atomic_write_text
+from sciml.spatial_parallel.mesh import MESH_AXES
+
+__all__ = ["RECORD", "MeshChoice", "choose_mesh", "full_mesh", "read_record", "record_mesh"]
+
+#: The file of a run folder that records its grid.
+RECORD = "mesh.json"
+
+
+@dataclass(frozen=True)
+class MeshChoice:
+    """A grid chosen by the planner.
+
+    Attributes:
+        mesh: Sizes of every axis of :data:`~sciml.spatial_parallel.mesh.MESH_AXES`.
+        table: The plan's table (the choice and the runners-up).
+    """
+
+    mesh: dict[str, int]
+    table: str
+
+
+def full_mesh(sizes: Mapping[str, int]) -> dict[str, int]:
+    """``sizes`` with every axis of the mesh (missing axes are 1)."""
+    return {axis: int(sizes.get(axis, 1)) for axis in MESH_AXES}
+
+
+def read_record(run_dir: Path | str) -> dict[str, int] | None:
+    """The grid recorded in ``run_dir`` (``None``: none recorded).
+
+    Raises:
+        ValueError: If the record cannot be read or is not a grid.
+    """
+    path = Path(run_dir) / RECORD
+    if not path.exists():
+        return None
+    try:
+        mesh = json.loads(path.read_text())["mesh"]
+        if set(mesh) == set(MESH_AXES) and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh.values()
+        ):
+            return full_mesh(mesh)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"cannot read the run's grid from {path}: {err}") from None
+    raise ValueError(f"{path} does not record a grid: expected sizes of {MESH_AXES}, got {mesh}")
+
+
+def record_mesh(run_dir: Path | str, mesh: Mapping[str, int]) -> None:
+    """Record ``mesh`` in ``run_dir`` on rank 0 unless a grid is recorded already."""
+    path = Path(run_dir) / RECORD
+    if world()[0] == 0 and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"mesh": full_mesh(mesh)}, indent=1) + "\n")
+
+
+def _decide(
+    run_dir: Path, mesh: Mapping[str, int] | None, plan: Callable[[], MeshChoice] | None
+) -> tuple[dict[str, int], str]:
+    """Rank 0: the grid and what to print (see :func:`choose_mesh`)."""
+    recorded = read_record(run_dir)
+    if recorded is not None:
+        if mesh is not None and full_mesh(mesh) != recorded:
+            raise ValueError(
+                f"--mesh {full_mesh(mesh)} differs from the grid {recorded} recorded in "
+                f"{run_dir / RECORD} when this run started; resume with that grid (or --mesh "
+                "auto), or start a new --run-dir"
+            )
+        note = f"the grid recorded in {run_dir / RECORD}: {recorded}" if mesh is None else ""
+        return recorded, note
+    if mesh is not None:
+        return full_mesh(mesh), ""
+    if plan is None:
+        raise ValueError("choosing the grid (mesh=None) needs the planner's choice (plan=)")
+    choice = plan()
+    return full_mesh(choice.mesh), f"--mesh auto chose {choice.mesh}:\n{choice.table}"
+
+
+def choose_mesh(
+    run_dir: Path | str,
+    mesh: Mapping[str, int] | None,
+    *,
+    plan: Callable[[], MeshChoice] | None = None,
+) -> dict[str, int]:
+    """The run's grid, the same on every rank (collective: call on every rank).
+
+    Rank 0 reads the record of ``run_dir``, else takes ``mesh`` or, for
+    ``mesh=None`` (``--mesh auto``), calls ``plan`` and prints its table; every
+    rank returns rank 0's decision.
+
+    Args:
+        run_dir: The run folder.
+        mesh: The grid asked for (missing axes are 1), or ``None`` for the planner's.
+        plan: Makes the planner's choice (called on rank 0 only, only when needed).
+
+    Raises:
+        ValueError: On every rank, if rank 0 could not decide (its error, named).
+    """
+    rank = world()[0]
+    decision: tuple[dict[str, int] | None, str] = (None, "")
+    error: Exception | None = None
+    if rank == 0:
+        try:
+            decision = _decide(Path(run_dir), mesh, plan)
+        except Exception as err:  # noqa: BLE001 - sent to every rank, raised below
+            error, decision = err, (None, f"{type(err).__name__}: {err}")
+    chosen, note = gather_objects(decision)[0]
+    if error is not None:
+        raise error
+    if chosen is None:
+        raise ValueError(f"rank 0 could not choose the grid: {note}")
+    if rank == 0 and note:
+        print(note, flush=True)
+    return chosen
