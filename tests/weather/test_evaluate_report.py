@@ -21,11 +21,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths = {"train": folder / "train.nc", "test": folder / "test.nc"}
     train.to_netcdf(paths["train"])
     _ensemble(dates=2, seed=1).to_netcdf(paths["test"])
-    for model in ("emos", "mlp"):
-        paths[model] = folder / model
-        train_postprocessor(
-            train, model=model, run_dir=paths[model], members=2, epochs=1, progress=False
-        )
+    paths["emos"] = folder / "emos"  # the deep models' forecasts: tests/weather/test_evaluate.py
+    train_postprocessor(train, model="emos", run_dir=paths["emos"], members=2, progress=False)
     return paths
 
 
@@ -34,7 +31,7 @@ def test_evaluate_writes_every_output_in_seconds(
 ) -> None:
     out = {name: tmp_path / f"scores.{name}" for name in ("json", "csv", "md")}
     argv = ["weather", "evaluate", str(files["test"]), "--run-dir", str(files["emos"])]
-    argv += [str(files["mlp"]), "--climate", str(files["train"]), "--figures", str(tmp_path)]
+    argv += ["--climate", str(files["train"]), "--figures", str(tmp_path)]
     argv += ["--json", str(out["json"]), "--csv", str(out["csv"]), "--markdown", str(out["md"])]
     start = time.perf_counter()
     assert main(argv) == 0
@@ -44,8 +41,8 @@ def test_evaluate_writes_every_output_in_seconds(
     assert "climate data's start dates" in printed and "raw_4" in printed
     rows = json.loads(out["json"].read_text())
     # the DESIGN contract: one row per (model, variable, level, lead time), raw_4 and raw_2
-    assert {r["model"] for r in rows} == {"raw_4", "raw_2", "emos_2", "mlp_2"}
-    assert len(rows) == 4 * 1 * 2 * 2
+    assert {r["model"] for r in rows} == {"raw_4", "raw_2", "emos_2"}
+    assert len(rows) == 3 * 1 * 2 * 2
     need = {"crps", "crps_kind", "crps_skill", "spread_skill", "crps_efi", "crps_extreme"}
     assert need <= set(rows[0])
     table = pd.read_csv(out["csv"])
@@ -59,7 +56,6 @@ def test_evaluate_writes_every_output_in_seconds(
     assert figures == [
         "crps_skill_psi.png",
         "reliability_emos_2.png",
-        "reliability_mlp_2.png",
         "reliability_raw_2.png",
         "reliability_raw_4.png",
     ]
