@@ -111,8 +111,11 @@ def plan_mesh(
 
     Raises:
         ValueError: If no grid fits (naming the smallest need), none can split
-            the volume, or none that fits has a ``data`` size dividing the batch.
+            the volume, none that fits has a ``data`` size dividing the batch, or
+            the batch is not a positive integer.
     """
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ValueError(f"global_batch must be an integer >= 1, got {global_batch!r}")
     volumes = ShardedVolumes(data, target=MODELS[options.model])
     channels = len(volumes.channels())
     outputs = volumes.target_shape[0] if options.model == "cosmoflow" else CLASSES

@@ -43,6 +43,9 @@ def test_the_plan_follows_the_batch_the_profile_and_the_memory(cosmo: Path) -> N
     assert "*" in _plan(cosmo, 1, 2).table  # the choice is marked in the table
     with pytest.raises(ValueError, match=r"no grid of 2 ranks fits in .* needs"):
         _plan(cosmo, 2, 2, memory=1000.0)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="global_batch must be an integer >= 1"):
+            _plan(cosmo, bad, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no grid of 11 ranks can split input"):
         _plan(cosmo, 1, 11)  # 8 voxels cannot take 11 blocks, one sample not 11 replicas
 
