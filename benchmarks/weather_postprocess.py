@@ -12,8 +12,8 @@ SIGUSR1/SIGTERM: its ``best`` checkpoint, chosen on the validation dates, is sco
 ``benchmark.json`` in its folder and is not trained again, so the models can be trained by
 separate ``--train-only`` invocations side by side and scored together by a last one.
 Prints the mean CRPS and skill against the raw full ensemble per model (over variables,
-levels and lead times; also on the extreme-event subsets when ``evaluate`` scores them) and
-per lead time; per model the training time, epochs, training
+levels and lead times; also on the extreme-event subsets, whose climate is the training and
+validation dates) and per lead time; per model the training time, epochs, training
 throughput (median samples/s over epochs, from ``fit``'s ``perf.csv``) and the peak
 resident memory of the training process (the loaded data set included); the evaluation
 time. Writes every row as JSON.
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_only:
         return 0
     start = time.perf_counter()
-    table = evaluate_runs(runs, test)
+    table = evaluate_runs(runs, test, climate=seen)  # extremes relative to the seen dates
     evaluate_seconds = time.perf_counter() - start
     scores = ["crps", "crps_skill", "crps_extreme_skill", "crps_efi_skill", "spread_skill"]
     summary = table.groupby("model")[[c for c in scores if c in table]].mean()
