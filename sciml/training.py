@@ -343,7 +343,8 @@ def fit(
         preempt_after: This rank acts as if it received SIGUSR1 once optimiser
             step ``preempt_after`` (counted from the run's start) is done: every
             rank checkpoints and ``fit`` returns ``"interrupted"``, as on a real
-            signal (for tests and benchmarks of resume; ``None``: signals only).
+            signal, also with ``handle_signals=False`` (the request is explicit;
+            for tests and benchmarks of resume; ``None``: signals only).
 
     Returns:
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
