@@ -94,6 +94,8 @@ def test_preempt_after_a_step_stops_there_and_the_resumed_run_matches(tmp_path: 
     ):
         assert torch.equal(a, b), name
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
+    _, unhandled = _train(tmp_path / "unhandled", preempt_after=2, handle_signals=False)
+    assert unhandled.status == "interrupted" and unhandled.global_step == 2  # an explicit request
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="preempt_after must be an integer >= 1 or None"):
             _train(tmp_path / "bad", preempt_after=bad)  # type: ignore[arg-type]
