@@ -40,8 +40,18 @@ class MeshChoice:
 
 
 def full_mesh(sizes: Mapping[str, int]) -> dict[str, int]:
-    """``sizes`` with every axis of the mesh (missing axes are 1)."""
-    return {axis: int(sizes.get(axis, 1)) for axis in MESH_AXES}
+    """``sizes`` with every axis of the mesh (missing axes are 1).
+
+    Raises:
+        ValueError: For an unknown axis or a size that is not an integer >= 1.
+    """
+    unknown = sorted(set(sizes) - set(MESH_AXES))
+    if unknown:
+        raise ValueError(f"mesh axes {unknown} are unknown; the axes are {MESH_AXES}")
+    bad = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(f"mesh sizes must be integers >= 1, got {bad}")
+    return {axis: sizes.get(axis, 1) for axis in MESH_AXES}
 
 
 def read_record(run_dir: Path | str) -> dict[str, int] | None:

@@ -31,6 +31,12 @@ def test_the_recorded_grid_is_kept(tmp_path: Path) -> None:
             choose_mesh(tmp_path, {"depth": 2})
         record_mesh(tmp_path, {"depth": 2})  # a recorded grid is never replaced
         assert read_record(tmp_path) == chosen
+        for bad, message in (
+            ({"depht": 2}, "axes \\['depht'\\] are unknown"),
+            ({"depth": 0}, ">= 1"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                choose_mesh(tmp_path / "new", bad)
         (tmp_path / RECORD).write_text('{"mesh": {"depth": 0}}')
         with pytest.raises(ValueError, match="does not record a grid"):
             read_record(tmp_path)
