@@ -51,6 +51,7 @@ def test_steps_are_timed_with_the_allocator_training_runs_with() -> None:
     # timing must not run under it
     times, mapped = spawn(timed_then_mapped, 1)[0]
     assert 0 < times["seconds"] <= times["median_seconds"]
+    assert times["cpu_seconds"] > 0
     assert mapped == 0
 
 
