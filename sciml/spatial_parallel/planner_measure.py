@@ -1,21 +1,22 @@
 """Measure what the planner predicts: a training step's time and peak memory on this rank.
 
-:func:`measure_step` is a rank function for :func:`sciml.spawn.spawn`: it
-parallelises a model on a mesh, runs Adam training steps on a random global
-batch and returns the best (and median) step time and the memory the step adds to what
-it starts with. On CUDA the peak is the allocator's
-(``torch.cuda.max_memory_allocated``); on the CPU it is the growth of the
-resident set over one more step (Linux ``/proc/self/status``, reset through
-``/proc/self/clear_refs``), which follows the live tensors because
-:func:`mmap_large_allocations` sends every allocation over 64 KiB to its own
-mapping, returned when freed.
+:func:`time_step` and :func:`step_memory` are rank functions for
+:func:`sciml.spawn.spawn`: each parallelises a model on a mesh and runs Adam
+training steps on a random global batch; the first returns the best (and
+median) step time, the second the memory a step adds to what it starts with.
+On CUDA the peak is the allocator's (``torch.cuda.max_memory_allocated``); on
+the CPU it is the growth of the resident set over one step (Linux
+``/proc/self/status``, reset through ``/proc/self/clear_refs``), which follows
+the live tensors because :func:`mmap_large_allocations` sends every
+allocation over 64 KiB to its own mapping, returned when freed.
 
-The steps are timed *before* that switch, with the C allocator as training
-runs it (freed blocks kept for reuse): with a fresh mapping per tensor every
-page of every activation faults on first touch, which on this 2-core virtual
-machine slowed a CosmoFlow 48^3 step from 60 to 95 ms on one rank and
-doubled each rank's CPU time on two ranks (concurrent page faults contend),
-so steps timed under it priced the page faults, not the step.
+On the CPU the two run in separate fresh processes. Under
+:func:`mmap_large_allocations` every page of every activation faults on first
+touch, which on this 2-core virtual machine slowed a CosmoFlow 48^3 step
+from 60 to 95 ms on one rank and doubled each rank's CPU time on two
+(concurrent page faults contend): steps timed under it priced the page
+faults, not the step. Switched on after timing instead, the heap the timed
+steps left behind is reused and fragments, and the growth came out 30% high.
 """
 
 from __future__ import annotations
