@@ -11,10 +11,10 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
 * point-to-point messages and all-reduces between two local gloo processes
   (latency from 1 KiB, bandwidth from 16 MiB), and what a split convolution
   adds per direction beyond its message (a tiny one on two ranks);
-
-Each figure is the best of a few repeats, the least disturbed by other load.
 * reading a 64 MiB file just written (so from the page cache: an upper bound
   of what a file system gives).
+
+Each figure is the best of a few repeats, the least disturbed by other load.
 
 The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
 named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`
