@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,7 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
 
     Raises:
         FileNotFoundError: Not a spread run folder.
+        ValueError: A run folder of another format (other configuration fields).
     """
     run_dir = Path(run_dir)
     path = run_dir / RUN_CONFIG
@@ -234,6 +235,12 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
             f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
         )
     raw: dict[str, Any] = json.loads(path.read_text())
+    expected = {f.name for f in fields(SpreadConfig)}
+    if set(raw) != expected:
+        raise ValueError(
+            f"{path} is a spread run of another format (missing {sorted(expected - set(raw))}, "
+            f"unknown {sorted(set(raw) - expected)}); this version of sciml cannot rebuild it"
+        )
     for key in ("variables", "periodic", "lead_days"):
         raw[key] = tuple(raw[key])
     return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")

@@ -105,6 +105,13 @@ def test_train_from_the_command_line_and_refusals(
     later = xr.open_dataset(test).isel(lead_time=[0, 2])  # steps two days apart, not one
     with pytest.raises(ValueError, match=r"trained on lead times \[0.0, 1.0, 2.0\] days; the"):
         evaluate_spread([run], later)
+    old = tmp_path / "old"
+    old.mkdir()
+    saved = json.loads((run / "spread_run.json").read_text())
+    del saved["lead_days"]
+    (old / "spread_run.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"another format \(missing \['lead_days'\], unknown \[\]"):
+        evaluate_spread([old], xr.open_dataset(test))
     with pytest.raises(ValueError, match="no test data given"):
         _spread_cli(["evaluate", "--run-dir", str(run)])
     new = tmp_path / "cli"
