@@ -78,7 +78,8 @@ def cases(specs: list[str]) -> dict[str, tuple[int, ...]]:
         name, _, size = spec.partition(":")
         if name not in models() or not size.isdigit() or int(size) < 1:
             raise SystemExit(
-                f"--case must be MODEL:SIZE with MODEL in {sorted(models())}, got {spec!r}"
+                f"--case must be MODEL:SIZE (MODEL one of {sorted(models())}, SIZE a positive "
+                f"integer), got {spec!r}"
             )
         sizes[name] = (*sizes.get(name, ()), int(size))
     return sizes
