@@ -9,6 +9,7 @@ metrics log.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -87,17 +88,27 @@ def batch_seed(seed: int, epoch: int, position: int) -> int:
     return int(state.generate_state(1, dtype=np.uint32)[0])
 
 
+#: What ``next`` returns from an ended iteration.
+_END = object()
+
+
 class _IndexBatches(Sampler[list[tuple[int, int]]]):
-    """The batches of the current epoch, each index paired with its batch's seed."""
+    """The queued batches, handed out in order; more may be queued while they are read.
+
+    The loader pulls batches ahead of the trainer (``prefetch_factor`` per worker), so
+    batches queued for the next epoch before this one ends are read while it finishes.
+    An iteration ends when it finds the queue empty.
+    """
 
     def __init__(self) -> None:
-        self.batches: list[list[tuple[int, int]]] = []
+        self.queue: deque[list[tuple[int, int]]] = deque()
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        return iter(self.batches)
+        while self.queue:
+            yield self.queue.popleft()
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.queue)
 
 
 class _SeededReads(Dataset[Any]):
@@ -153,14 +164,57 @@ class EpochLoader:
             # its own generator: starting an epoch must not draw from the global one
             generator=torch.Generator().manual_seed(config.seed),
         )
+        self._iterator: Iterator[Any] | None = None
+        self._ahead: tuple[int, int, list[list[int]]] | None = None
 
-    def epoch(self, batches: Sequence[list[int]], *, epoch: int, first: int = 0) -> Iterator[Any]:
-        """The batches of ``epoch``; the first is at position ``first`` of the epoch."""
-        self.sampler.batches = [
+    def epoch(
+        self,
+        batches: Sequence[list[int]],
+        *,
+        epoch: int,
+        first: int = 0,
+        then: Sequence[list[int]] | None = None,
+    ) -> Iterator[Any]:
+        """The batches of ``epoch``; the first is at position ``first`` of the epoch.
+
+        Args:
+            batches: Index batches to read, in order.
+            epoch: The epoch they belong to (with ``first``, it sets each batch's seed).
+            first: Position of ``batches[0]`` in the epoch.
+            then: The next epoch's batches from its start, when known: they are queued
+                behind these, so the workers read the next epoch's first batches while
+                this one ends (and while validation runs) instead of after it.
+        """
+        if self._ahead != (epoch, first, [list(b) for b in batches]):
+            self._restart()
+            self._queue(batches, epoch=epoch, first=first)
+        if then is not None:
+            self._queue(then, epoch=epoch + 1, first=0)
+        self._ahead = None if then is None else (epoch + 1, 0, [list(b) for b in then])
+        return self._take(len(batches))
+
+    def _queue(self, batches: Sequence[list[int]], *, epoch: int, first: int) -> None:
+        self.sampler.queue.extend(
             [(batch_seed(self.seed, epoch, first + k), index) for index in batch]
             for k, batch in enumerate(batches)
-        ]
-        return iter(self.loader)
+        )
+
+    def _take(self, count: int) -> Iterator[Any]:
+        """The next ``count`` batches, in the order they were queued."""
+        for _ in range(count):
+            batch = _END if self._iterator is None else next(self._iterator, _END)
+            if batch is _END:
+                # the iteration ended when its queue ran dry (what it had read ahead
+                # is out): a new one reads what was queued since
+                self._iterator = iter(self.loader)
+                batch = next(self._iterator)
+            yield batch
+
+    def _restart(self) -> None:
+        """Drop what was queued: the next iteration starts afresh (reads in flight dropped)."""
+        self.sampler.queue.clear()
+        self._iterator = None
+        self._ahead = None
 
 
 def progress(

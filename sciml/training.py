@@ -157,21 +157,16 @@ class _Trainer:
     def train_epoch(self) -> bool:
         """Train the rest of the current epoch; false if stopped by a signal."""
         s, state = self.s, self.state
-        batches = epoch_batches(
-            dataset_length("train_dataset", s.train_dataset),
-            s.config.batch_size,
-            epoch=state.epoch,
-            seed=s.config.seed,
-            shuffle=s.config.shuffle,
-            drop_last=s.config.drop_last,
-            replica=s.replica,
-        )
+        parts = self.epoch_parts(state.epoch)
         s.model.train()
-        parts = [micro_batches(batch, s.config.micro_batches) for batch in batches]
         first = sum(len(batch) for batch in parts[: state.step_in_epoch])
         todo = parts[state.step_in_epoch :]
         flat = [part for batch in todo for part in batch]
-        loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first)
+        following = state.epoch + 1 < s.config.epochs
+        then = (
+            [p for batch in self.epoch_parts(state.epoch + 1) for p in batch] if following else None
+        )
+        loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first, then=then)
         shown = progress(
             self.clock.batches(loader),
             total=len(flat) + first,
@@ -190,6 +185,20 @@ class _Trainer:
             if every and state.global_step % every == 0:
                 self.checkpoint(s.last)
         return True
+
+    def epoch_parts(self, epoch: int) -> list[list[list[int]]]:
+        """The index batches of ``epoch`` for this replica, each split into micro-batches."""
+        s = self.s
+        batches = epoch_batches(
+            dataset_length("train_dataset", s.train_dataset),
+            s.config.batch_size,
+            epoch=epoch,
+            seed=s.config.seed,
+            shuffle=s.config.shuffle,
+            drop_last=s.config.drop_last,
+            replica=s.replica,
+        )
+        return [micro_batches(batch, s.config.micro_batches) for batch in batches]
 
     def train_step(self, parts: list[Any], sizes: list[int]) -> None:
         """One optimiser step over a batch's parts; adds its values to the epoch's sums."""

@@ -3,13 +3,14 @@
 import csv
 import os
 import signal
+import time
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from sciml.train_batches import batch_seed, micro_batches
+from sciml.train_batches import EpochLoader, batch_seed, micro_batches
 from sciml.training import TrainConfig, fit
 
 
@@ -69,3 +70,46 @@ def test_workers_persist_and_random_transforms_resume_exactly(tmp_path: Path) ->
     assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
     losses = [r["value"] for r in _rows(tmp_path / "straight") if r["split"] == "train_step"]
     assert len(set(losses)) == len(losses) == 9
+
+
+class _LoggedReads(Dataset[torch.Tensor]):
+    """A random draw per sample (seeded per batch by the loader); each read logged to a file."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with self.log.open("a") as out:
+            out.write(f"{index}\n")
+        return torch.rand(1)
+
+
+def _reads(log: Path) -> list[int]:
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+def test_the_next_epoch_is_read_ahead_with_the_draws_it_would_have_had(tmp_path: Path) -> None:
+    config = TrainConfig(epochs=2, batch_size=1, num_workers=1, seed=3)
+    first, second = [[0], [1], [2]], [[5], [6], [7]]
+    ahead = EpochLoader(_LoggedReads(tmp_path / "a.log"), config, None, pin_memory=False)
+    epoch0 = list(ahead.epoch(first, epoch=0, then=second))
+    deadline = time.monotonic() + 60
+    while 5 not in _reads(tmp_path / "a.log") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 5 in _reads(tmp_path / "a.log"), "epoch 1's first batch was not read ahead"
+    epoch1 = list(ahead.epoch(second, epoch=1))
+    assert sorted(_reads(tmp_path / "a.log")) == [0, 1, 2, 5, 6, 7]  # each read once
+
+    plain = EpochLoader(_LoggedReads(tmp_path / "b.log"), config, None, pin_memory=False)
+    assert torch.equal(torch.cat(epoch0), torch.cat(list(plain.epoch(first, epoch=0))))
+    assert torch.equal(torch.cat(epoch1), torch.cat(list(plain.epoch(second, epoch=1))))
+    # batches other than those read ahead are read afresh, in the order asked for
+    other = [[4], [3]]
+    list(ahead.epoch(second, epoch=1, then=second))
+    assert torch.equal(
+        torch.cat(list(ahead.epoch(other, epoch=2))),
+        torch.cat(list(plain.epoch(other, epoch=2))),
+    )
