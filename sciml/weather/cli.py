@@ -116,11 +116,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.weather.data import open_ensemble
     from sciml.weather.evaluate import score_runs
     from sciml.weather.evaluate_report import SUMMARY, describe, write_evaluation
+    from sciml.weather.train import RUN_CONFIG
 
+    runs, test_data = _runs_and_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     climate = open_ensemble(args.climate) if args.climate else None
     evaluation = score_runs(
-        args.run_dir,
-        open_ensemble(args.test_data),
+        runs,
+        open_ensemble(test_data),
         climate=climate,
         extreme_fraction=args.extreme_fraction,
     )
@@ -172,6 +174,29 @@ def _register_train(sub: Subparsers) -> None:
     train.set_defaults(func=_cmd_train)
 
 
+def _runs_and_data(runs: list[str], data: list[str], *, marker: str) -> tuple[list[str], list[str]]:
+    """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
+
+    Without positional test data, the trailing paths of ``--run-dir`` that are not run
+    folders (no ``marker`` file in them) are the test data.
+
+    Raises:
+        ValueError: No test data in either place, or no run folder.
+    """
+    from pathlib import Path
+
+    if data:
+        return runs, data
+    count = len(runs)
+    while count and not (Path(runs[count - 1]) / marker).exists():
+        count -= 1
+    if count == len(runs):
+        raise ValueError("no test data given: name the test file(s) after the run folders")
+    if count == 0:
+        raise ValueError(f"no run folder among --run-dir {runs} (none holds {marker})")
+    return runs[:count], runs[count:]
+
+
 def _register_evaluate(sub: Subparsers) -> None:
     evaluate = sub.add_parser(
         "evaluate",
@@ -182,7 +207,11 @@ def _register_evaluate(sub: Subparsers) -> None:
         "histogram's distance from flat. Runs that differ only by seed are averaged "
         "(<score>_std columns) and keep their own rows.",
     )
-    evaluate.add_argument("test_data", nargs="+", help="test ensemble file(s) with truth")
+    evaluate.add_argument(
+        "test_data",
+        nargs="*",
+        help="test ensemble file(s) with truth (or the paths after the run folders of --run-dir)",
+    )
     evaluate.add_argument(
         "--run-dir", nargs="+", required=True, help="run folder(s) of 'sciml weather train'"
     )

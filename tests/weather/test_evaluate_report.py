@@ -93,3 +93,16 @@ def test_evaluate_rejects_a_fraction_of_zero_in_argparse(
         main(["weather", "evaluate", "t.nc", "--run-dir", "r", "--extreme-fraction", "0"])
     assert exit_info.value.code == 2
     assert "--extreme-fraction" in capsys.readouterr().err
+
+
+def test_test_data_may_follow_the_run_folders(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "s.json"
+    argv = ["weather", "evaluate", "--json", str(out), "--run-dir", str(files["emos"])]
+    assert main([*argv, str(files["test"])]) == 0  # --run-dir R TEST: TEST is no run folder
+    assert {r["model"] for r in json.loads(out.read_text())} == {"raw_4", "raw_2", "emos_2"}
+    assert main(argv) == 1
+    assert "no test data given" in capsys.readouterr().err
+    assert main([*argv[:-1], str(tmp_path / "typo"), str(files["test"])]) == 1
+    assert "no run folder among --run-dir" in capsys.readouterr().err
