@@ -66,6 +66,16 @@ def test_blocks_are_the_shards_of_the_whole_sample(cosmo: Path) -> None:
         assert torch.equal(y, torch.from_numpy(params[1]).double())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_block_in_a_narrower_dtype_is_the_float64_block_rounded(
+    cosmo: Path, dtype: torch.dtype
+) -> None:
+    wide, _ = ShardedVolumes(cosmo, dtype=torch.float64)[2]
+    narrow, params = ShardedVolumes(cosmo, dtype=dtype)[2]
+    assert narrow.dtype == params.dtype == dtype
+    assert torch.equal(narrow, wide.to(dtype))
+
+
 def test_each_rank_reads_at_most_its_share_plus_5_percent(cosmo: Path) -> None:
     sample = 4 * SIZE**3 * 2  # int16 counts of one sample; chunks of 4**3 voxels
     for grid in ((2, 2, 1), (1, 2, 4), (1, 1, 1)):
