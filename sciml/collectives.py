@@ -10,7 +10,8 @@ them all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import builtins
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -23,6 +24,7 @@ __all__ = [
     "check_replica",
     "collective_device",
     "gather_objects",
+    "on_rank0",
     "to_device",
     "world",
 ]
@@ -123,6 +125,43 @@ def gather_objects(value: T) -> list[T]:
     gathered: list[Any] = [None] * size
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def on_rank0(fn: Callable[[], T]) -> T:
+    """Call ``fn`` on rank 0 only; every rank returns its result (collective).
+
+    For work that must happen once (writing a run folder's files, a choice every rank
+    must share). An error on rank 0 is raised on every rank, so no rank waits on a
+    peer that gave up.
+
+    Raises:
+        Exception: On rank 0, what ``fn`` raised; on the others, an exception of the
+            same type when it is a built-in one (else ``RuntimeError``) naming it.
+    """
+    result: Any = None
+    error: Exception | None = None
+    if world()[0] == 0:
+        try:
+            result = fn()
+        except Exception as err:  # noqa: BLE001 - raised below, on every rank
+            error = err
+    failure = None if error is None else (type(error).__name__, _builtin_name(error), str(error))
+    result, failure = gather_objects((result, failure))[0]
+    if error is not None:
+        raise error
+    if failure is not None:
+        name, builtin, text = failure
+        kind = getattr(builtins, builtin) if builtin else RuntimeError
+        raise kind(f"rank 0 failed with {name}: {text}")
+    return result
+
+
+def _builtin_name(error: Exception) -> str | None:
+    """The name of the built-in exception type ``error`` has or derives from first."""
+    for kind in type(error).__mro__:
+        if kind.__module__ == "builtins" and issubclass(kind, Exception):
+            return kind.__name__
+    return None
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -47,6 +47,7 @@ from sciml.collectives import (
     check_replica,
     collective_device,
     gather_objects,
+    on_rank0,
     to_device,
     world,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "gather_objects",
     "init_distributed",
     "is_main_process",
+    "on_rank0",
     "print0",
     "rank_zero_only",
     "shutdown",

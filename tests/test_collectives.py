@@ -12,6 +12,7 @@ from sciml.collectives import (
     backend_devices,
     check_replica,
     collective_device,
+    on_rank0,
     to_device,
 )
 from sciml.distributed import init_distributed, spawn
@@ -56,3 +57,26 @@ def test_to_device_keeps_a_tensors_marks() -> None:
     block.mark = (1, 1, 4, 2, 2)  # type: ignore[attr-defined]
     moved = to_device({"x": block}, torch.device("meta"))["x"]
     assert moved.is_meta and moved.mark == (1, 1, 4, 2, 2)
+
+
+def _rank0_value(fail: bool) -> tuple[str, int]:
+    calls: list[int] = []
+
+    def decide() -> int:
+        calls.append(dist.get_rank())
+        if fail:
+            raise FileNotFoundError("no such run folder: runs/x")
+        return 7
+
+    try:
+        return "value", on_rank0(decide) + len(calls) * 100
+    except FileNotFoundError as err:
+        return str(err), len(calls)
+
+
+def test_on_rank0_runs_once_and_every_rank_gets_the_result_or_the_error() -> None:
+    assert spawn(_rank0_value, 2, False) == [("value", 107), ("value", 7)]
+    (first, calls0), (second, calls1) = spawn(_rank0_value, 2, True)
+    assert (calls0, calls1) == (1, 0)
+    assert first == "no such run folder: runs/x"
+    assert second == "rank 0 failed with FileNotFoundError: no such run folder: runs/x"

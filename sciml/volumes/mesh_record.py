@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sciml.collectives import gather_objects, world
+from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.mesh import MESH_AXES
 
@@ -124,19 +124,7 @@ def choose_mesh(
     Raises:
         ValueError: On every rank, if rank 0 could not decide (its error, named).
     """
-    rank = world()[0]
-    decision: tuple[dict[str, int] | None, str] = (None, "")
-    error: Exception | None = None
-    if rank == 0:
-        try:
-            decision = _decide(Path(run_dir), mesh, plan)
-        except Exception as err:  # noqa: BLE001 - sent to every rank, raised below
-            error, decision = err, (None, f"{type(err).__name__}: {err}")
-    chosen, note = gather_objects(decision)[0]
-    if error is not None:
-        raise error
-    if chosen is None:
-        raise ValueError(f"rank 0 could not choose the grid: {note}")
-    if rank == 0 and note:
+    chosen, note = on_rank0(lambda: _decide(Path(run_dir), mesh, plan))
+    if world()[0] == 0 and note:
         print(note, flush=True)
     return chosen
