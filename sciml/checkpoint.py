@@ -30,6 +30,7 @@ __all__ = [
     "restore_checkpoint",
     "save_checkpoint",
     "set_rng_state",
+    "unwrap",
 ]
 
 #: Format tag stored in every checkpoint.
@@ -38,6 +39,14 @@ FORMAT = "sciml-checkpoint/1"
 
 class CheckpointError(RuntimeError):
     """A checkpoint is corrupt, not a sciml checkpoint, or belongs to another model."""
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module whose weights a checkpoint holds: a ``DistributedDataParallel``'s ``.module``.
+
+    So a checkpoint of a data-parallel run loads into the plain model (and back).
+    """
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
 def model_signature(model: nn.Module) -> dict[str, list[int]]:
@@ -99,7 +108,7 @@ def save_checkpoint(
 
     Args:
         path: Destination file.
-        model: The model whose ``state_dict`` is saved.
+        model: The model whose ``state_dict`` is saved (a data-parallel wrapper's module).
         optimizer: Optional optimiser to save.
         scheduler: Optional learning-rate scheduler to save.
         state: Extra loop state (plain Python values and tensors).
@@ -109,6 +118,7 @@ def save_checkpoint(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model = unwrap(model)
     payload = {
         "format": FORMAT,
         "model_class": type(model).__qualname__,
@@ -213,7 +223,7 @@ def restore_checkpoint(
     Args:
         path: Where the payload was read from (named in errors).
         payload: The checkpoint's contents.
-        model: Receives the saved weights.
+        model: Receives the saved weights (a data-parallel wrapper's module does).
         optimizer: Receives the saved optimiser state (which must exist).
         scheduler: Receives the saved scheduler state (which must exist).
         restore_rng: Also restore Python's, NumPy's and torch's generators.
@@ -227,6 +237,7 @@ def restore_checkpoint(
     path = Path(path)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model = unwrap(model)
     _check_signature(path, payload, model)
     if optimizer is not None:
         _check_class(path, payload, "optimizer", optimizer)

@@ -77,3 +77,28 @@ def test_checkpoint_functions_want_a_module(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got OrderedDict"):
         load_checkpoint(path, model.state_dict())
     assert not (tmp_path / "d.pt").exists()
+
+
+def _wrapped_checkpoint(path: Path) -> bool:
+    torch.manual_seed(0)
+    plain = nn.Linear(3, 2)
+    save_checkpoint(path, nn.parallel.DistributedDataParallel(plain))
+    other = nn.Linear(3, 2)
+    load_checkpoint(path, other, restore_rng=False)
+    wrapped = nn.parallel.DistributedDataParallel(nn.Linear(3, 2))
+    load_checkpoint(path, wrapped, restore_rng=False)
+    return all(
+        torch.equal(a, b) and torch.equal(a, c)
+        for a, b, c in zip(
+            plain.state_dict().values(),
+            other.state_dict().values(),
+            wrapped.module.state_dict().values(),
+            strict=True,
+        )
+    )
+
+
+def test_a_data_parallel_models_checkpoint_holds_the_plain_models_weights(tmp_path: Path) -> None:
+    from sciml.distributed import spawn
+
+    assert spawn(_wrapped_checkpoint, 1, tmp_path / "ddp.pt") == [True]

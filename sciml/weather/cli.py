@@ -84,25 +84,28 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
     from sciml.weather.data import open_ensemble
     from sciml.weather.train import train_postprocessor
 
-    status = train_postprocessor(
-        open_ensemble(args.data),
-        model=args.model,
-        run_dir=args.run_dir,
-        members=args.members,
-        variables=args.variables,
-        choice=args.choice,
-        validation=args.validation,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
-    print(f"{args.model} on {args.members} members: {status}, run folder {args.run_dir}")
+    with init_distributed() as ctx:
+        status = train_postprocessor(
+            open_ensemble(args.data),
+            model=args.model,
+            run_dir=args.run_dir,
+            members=args.members,
+            variables=args.variables,
+            choice=args.choice,
+            validation=args.validation,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            progress=not args.quiet,
+            device=ctx.device,
+        )
+        print0(f"{args.model} on {args.members} members: {status}, run folder {args.run_dir}")
     return EXIT_REQUEUE if status == "interrupted" else 0
 
 
@@ -167,7 +170,9 @@ def _register_train(sub: Subparsers) -> None:
         "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
     )
     train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
-    train.add_argument("--batch-size", type=positive_int, default=8, help="samples per step")
+    train.add_argument(
+        "--batch-size", type=positive_int, default=8, help="samples per step on each rank"
+    )
     train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
     train.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sciml.checkpoint import unwrap
 from sciml.models import UNet
 from sciml.weather.losses import crps_gaussian_loss
 from sciml.weather.periodic import periodic_lon
@@ -211,7 +212,13 @@ class PostProcessor(GaussianPostProcessor):
         return residual_gaussian(mean, sd, out)
 
 
-def gaussian_crps_loss(model: GaussianPostProcessor, batch: dict[str, Tensor]) -> Tensor:
-    """Mean Gaussian CRPS against ``batch["truth"]`` plus the model's regularisation."""
+def gaussian_crps_loss(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """Mean Gaussian CRPS against ``batch["truth"]`` plus the model's regularisation.
+
+    ``model`` is a :class:`GaussianPostProcessor`, or a data-parallel wrapper of one.
+    """
     mu, sigma = model(batch["members"], batch.get("static"), batch.get("lead_time"))
-    return crps_gaussian_loss(batch["truth"], mu, sigma) + model.regularisation()
+    inner = unwrap(model)
+    if not isinstance(inner, GaussianPostProcessor):
+        raise TypeError(f"expected a GaussianPostProcessor, got {type(inner).__name__}")
+    return crps_gaussian_loss(batch["truth"], mu, sigma) + inner.regularisation()

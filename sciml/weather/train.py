@@ -28,7 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 import xarray as xr
+from torch.nn.parallel import DistributedDataParallel
 
+from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.weather.emos import fit_emos
@@ -142,8 +144,14 @@ def train_postprocessor(
     seed: int = 0,
     progress: bool = True,
     handle_signals: bool = True,
+    device: torch.device | str | None = None,
 ) -> str:
     """Train ``model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
+
+    Under an initialised ``torch.distributed`` group (``sciml weather train`` under
+    torchrun or srun) a deep model trains data-parallel: each rank reads its share of
+    every epoch's samples and the gradients are averaged over ranks
+    (``DistributedDataParallel``); rank 0 alone writes the run folder and fits EMOS.
 
     Args:
         ds: Ensemble with ``<variable>_truth`` (e.g. a toy preset), Dask-backed or not.
@@ -164,6 +172,7 @@ def train_postprocessor(
         seed: Seed of the run.
         progress: Show progress bars.
         handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1 (deep models).
+        device: Where a deep model trains (default: the CPU).
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -205,15 +214,24 @@ def train_postprocessor(
     )
     run_dir = Path(run_dir)
     train, val = _split_validation(ds, validation)
-    with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-        _check_config(run_dir, config)
-        atomic_write_text(run_dir / RUN_CONFIG, config.to_json())
-    stats = compute_stats(train, chosen, channel_dims=channel_dims)
-    stats.to_json(run_dir / "stats.json")
+
+    def prepare() -> NormStats:
+        """The run folder's files, written once (rank 0); EMOS is fitted there too."""
+        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+            _check_config(run_dir, config)
+            atomic_write_text(run_dir / RUN_CONFIG, config.to_json())
+        stats = compute_stats(train, chosen, channel_dims=channel_dims)
+        stats.to_json(run_dir / "stats.json")
+        if model == "emos":
+            _train_emos(train, config, run_dir)
+        return stats
+
+    stats = on_rank0(prepare)
     if model == "emos":
-        _train_emos(train, config, run_dir)
         return "completed"
-    return _train_deep(train, val, config, stats, run_dir, progress, handle_signals)
+    return _train_deep(
+        train, val, config, stats, run_dir, progress, handle_signals, torch.device(device or "cpu")
+    )
 
 
 def _train_emos(train: xr.Dataset, config: RunConfig, run_dir: Path) -> None:
@@ -262,6 +280,7 @@ def _train_deep(
     run_dir: Path,
     progress: bool,
     handle_signals: bool,
+    device: torch.device,
 ) -> str:
     from sciml.sampling import seed_everything
     from sciml.train_config import TrainConfig
@@ -281,12 +300,16 @@ def _train_deep(
         )
 
     seed_everything(config.seed)
-    model = _build(config, len(stats.channels))
+    model: torch.nn.Module = _build(config, len(stats.channels)).to(device)
+    if world()[1] > 1:
+        model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None
+        )
     result = fit(
         model,
         torch.optim.Adam(model.parameters(), lr=config.lr),
         dataset(train, config.choice),
-        gaussian_crps_loss,  # type: ignore[arg-type]
+        gaussian_crps_loss,
         run_dir=run_dir,
         config=TrainConfig(
             epochs=config.epochs,
