@@ -144,7 +144,10 @@ class UNet(nn.Module):
                 f"got shape {tuple(x.shape)}"
             )
         multiple = tuple(f**self.depth for f in self.factors)
-        if any(size % m for size, m in zip(x.shape[2:], multiple, strict=True)):
+        # a spatially parallel copy (sciml parallelize swaps the pooling) sees its block,
+        # which need not divide: the global volume does, and the layers check that
+        local = type(self.pool) in (nn.MaxPool2d, nn.MaxPool3d)
+        if local and any(size % m for size, m in zip(x.shape[2:], multiple, strict=True)):
             raise ValueError(
                 f"UNet(depth={self.depth}) needs spatial sizes divisible by "
                 f"{', '.join(map(str, multiple))} (pool**depth per dim), got {tuple(x.shape[2:])}"
