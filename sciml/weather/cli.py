@@ -121,7 +121,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.weather.evaluate_report import SUMMARY, describe, write_evaluation
     from sciml.weather.train import RUN_CONFIG
 
-    runs, test_data = _runs_and_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
+    runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     climate = open_ensemble(args.climate) if args.climate else None
     evaluation = score_runs(
         runs,
@@ -179,7 +179,9 @@ def _register_train(sub: Subparsers) -> None:
     train.set_defaults(func=_cmd_train)
 
 
-def _runs_and_data(runs: list[str], data: list[str], *, marker: str) -> tuple[list[str], list[str]]:
+def runs_and_test_data(
+    runs: list[str], data: list[str], *, marker: str
+) -> tuple[list[str], list[str]]:
     """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
 
     Without positional test data, the trailing paths of ``--run-dir`` that are not run

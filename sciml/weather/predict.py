@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from sciml.weather.emos import emos_predict
 from sciml.weather.train import RunConfig, load_postprocessor, read_run
 
-__all__ = ["Forecast", "predict_run"]
+__all__ = ["Forecast", "labelled_like_truth", "predict_run"]
 
 SAMPLE_DIMS = ("time", "lead_time")
 #: ``(mu, sigma)`` of every variable.
@@ -55,7 +55,10 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
         own = [d for d in config.channel_dims if d in truth.dims]
         count = int(np.prod([truth.sizes[d] for d in own]))
         picked = slice(start, start + count)
-        out[var] = (_labelled(mu[:, picked], truth, own), _labelled(sigma[:, picked], truth, own))
+        out[var] = (
+            labelled_like_truth(mu[:, picked], truth, own=own),
+            labelled_like_truth(sigma[:, picked], truth, own=own),
+        )
         start += count
     return out
 
@@ -72,7 +75,9 @@ def _check_grid(config: RunConfig, test: xr.Dataset) -> None:
         )
 
 
-def _labelled(values: torch.Tensor, truth: xr.DataArray, own: list[str]) -> xr.DataArray:
+def labelled_like_truth(
+    values: torch.Tensor, truth: xr.DataArray, *, own: list[str]
+) -> xr.DataArray:
     """``(sample, channel, *spatial)`` values on the truth's dims and coordinates."""
     spatial = [d for d in truth.dims if d not in (*SAMPLE_DIMS, *own)]
     dims = (*SAMPLE_DIMS, *own, *spatial)

@@ -41,10 +41,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from sciml.io_utils import atomic_write_text
+    from sciml.weather.cli import runs_and_test_data
     from sciml.weather.data import open_ensemble
     from sciml.weather.spread_evaluate import evaluate_spread
+    from sciml.weather.spread_train import RUN_CONFIG
 
-    runs, test_data = _runs_and_data(args.run_dir, args.test_data)
+    runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     table = evaluate_spread(runs, open_ensemble(test_data))
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(table.round(5).to_string(index=False))
@@ -53,26 +55,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         atomic_write_text(args.json, text)
         print(f"wrote {args.json}")
     return 0
-
-
-def _runs_and_data(runs: list[str], data: list[str]) -> tuple[list[str], list[str]]:
-    """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
-
-    Without positional test data, the trailing paths of ``--run-dir`` that are not spread run
-    folders (no ``spread_run.json``) are the test data.
-    """
-    from pathlib import Path
-
-    from sciml.weather.spread_train import RUN_CONFIG
-
-    if data:
-        return runs, data
-    count = len(runs)
-    while count and not (Path(runs[count - 1]) / RUN_CONFIG).exists():
-        count -= 1
-    if count == len(runs):
-        raise ValueError("no test data given: name the test file(s) after the run folders")
-    return runs[:count], runs[count:]
 
 
 def _add_train(sub: Subparsers) -> None:

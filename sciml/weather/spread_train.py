@@ -26,10 +26,10 @@ from torch.utils.data import DataLoader
 from sciml.io_utils import atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.train_config import TrainConfig
-from sciml.weather.predict import _labelled
+from sciml.weather.predict import labelled_like_truth
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
-from sciml.weather.train import _split_validation, forecast_variables
+from sciml.weather.train import forecast_variables, split_validation
 from sciml.xrchannels import NormStats, compute_stats
 
 __all__ = ["SpreadConfig", "load_spread_model", "predict_spread", "read_spread_run", "train_spread"]
@@ -177,7 +177,7 @@ def train_spread(
         tensorboard=False,
         handle_signals=handle_signals,
     )
-    train, val = _split_validation(ds, validation)
+    train, val = split_validation(ds, validation=validation)
     run_dir = Path(run_dir)
     _claim(run_dir, config)
     stats = compute_stats(train, chosen, channel_dims=("level",))
@@ -291,5 +291,5 @@ def predict_spread(
     out = {}
     for v, var in enumerate(config.variables):
         picked = sd[:, v * config.levels : (v + 1) * config.levels]
-        out[var] = _labelled(picked, test[f"{var}_truth"], ["level"])
+        out[var] = labelled_like_truth(picked, test[f"{var}_truth"], own=["level"])
     return out

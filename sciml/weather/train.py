@@ -48,6 +48,7 @@ __all__ = [
     "forecast_variables",
     "load_postprocessor",
     "read_run",
+    "split_validation",
     "static_variables",
     "train_postprocessor",
 ]
@@ -99,7 +100,7 @@ def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]
     return [str(name) for name, var in ds.data_vars.items() if not varying & set(var.dims)]
 
 
-def _split_validation(ds: xr.Dataset, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
+def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
     """Training and validation start dates: the last ``validation`` fraction validates."""
     if not 0 < validation < 1:
         raise ValueError(f"validation must be a fraction in (0, 1), got {validation}")
@@ -213,7 +214,7 @@ def train_postprocessor(
         periodic=model != "emos" and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
     run_dir = Path(run_dir)
-    train, val = _split_validation(ds, validation)
+    train, val = split_validation(ds, validation=validation)
 
     def prepare() -> NormStats:
         """The run folder's files, written once (rank 0); EMOS is fitted there too."""
