@@ -1,6 +1,7 @@
 # The README's commands. Each one sets up .venv from nothing when needed.
 #   make demo    end-to-end run on the bundled data -> runs/demo/report.md
-#   make test    the whole test suite, notebooks included
+#   make test    the whole test suite, each notebook run in quick mode
+#   make notebooks   each notebook run as shipped (the sizes a user opens it with)
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
 # On a GPU machine drop the CPU pin: `make CONSTRAINTS= test`.
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sciml-installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test bench lab lint install clean
+.PHONY: demo test notebooks bench lab lint install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +27,10 @@ demo: $(STAMP)
 	$(BIN)/sciml demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not shipped" tests
+
+notebooks: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py
 
 bench: $(STAMP)
 	@for script in benchmarks/[!_]*.py; do \

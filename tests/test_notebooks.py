@@ -3,8 +3,9 @@
 Quick mode (``SCIML_QUICK=1``) may change sizes only, never code paths: the
 notebooks read ``QUICK`` in their first code cell alone, where it picks
 values (``NAME = small if QUICK else full``); every other cell runs the same
-code in both modes. The shipped mode, what a user who opens the notebook
-runs, is executed too (marked ``slow``).
+code in both modes (checked below). ``make test`` runs each notebook quick;
+the shipped mode, what a user who opens the notebook runs (several minutes in
+all), is marked ``shipped`` and run by ``make notebooks``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def test_notebook_runs_quick(path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     _run(path, monkeypatch, quick=True)
 
 
-@pytest.mark.slow
+@pytest.mark.shipped
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_runs_as_shipped(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _run(path, monkeypatch, quick=False)
