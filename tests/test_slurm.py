@@ -69,6 +69,25 @@ def _wait_gone(env: dict[str, str], job: str, seconds: float = 180) -> None:
     assert not _state(env, job), f"job {job} still queued after {seconds} s"
 
 
+def signal_and_release_requeued(env: dict[str, str], job: str, log: Path) -> None:
+    """SIGUSR1 to a running job (what Slurm sends with --signal=USR1@120 before the limit),
+    wait until the batch script has requeued it, then let it start again."""
+    subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True, timeout=30)
+    deadline = time.monotonic() + 120
+    while "requeueing" not in (log.read_text() if log.exists() else "") or (
+        _state(env, job) != "PENDING"
+    ):
+        assert time.monotonic() < deadline, f"the job never requeued itself:\n{log.read_text()}"
+        time.sleep(0.2)
+    # A requeued job waits for its begin time (minutes); let it start sooner, but not
+    # in the same second: slurmd rejects a credential issued when the old one was
+    # revoked ("Job credential revoked"), and Slurm's own delay exists for that.
+    time.sleep(3)
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True, timeout=30
+    )
+
+
 def test_srun_two_tasks_initialise_from_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "ranks"
     job = _sbatch(
@@ -114,24 +133,7 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
         if metrics.exists() and len(metrics.read_text().splitlines()) > 8:
             break
         time.sleep(0.1)
-    # what Slurm does ahead of the time limit with --signal=USR1@120
-    subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env, check=True, timeout=30)
-    deadline = time.monotonic() + 120
-    while "requeueing" not in (log.read_text() if log.exists() else "") or (
-        _state(slurm_env, job) != "PENDING"
-    ):
-        assert time.monotonic() < deadline, "the job never requeued itself"
-        time.sleep(0.2)
-    # A requeued job waits for its begin time (minutes); let it start sooner, but not
-    # in the same second: slurmd rejects a credential issued when the old one was
-    # revoked ("Job credential revoked"), and Slurm's own delay exists for that.
-    time.sleep(3)
-    subprocess.run(
-        ["scontrol", "update", f"JobId={job}", "StartTime=now"],
-        env=slurm_env,
-        check=True,
-        timeout=30,
-    )
+    signal_and_release_requeued(slurm_env, job, log)
     deadline = time.monotonic() + 180
     while not (run / "final.pt").exists():  # written by the resumed run when it completes
         assert time.monotonic() < deadline, f"the requeued job did not finish:\n{log.read_text()}"

@@ -4,7 +4,6 @@ Uses the one-node cluster of tests/test_slurm.py (skipped where Slurm or root is
 """
 
 import csv
-import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +11,14 @@ import torch
 
 from sciml.checkpoint import read_checkpoint
 from sciml.volumes.data import write_cosmology
-from tests.test_slurm import ROOT, _sbatch, _state, _wait_gone, pytestmark, slurm_env  # noqa: F401, F811
+from tests.test_slurm import (  # noqa: F401, F811
+    ROOT,
+    _sbatch,
+    _wait_gone,
+    pytestmark,
+    signal_and_release_requeued,
+    slurm_env,
+)
 
 SBATCH = ROOT / "slurm" / "cosmoflow.sbatch"
 ARGS = ["--mesh", "depth=2", "--epochs", "4", "--batch-size", "2", "--width", "4", "--levels", "2"]
@@ -52,20 +58,7 @@ def test_two_tasks_interrupted_requeued_and_resumed_equal_one_straight_run(
     while not (run / "metrics.csv").exists() or len(_rows(run)) < 8:
         assert time.monotonic() < deadline, "the job did not start training"
         time.sleep(0.05)
-    subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env, check=True, timeout=30)
-    deadline = time.monotonic() + 120
-    while "requeueing" not in (log.read_text() if log.exists() else "") or (
-        _state(slurm_env, job) != "PENDING"
-    ):
-        assert time.monotonic() < deadline, f"the job never requeued itself:\n{log.read_text()}"
-        time.sleep(0.2)
-    time.sleep(3)  # see tests/test_slurm.py: a credential revoked in the same second
-    subprocess.run(
-        ["scontrol", "update", f"JobId={job}", "StartTime=now"],
-        env=slurm_env,
-        check=True,
-        timeout=30,
-    )
+    signal_and_release_requeued(slurm_env, job, log)
     _wait_gone(slurm_env, job)
     text = log.read_text()
     assert "interrupted after" in text and "completed after 32 steps" in text, text

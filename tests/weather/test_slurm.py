@@ -4,12 +4,18 @@ Uses the one-node cluster of tests/test_slurm.py (skipped where Slurm or root is
 """
 
 import csv
-import subprocess
 import time
 from pathlib import Path
 
 from sciml.checkpoint import read_checkpoint
-from tests.test_slurm import ROOT, _sbatch, _state, _wait_gone, pytestmark, slurm_env  # noqa: F401, F811
+from tests.test_slurm import (  # noqa: F401, F811
+    ROOT,
+    _sbatch,
+    _wait_gone,
+    pytestmark,
+    signal_and_release_requeued,
+    slurm_env,
+)
 from tests.weather.test_evaluate import _ensemble
 
 SBATCH = ROOT / "slurm" / "weather.sbatch"
@@ -41,20 +47,7 @@ def test_interrupted_requeued_and_resumed_where_it_stopped(
     while not (run / "metrics.csv").exists() or len(_rows(run)) < 2:
         assert time.monotonic() < deadline, "the job did not start training"
         time.sleep(0.05)
-    subprocess.run(["scancel", "--signal=USR1", job], env=slurm_env, check=True, timeout=30)
-    deadline = time.monotonic() + 120
-    while "requeueing" not in (log.read_text() if log.exists() else "") or (
-        _state(slurm_env, job) != "PENDING"
-    ):
-        assert time.monotonic() < deadline, f"the job never requeued itself:\n{log.read_text()}"
-        time.sleep(0.2)
-    time.sleep(3)  # see tests/test_slurm.py: a credential revoked in the same second
-    subprocess.run(
-        ["scontrol", "update", f"JobId={job}", "StartTime=now"],
-        env=slurm_env,
-        check=True,
-        timeout=30,
-    )
+    signal_and_release_requeued(slurm_env, job, log)
     _wait_gone(slurm_env, job)
     text = log.read_text()
     assert "mlp on 2 members: interrupted" in text and "mlp on 2 members: completed" in text, text
