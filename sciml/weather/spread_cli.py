@@ -83,8 +83,9 @@ def _add_train(sub: Subparsers) -> None:
         "--periodic",
         nargs="*",
         choices=("lat", "lon"),
-        default=["lon"],
-        help="spatial dims that wrap around (the toy QG domain: lat lon)",
+        default=None,
+        help="spatial dims that wrap around (unset: lon when the longitudes close 360 "
+        "degrees; the toy QG domain: lat lon)",
     )
     train.add_argument(
         "--choice",

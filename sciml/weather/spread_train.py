@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 from sciml.io_utils import atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.train_config import TrainConfig
+from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.predict import labelled_like_truth
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
@@ -96,7 +97,7 @@ def train_spread(
     history: int = 1,
     loss: str = "l1",
     variables: Sequence[str] | None = None,
-    periodic: Sequence[str] = ("lon",),
+    periodic: Sequence[str] | None = None,
     choice: str = "first",
     validation: float = 0.2,
     epochs: int = 10,
@@ -118,7 +119,9 @@ def train_spread(
         history: Lead times stacked (1: none before the current one).
         loss: One of :data:`~sciml.weather.spread.LOSSES`.
         variables: Forecast variables (default: every one with a truth).
-        periodic: Spatial dims that wrap around (``"lat"``, ``"lon"``).
+        periodic: Spatial dims that wrap around (``"lat"``, ``"lon"``; default: ``"lon"``
+            when the longitudes close 360 degrees, else none). ``"lon"`` on longitudes
+            that do not close the circle is refused.
         choice: ``"first"`` or ``"random"`` members per training sample.
         validation: Fraction of the last start dates used for validation.
         epochs: Training epochs.
@@ -147,6 +150,15 @@ def train_spread(
             f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
         )
     check_spread_data(ds, chosen, members=members, history=history)
+    closed = is_periodic_lon(ds)
+    if periodic is None:
+        periodic = ("lon",) if closed else ()
+    elif "lon" in periodic and not closed:
+        raise ValueError(
+            "periodic 'lon' needs a lon coordinate of evenly spaced longitudes closing 360 "
+            f"degrees; the data's lon ({ds.sizes.get('lon', 0)} points) does not: leave lon "
+            "out of periodic"
+        )
     config = SpreadConfig(
         members=members,
         history=history,

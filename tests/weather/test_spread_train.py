@@ -95,7 +95,14 @@ def test_train_from_the_command_line_and_refusals(
         train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
     with pytest.raises(ValueError, match="batch_size"):
         train_spread(ds, run_dir=tmp_path / "a", members=2, batch_size=0)
+    regional = ds.isel(lon=slice(4))  # 0 to 135 degrees east: no wrap-around
+    with pytest.raises(ValueError, match=r"periodic 'lon' needs .* closing 360 degrees"):
+        train_spread(regional, run_dir=tmp_path / "a", members=2, periodic=("lon",))
     assert not (tmp_path / "a").exists()  # nothing written for a bad input
+    # unset, lon wraps exactly when the longitudes close the circle
+    assert load_spread_model(run, checkpoint="last").periodic == ("lon",)
+    train_spread(regional, run_dir=tmp_path / "regional", members=2, **SMALL)
+    assert load_spread_model(tmp_path / "regional", checkpoint="last").periodic == ()
     with pytest.raises(ValueError, match="use more members than the test data have"):
         evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
     with pytest.raises(FileNotFoundError, match="spread_run.json not found"):
