@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sciml.distributed import usable_cores
 from sciml.spatial_parallel.planner_profile import Profile
 
 SIZES = (12, 20, 28)
@@ -171,6 +172,15 @@ def network_constants() -> dict[str, float]:
     }
 
 
+def concurrency(threads: int) -> int:
+    """Ranks of ``threads`` threads each that compute at once on the cores this process may use.
+
+    :func:`sciml.distributed.usable_cores`, not ``os.cpu_count()``: under Slurm,
+    taskset or a container quota the machine's count over-states what ranks get.
+    """
+    return max(1, usable_cores() // threads)
+
+
 def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
     """Measure this machine (a few seconds) and return its profile.
 
@@ -198,7 +208,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         inter_latency=net["latency"],
         inter_bw=net["bandwidth"],
         ranks_per_node=2**20,  # local processes: one node
-        concurrency=max(1, (os.cpu_count() or 1) // threads),
+        concurrency=concurrency(threads),
         allreduce_latency=net["allreduce_latency"],
         read_bw=read_bandwidth(),
         overlap=device == "cuda",

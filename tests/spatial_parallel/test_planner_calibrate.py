@@ -1,8 +1,11 @@
 """Calibration of this machine: what each figure times."""
 
+import os
 import resource
 
-from sciml.spatial_parallel.planner_calibrate import memory_bandwidth
+import pytest
+
+from sciml.spatial_parallel.planner_calibrate import concurrency, memory_bandwidth
 
 PAGES_32MIB = 2**25 // resource.getpagesize()
 
@@ -14,3 +17,15 @@ def test_memory_bandwidth_times_the_kernel_not_page_faults() -> None:
     assert memory_bandwidth() > 0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     assert faults < 3 * PAGES_32MIB
+
+
+def test_concurrency_counts_the_cores_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pinned to 3 of the machine's CPUs, 1-thread ranks compute 3 at once, 2-thread ranks 1."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert concurrency(1) == 3
+    assert concurrency(2) == 1
+    assert concurrency(4) == 1
