@@ -14,9 +14,12 @@ zero with availability 0). The output is a residual on the log of the current
 
 with the last layer initialised to zero, so an untrained model is the k-member sample
 spread (the baseline) and the output is always positive. :data:`SIGMA_MIN` keeps a point
-with ``s_k = 0`` finite. Periodic spatial dims (lon on a global grid, both on the doubly
-periodic toy) are wrapped by ``pool**depth`` points on each side before the U-Net and
-cropped after, so the field's edges see their neighbours across the seam.
+with ``s_k = 0`` finite. Along periodic spatial dims (lon on a global grid, both on the
+doubly periodic toy) every convolution pads circularly
+(:func:`~sciml.weather.periodic.periodic_conv3d`; level and the other dims are zero-padded)
+and the poolings tile the period (the sizes divide by ``2**depth``), so the model is exactly
+periodic: rolling its input by a multiple of ``2**depth`` points along a periodic dim rolls
+its output alike, and no point is an edge.
 
 Losses against the full ensemble's standard deviation ``s`` (:data:`LOSSES`): ``"l1"``,
 ``"mse"`` and ``"crps"``, the expected Gaussian CRPS of the forecast
@@ -35,11 +38,11 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sciml.models import UNet
 from sciml.models.unet import Norm
+from sciml.weather.periodic import periodic_conv3d
 
 __all__ = [
     "LOSSES",
@@ -107,7 +110,6 @@ class SpreadPredictor(nn.Module):
             history,
         )
         self.periodic = tuple(d for d in SPATIAL if d in periodic)
-        self.margin = 2**depth
         inputs = history * (members + 1) * variables + (history - 1)
         self.unet = UNet(
             inputs,
@@ -118,6 +120,8 @@ class SpreadPredictor(nn.Module):
             norm=norm,
             pool=(1, 2, 2),
         )
+        # (level, lat, lon) are the U-Net's dims 0, 1, 2
+        periodic_conv3d(self.unet, wrap=[1 + SPATIAL.index(d) for d in self.periodic])
         for parameter in self.unet.head.parameters():
             nn.init.zeros_(parameter)
 
@@ -133,24 +137,6 @@ class SpreadPredictor(nn.Module):
                 f"available must be (N, T) = {tuple(history.shape[:2])}, got "
                 f"{tuple(available.shape)}"
             )
-
-    def _wrap(self, x: Tensor) -> Tensor:
-        """Pad the periodic dims of ``(N, C, D, lat, lon)`` circularly by ``margin``."""
-        m = self.margin
-        pad = [m if "lon" in self.periodic else 0] * 2 + [m if "lat" in self.periodic else 0] * 2
-        if not any(pad):
-            return x
-        n, c, d, h, w = x.shape
-        flat = F.pad(x.reshape(n, c * d, h, w), pad, mode="circular")
-        return flat.reshape(n, c, d, *flat.shape[-2:])
-
-    def _crop(self, x: Tensor) -> Tensor:
-        m = self.margin
-        if "lat" in self.periodic:
-            x = x[..., m:-m, :]
-        if "lon" in self.periodic:
-            x = x[..., m:-m]
-        return x
 
     def forward(self, history: Tensor, available: Tensor) -> Tensor:
         """Predicted standard deviation ``(N, V * D, lat, lon)``, in the input's units.
@@ -169,7 +155,7 @@ class SpreadPredictor(nn.Module):
         features = torch.cat([fields, sd], dim=2).reshape(n, -1, self.levels, h, w)
         flags = available[:, 1:, None, None, None].expand(-1, -1, self.levels, h, w)
         x = torch.cat([features, flags.to(features.dtype)], dim=1)
-        out = self._crop(self.unet(self._wrap(x)))
+        out = self.unet(x)
         current = sd[:, 0, 0].reshape(n, self.variables * self.levels, h, w)
         return current * torch.exp(out.reshape(n, -1, h, w)) + SIGMA_MIN
 

@@ -7,7 +7,8 @@ checkpoints, exact resume, preemption). The run folder holds ``spread_run.json``
 configuration: a rerun with another one is refused), ``stats.json`` (the forecasts' channel
 statistics, from the training dates) and ``fit``'s checkpoints and metrics.
 :func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
-units.
+units. A run folder records :data:`SPREAD_VERSION`; folders of another version are refused
+by name (retrain in a new folder).
 """
 
 from __future__ import annotations
@@ -33,9 +34,19 @@ from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_day
 from sciml.weather.train import forecast_variables, split_validation
 from sciml.xrchannels import NormStats, compute_stats
 
-__all__ = ["SpreadConfig", "load_spread_model", "predict_spread", "read_spread_run", "train_spread"]
+__all__ = [
+    "SPREAD_VERSION",
+    "SpreadConfig",
+    "load_spread_model",
+    "predict_spread",
+    "read_spread_run",
+    "train_spread",
+]
 
 RUN_CONFIG = "spread_run.json"
+#: Format of ``spread_run.json``; 2: periodic dims wrap exactly (circular convolutions; 1
+#: padded them by ``2**depth`` points and cropped, another network).
+SPREAD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class SpreadConfig:
     seed: int
     base_channels: int
     depth: int
+    version: int = SPREAD_VERSION
 
     def to_json(self) -> str:
         """The configuration as JSON text."""
@@ -238,7 +250,8 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
 
     Raises:
         FileNotFoundError: Not a spread run folder.
-        ValueError: A run folder of another format (other configuration fields).
+        ValueError: A run folder of another format (another version, or other
+            configuration fields).
     """
     run_dir = Path(run_dir)
     path = run_dir / RUN_CONFIG
@@ -247,6 +260,12 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
             f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
         )
     raw: dict[str, Any] = json.loads(path.read_text())
+    if raw.get("version", 1) != SPREAD_VERSION:
+        raise ValueError(
+            f"{run_dir} holds a spread run of format {raw.get('version', 1)}; this version of "
+            f"sciml reads format {SPREAD_VERSION} (periodic dims now wrap exactly, another "
+            "network): retrain it in a new --run-dir"
+        )
     expected = {f.name for f in fields(SpreadConfig)}
     if set(raw) != expected:
         raise ValueError(

@@ -57,10 +57,48 @@ def test_temporal_model_uses_the_earlier_lead_times() -> None:
     assert not torch.allclose(model(fields, available), model(fields, missing))
 
 
-def test_periodic_dims_are_wrapped() -> None:
-    """On a lon axis wider than the receptive field, only wrapping links its two edges.
+def _random_head(model: SpreadPredictor, *, std: float) -> SpreadPredictor:
+    """A trained-like head: a zero one outputs the sample spread, which commutes with anything."""
+    for parameter in model.unet.head.parameters():
+        torch.nn.init.normal_(parameter, std=std)
+    return model
 
-    (Without normalisation: a group norm's statistics span the whole field.)
+
+@pytest.mark.parametrize("periodic", [("lon",), ("lat", "lon")])
+def test_the_model_commutes_with_a_roll_along_its_periodic_dims_exactly(
+    periodic: tuple[str, ...],
+) -> None:
+    """Rolling by a multiple of 2**depth (the coarsest cell) is a symmetry, seam included.
+
+    The old pad-and-crop wrap (a margin of 2**depth points, narrower than the receptive
+    field) was off by O(1) here.
+    """
+    torch.manual_seed(0)
+    model = SpreadPredictor(2, members=3, levels=2, periodic=periodic, base_channels=4, depth=2)
+    model = _random_head(model.double(), std=0.5)
+    gen = torch.Generator().manual_seed(0)
+    fields = torch.randn(2, 1, 3, 4, 8, 16, generator=gen, dtype=torch.float64)
+    available = torch.ones(2, 1, dtype=torch.float64)
+    out = model(fields, available)
+    # the rolled run does the same float64 operations, its sums in another order: each
+    # dot product of n terms is off by at most n eps relative, n the largest fan-in
+    fan_in = max(p[0].numel() for name, p in model.named_parameters() if "weight" in name)
+    bound = fan_in * np.finfo(np.float64).eps * out.abs().max().item()
+    dims = [d for d, name in ((-2, "lat"), (-1, "lon")) if name in periodic]
+    for shift in (4, 8):
+        for dim in dims:
+            rolled = model(fields.roll(shift, dims=dim), available)
+            assert (rolled - out.roll(shift, dims=dim)).abs().max().item() <= bound
+    if periodic == ("lon",):  # latitude has walls: no symmetry
+        rolled = model(fields.roll(4, dims=-2), available)
+        assert (rolled - out.roll(4, dims=-2)).abs().max().item() > 1e6 * bound
+
+
+def test_only_periodic_dims_join_their_edges() -> None:
+    """Without wrapping (a regional grid), the west edge does not reach the east edge.
+
+    The lon axis is wider than the receptive field, and there is no normalisation (a group
+    norm's statistics span the whole field).
     """
     fields = torch.randn(1, 1, 3, 4, 8, 32, generator=torch.Generator().manual_seed(0))
     changed = fields.clone()
@@ -71,8 +109,7 @@ def test_periodic_dims_are_wrapped() -> None:
         model = SpreadPredictor(
             2, members=3, levels=2, periodic=periodic, base_channels=4, depth=1, norm="none"
         )
-        for parameter in model.unet.head.parameters():
-            torch.nn.init.normal_(parameter, std=0.1)
+        model = _random_head(model, std=0.1)
         east = model(fields, available)[..., -1], model(changed, available)[..., -1]
         assert (not torch.equal(*east)) == linked
     with pytest.raises(ValueError, match="periodic dims must be among"):

@@ -119,6 +119,15 @@ def test_train_from_the_command_line_and_refusals(
     (old / "spread_run.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"another format \(missing \['lead_days'\], unknown \[\]"):
         evaluate_spread([old], xr.open_dataset(test))
+    saved = json.loads((run / "spread_run.json").read_text())
+    del saved["version"]  # format 1: wrapped by pad-and-crop, another network
+    (old / "spread_run.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"spread run of format 1; .* reads format 2 \(periodic"):
+        evaluate_spread([old], xr.open_dataset(test))
+    with pytest.raises(
+        ValueError, match=r"another configuration \(version: None in the run, 2 now\)"
+    ):
+        train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
     with pytest.raises(ValueError, match="no test data given"):
         _spread_cli(["evaluate", "--run-dir", str(run)])
     new = tmp_path / "cli"
