@@ -172,6 +172,9 @@ def emos_predict(
         forecasts: Ensemble with ``member_dim`` (at least two members).
         member_dim: Name of the member dimension.
 
+    Returns:
+        ``mu`` and ``sigma`` on the forecasts' dimensions without ``member_dim``.
+
     Raises:
         ValueError: Missing coefficients, coefficients over dimensions or labels that the
             forecasts lack, or fewer than two members.
@@ -186,8 +189,8 @@ def emos_predict(
         )
     mean, var = _moments(forecasts, member_dim)
     coef = check_parameter("coefficients", coefficients[list(COEFFICIENTS)], mean)
-    mu = coef["a"] + coef["b"] * mean
-    sigma = (coef["c"] + coef["d"] * var) ** 0.5
+    mu = (coef["a"] + coef["b"] * mean).transpose(*mean.dims)
+    sigma = ((coef["c"] + coef["d"] * var) ** 0.5).transpose(*mean.dims)
     units = forecasts.attrs.get("units")
     unit = {"units": units} if units else {}
     return xr.Dataset(

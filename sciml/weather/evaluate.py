@@ -1,7 +1,8 @@
 """Score post-processing runs against the raw ensemble on test data (``sciml weather evaluate``).
 
 One row per model, variable, level and lead time, averaged over start dates and grid
-points (columns in :data:`SCORES`):
+points (columns in :data:`SCORES`); a variable without levels (a surface field beside
+levelled ones) has rows with a missing (NaN) ``level``:
 
 * ``crps`` and ``crps_kind``: ``ensemble standard`` (the empirical CRPS of the members) for
   the raw ensembles, ``gaussian closed form`` for EMOS and the deep models;

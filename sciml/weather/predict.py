@@ -3,11 +3,13 @@
 :func:`predict_run` rebuilds a run from its folder (:func:`sciml.weather.train.read_run`) and
 returns, for every variable of the run, ``(mu, sigma)`` on the data's own dims and
 coordinates, in the data's units (the deep models' normalised outputs are scaled back with
-the run's channel statistics).
+the run's channel statistics). Each variable keeps its own dims: a surface field beside
+levelled ones has no ``level`` in its forecast.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from sciml.weather.emos import emos_predict
 from sciml.weather.train import RunConfig, load_postprocessor, read_run
+from sciml.xrchannels import NormStats
 
 __all__ = ["Forecast", "labelled_like_truth", "predict_run"]
 
@@ -85,6 +88,38 @@ def labelled_like_truth(
     return xr.DataArray(block, dims=dims, coords=truth.coords).transpose(*truth.dims)
 
 
+def _trained_dims(var: str, stats: NormStats) -> set[str]:
+    """The channel dims ``var`` had in training, read from its channel names (``q[level=1]``)."""
+    names = [name[len(var) :] for name in stats.channels if name.split("[", 1)[0] == var]
+    return {dim for name in names for dim in re.findall(r"\[([^=\[\]]+)=", name)}
+
+
+def _own_coefficients(
+    coefficients: xr.Dataset, var: str, config: RunConfig, stats: NormStats
+) -> xr.Dataset:
+    """``var``'s EMOS coefficients on the dims it had in training.
+
+    ``emos.nc`` stacks every variable's fits along ``variable``, on the union of their dims:
+    a variable without a channel dim that another has (a surface field beside levelled
+    ones) has its coefficients repeated along that dim; they are taken once, after checking
+    that they repeat.
+
+    Raises:
+        ValueError: Coefficients that differ along a dim the variable did not have.
+    """
+    coef = coefficients.sel(variable=var, drop=True)
+    trained = _trained_dims(var, stats)
+    repeated = [d for d in config.channel_dims if d in coef.dims and d not in trained]
+    once = coef.isel({d: 0 for d in repeated}, drop=True)
+    if not all(bool((coef[k] == once[k]).all()) for k in coef.data_vars):
+        raise ValueError(
+            f"the EMOS coefficients of {var!r} vary along {repeated}, dims that {var!r} did "
+            f"not have in training (its channel dims in stats.json: {sorted(trained)}): the "
+            "run folder's emos.nc and stats.json disagree"
+        )
+    return once
+
+
 def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
     """The Gaussian forecast ``(mu, sigma)`` of every variable of a run, on ``test``.
 
@@ -94,14 +129,14 @@ def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
         KeyError: A variable of the run is missing from ``test``.
     """
     run_dir = Path(run_dir)
-    config, _ = read_run(run_dir)
+    config, stats = read_run(run_dir)
     if config.model != "emos":
         return _deep_forecast(run_dir, config, test)
     with xr.open_dataset(run_dir / "emos.nc") as stored:
         coefficients = stored.load()
     out: Forecast = {}
     for var in config.variables:
-        coef = coefficients.sel(variable=var, drop=True)
+        coef = _own_coefficients(coefficients, var, config, stats)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
     return out

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from sciml.weather.emos import emos_predict, fit_emos
 from sciml.weather.evaluate import SCORES, evaluate_runs, score_runs
+from sciml.weather.predict import predict_run
 from sciml.weather.reliability import reliability_index
-from sciml.weather.train import train_postprocessor
+from sciml.weather.train import split_validation, train_postprocessor
 
 from .conftest import pairwise_crps
 
@@ -151,3 +153,57 @@ def test_climate_must_line_up_with_the_test_data(
         evaluate_runs([runs["emos"]], test, extreme_fraction=0)
     with pytest.raises(ValueError, match=r"no \['lead_time'\] dimension"):
         evaluate_runs([runs["emos"]], test.isel(lead_time=0))
+
+
+def _with_surface(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with a surface field ``t2m`` (no level) beside the levelled ``psi``."""
+    return ds.assign(
+        t2m=(2 * ds["psi"].isel(level=0, drop=True) + 1).assign_attrs(units="K"),
+        t2m_truth=(ds["psi_truth"].isel(level=1, drop=True) - 1).assign_attrs(units="K"),
+    )
+
+
+def test_emos_fits_and_scores_a_surface_field_beside_levelled_ones(
+    data: tuple[xr.Dataset, xr.Dataset], tmp_path: Path
+) -> None:
+    train, test = (_with_surface(ds) for ds in data)
+    run = tmp_path / "emos"
+    train_postprocessor(train, model="emos", run_dir=run, members=2, progress=False)
+    mu, sigma = predict_run(run, test)["t2m"]
+    assert mu.dims == sigma.dims == test["t2m_truth"].dims
+    # the surface field's forecast is that of its own fit over the training dates
+    fitted, _ = split_validation(train, validation=0.2)
+    alone = fit_emos(
+        fitted["t2m_truth"], fitted["t2m"].isel(member=slice(2)), dim=["time", "lat", "lon"]
+    )
+    expected = emos_predict(alone, test["t2m"].isel(member=slice(2)))
+    np.testing.assert_array_equal(mu.values, expected["mu"].values)
+    np.testing.assert_array_equal(sigma.values, expected["sigma"].values)
+    table = evaluate_runs([run], test, climate=train)
+    surface = table[table.variable == "t2m"]
+    # one row per model and lead time, without a level; skills against raw_4's t2m rows
+    assert len(surface) == 3 * 2 and surface.level.isna().all()
+    assert (surface[surface.model == "raw_4"].crps_skill == 0).all()
+    assert surface.crps_skill.notna().all() and len(table) == 3 * 2 * 3
+
+
+def test_emos_coefficients_are_taken_on_the_dims_each_variable_had(
+    data: tuple[xr.Dataset, xr.Dataset], tmp_path: Path
+) -> None:
+    train, test = (_with_surface(ds) for ds in data)
+    run = tmp_path / "one_level"
+    one_level = train.isel(level=[0])
+    train_postprocessor(one_level, model="emos", run_dir=run, members=2, progress=False)
+    # psi had a level in training: a test psi without it is refused, not broadcast
+    flat = test.isel(level=0, drop=True)
+    with pytest.raises(ValueError, match=r"coefficients has dimensions \['level'\]"):
+        predict_run(run, flat)
+    # a stored surface fit that varies along the level dim it never had is refused
+    path = run / "emos.nc"
+    with xr.open_dataset(path) as stored:
+        coefficients = stored.load()
+    coefficients = coefficients.reindex(level=[1, 2], method="nearest")
+    coefficients["a"].loc[{"variable": "t2m", "level": 2}] += 1.0
+    coefficients.to_netcdf(path)
+    with pytest.raises(ValueError, match=r"EMOS coefficients of 't2m' vary along \['level'\]"):
+        predict_run(run, test)
