@@ -19,7 +19,8 @@ convolutions.
 Step time (seconds): per layer, forward and backward compute, measured for
 the rank's local convolutions where a calibration has them
 (:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
-bytes / bandwidth)`` (a convolution's backward does its data and weight
+bytes / bandwidth)`` (a split normalisation's bytes are its
+:data:`NORM_PASSES` over the block; a convolution's backward does its data and weight
 gradients: twice its forward FLOPs, once for the first layer whose input
 needs no gradient), slowed when more ranks share a node than compute at
 once; the halo exchange (:mod:`planner_comm`), hidden behind the interior's
@@ -68,6 +69,13 @@ CONV_KINDS = ("Conv3d", "ConvTranspose3d", "Linear")
 #: output where the fused kernel keeps the input): measured with
 #: ``benchmarks/spatial_plan_validation.py`` (predicted against measured step memory).
 SPLIT_NORM_EXTRA = 1
+#: Kernels over the block in a split normalisation's forward and backward, and
+#: the block-sized tensors they read or write (:mod:`sciml.spatial_parallel.norm`:
+#: the sum, the centring, the squares and their sum, the scaling, weight and
+#: bias are separate kernels, where PyTorch's fused kernel passes about 4 and 8
+#: times): counted kernel by kernel in ``tests/spatial_parallel/test_planner_cost.py``.
+NORM_KERNELS = (7, 14)
+NORM_PASSES = (12, 31)
 MEMORY_TERMS = (
     "params",
     "grads",
@@ -107,7 +115,8 @@ def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, fir
     out = local_numel(layer.out_shape, grid)
     moved = (local_numel(layer.in_shape, grid) + out) * layer.itemsize
     if layer.kind in NORM_KINDS:
-        moved *= 2  # statistics, then normalisation
+        kernels, passes = NORM_KERNELS[backward], NORM_PASSES[backward]
+        return kernels * profile.op_overhead + passes * out * layer.itemsize / profile.mem_bw
     if layer.kind in CONV_KINDS:
         flops = layer.flops * out / math.prod(layer.out_shape)
         if backward:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-from sciml.spatial_parallel.planner_cost import estimate
+from sciml.distributed import spawn
+from sciml.spatial_parallel.planner_cost import NORM_KERNELS, NORM_PASSES, estimate
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import GridError
 from sciml.spatial_parallel.planner_profile import Profile
@@ -115,3 +119,64 @@ def test_bad_grid_and_options_are_named(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         estimate(CONV, grid, PROFILE, **options)  # type: ignore[arg-type]
+
+
+class _BlockPasses(TorchDispatchMode):
+    """Counts kernels that touch a tensor of ``numel`` elements and such tensors read or written."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.kernels, self.passes = numel, 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if any(t.is_meta for t in ins + outs):  # the layer's shape trace: no data moves
+            return out
+        inputs = {t.untyped_storage().data_ptr() for t in ins}
+        outs = [t for t in outs if t.untyped_storage().data_ptr() not in inputs]  # views
+        touched = [t for t in {id(t): t for t in ins}.values() if t.numel() == self.numel]
+        touched += [t for t in outs if t.numel() == self.numel]
+        if touched and outs:
+            self.kernels += 1
+            self.passes += len(touched)
+        return out
+
+
+def _norm_passes() -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
+    """(kernels, passes) forward and backward of each split normalisation on one rank."""
+    from sciml.spatial_parallel import SpatialMesh, parallelize
+
+    counts = {}
+    for norm in (nn.BatchNorm3d(4), nn.GroupNorm(2, 4)):
+        model = parallelize(nn.Sequential(norm), SpatialMesh())
+        x = torch.randn(2, 4, 4, 4, 4, requires_grad=True)
+        grad = torch.randn_like(x)
+        with _BlockPasses(x.numel()) as forward:
+            y = model(x)
+        with _BlockPasses(x.numel()) as backward:
+            y.backward(grad)
+        counts[type(norm).__name__] = (
+            (forward.kernels, forward.passes),
+            (backward.kernels, backward.passes),
+        )
+    return counts
+
+
+@pytest.mark.xdist_group("planner_measure")
+def test_split_norm_passes_are_those_of_the_parallel_layers() -> None:
+    """The roofline prices a split norm by the kernels and passes its code makes, counted here."""
+    counts = spawn(_norm_passes, 1)[0]
+    expected = tuple(zip(NORM_KERNELS, NORM_PASSES, strict=True))
+    assert counts == {"BatchNorm3d": expected, "GroupNorm": expected}
+
+
+def test_norm_time_is_its_passes_over_the_block() -> None:
+    graph = trace(nn.BatchNorm3d(2), (2, 2, 8, 8, 8))
+    est = estimate(graph, (1, 2, 1, 1), PROFILE)
+    block = 2 * 2 * 4 * 8 * 8 * 4  # bytes of the largest block
+    compute = sum(
+        k * 1e-3 + p * block / 1e9 for k, p in zip(NORM_KERNELS, NORM_PASSES, strict=True)
+    )
+    assert est.time["compute"] == pytest.approx(compute, rel=1e-12)
