@@ -1,7 +1,8 @@
 """Post-processing k members of a toy preset: CRPS of EMOS and the deep models vs the raw ensemble.
 
 Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 10]
-       [--models emos mlp unet mixed pooled] [--work DIR] [--out PATH] [--train-only]
+       [--models emos mlp unet mixed pooled] [--loss-scale raw-crps|none] [--work DIR]
+       [--out PATH] [--train-only]
 
 DATA is a preset written by ``generate_preset`` + ``write_ensemble`` (or any ensemble with
 a truth). Its start dates are split with ``split_start_dates`` (60/20/20): the models train
@@ -34,6 +35,7 @@ from _report import write_report
 from sciml.cli import positive_int
 from sciml.weather.data import split_start_dates
 from sciml.weather.evaluate import evaluate_runs
+from sciml.weather.loss_scale import LOSS_SCALES
 from sciml.weather.train import MODELS, train_postprocessor
 
 MARKER = "benchmark.json"
@@ -57,6 +59,7 @@ def _train(seen: xr.Dataset, run: Path, model: str, members: int, args: argparse
         validation=0.25,
         epochs=args.epochs,
         seed=args.seed,
+        loss_scale=args.loss_scale,
         progress=False,
     )
     record = {
@@ -87,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=positive_int, default=10, help="deep model epochs")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument(
+        "--loss-scale",
+        choices=LOSS_SCALES,
+        default="raw-crps",
+        help="the deep models' loss (one per --work folder: the table names models, not losses)",
+    )
     parser.add_argument("--work", default="weather_postprocess_runs", help="run folders here")
     parser.add_argument("--out", default="weather_postprocess.json", help="JSON report path")
     parser.add_argument("--train-only", action="store_true", help="train, do not evaluate")
@@ -127,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         evaluate_seconds=evaluate_seconds,
         peak_rss_mib=_peak_rss_mib(),
         data=str(args.data),
+        loss_scale=args.loss_scale,
         test_dates=int(test.sizes["time"]),
     )
     return 0

@@ -102,6 +102,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             lr=args.lr,
             seed=args.seed,
+            loss_scale=args.loss_scale,
             progress=not args.quiet,
             device=ctx.device,
         )
@@ -145,6 +146,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _register_train(sub: Subparsers) -> None:
+    from sciml.weather.loss_scale import LOSS_SCALES
     from sciml.weather.train import MODELS
 
     train = sub.add_parser(
@@ -175,6 +177,13 @@ def _register_train(sub: Subparsers) -> None:
     )
     train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
+    train.add_argument(
+        "--loss-scale",
+        choices=LOSS_SCALES,
+        default="raw-crps",
+        help="deep models: divide each channel's and lead time's CRPS by the raw ensemble's "
+        "(every row counts alike), or not",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -14,6 +14,8 @@ start date and lead time. Each sample is a dict of tensors:
 * ``static``: ``(S, lat, lon)``, static fields (e.g. ``topography``), when asked for;
 * ``lead_time``: the lead time in days (a scalar), when ``lead_time`` is a sample dim with
   a timedelta coordinate (the deep post-processors read it);
+* ``crps_scale``: ``(C, 1, 1)``, the loss scale of the sample's lead time per channel,
+  when ``crps_scale`` is given (:mod:`sciml.weather.loss_scale`);
 * ``index``: the sample's flat index (``time`` major, then ``lead_time``).
 
 Channels are the variables split along ``channel_dims`` (``psi[level=1]``, ...), as in
@@ -31,6 +33,7 @@ from functools import partial
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 import torch
 import xarray as xr
 from torch.utils.data import Dataset
@@ -53,6 +56,15 @@ def _truth_view(ds: xr.Dataset, variables: Sequence[str]) -> xr.Dataset:
     return ds[[f"{v}_truth" for v in variables]].rename({f"{v}_truth": v for v in variables})
 
 
+def _per_sample(ds: xr.Dataset, sample_dims: tuple[str, ...], values: np.ndarray) -> np.ndarray:
+    """``values`` along ``lead_time`` (first axis) for every sample (flat, row-major)."""
+    shape = [ds.sizes[d] for d in sample_dims]
+    axis = sample_dims.index("lead_time")
+    along = [values.shape[0] if d == axis else 1 for d in range(len(shape))]
+    grid = np.broadcast_to(values.reshape(*along, *values.shape[1:]), (*shape, *values.shape[1:]))
+    return grid.reshape(-1, *values.shape[1:])
+
+
 def _lead_days(
     ds: xr.Dataset, sample_dims: tuple[str, ...], dtype: torch.dtype
 ) -> torch.Tensor | None:
@@ -63,10 +75,29 @@ def _lead_days(
     if lead.ndim != 1 or not np.issubdtype(lead.dtype, np.timedelta64):
         return None
     days = lead.values / np.timedelta64(1, "D")
-    shape = [ds.sizes[d] for d in sample_dims]
-    axis = sample_dims.index("lead_time")
-    grid = np.broadcast_to(days.reshape([-1 if d == axis else 1 for d in range(len(shape))]), shape)
-    return torch.tensor(grid.reshape(-1), dtype=dtype)
+    return torch.tensor(_per_sample(ds, sample_dims, days), dtype=dtype)
+
+
+def _crps_scale(
+    ds: xr.Dataset,
+    scale: xr.DataArray,
+    channels: tuple[str, ...],
+    sample_dims: tuple[str, ...],
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The ``(C, 1, 1)`` loss scale of every sample (flat), ``scale`` matched by label."""
+    if set(scale.dims) != {"channel", "lead_time"}:
+        raise ValueError(f"crps_scale must have dims (channel, lead_time), got {scale.dims}")
+    if "lead_time" not in sample_dims:
+        raise ValueError(f"crps_scale needs lead_time among the sample dims {sample_dims}")
+    wanted = {"channel": list(channels), "lead_time": ds["lead_time"].values}
+    for dim, labels in wanted.items():
+        needed = np.asarray(labels)
+        missing = list(pd.Index(needed[~np.isin(needed, scale[dim].values)]).astype(str))
+        if missing:
+            raise ValueError(f"crps_scale has no {dim} {missing}; it has {scale[dim].values}")
+    table = scale.sel(wanted).transpose("lead_time", "channel").values
+    return torch.tensor(_per_sample(ds, sample_dims, table), dtype=dtype)[:, :, None, None]
 
 
 class EnsembleDataset(Dataset[Sample]):
@@ -82,6 +113,8 @@ class EnsembleDataset(Dataset[Sample]):
             them on the training split and pass them to the others).
         channel_dims: Dims folded into channels (e.g. ``("level",)``).
         static: Static variables (no sample dims), e.g. ``("topography",)``.
+        crps_scale: The loss scale per ``(channel, lead_time)``
+            (:func:`~sciml.weather.loss_scale.raw_crps_scale`), matched by label.
         member_dim: Name of the member dimension.
         sample_dims: Dims whose combinations are the samples.
         dtype: Floating-point dtype of the tensors.
@@ -89,7 +122,8 @@ class EnsembleDataset(Dataset[Sample]):
     Raises:
         KeyError: A variable, its truth or a static field is missing.
         ValueError: ``members`` or ``choice`` out of range, a static field with sample
-            dims, or statistics for other channels.
+            dims, statistics for other channels, or a ``crps_scale`` without a channel or
+            lead time of the data.
     """
 
     def __init__(
@@ -102,6 +136,7 @@ class EnsembleDataset(Dataset[Sample]):
         stats: NormStats | Literal["compute"] = "compute",
         channel_dims: Sequence[str] = ("level",),
         static: Sequence[str] = (),
+        crps_scale: xr.DataArray | None = None,
         member_dim: str = "member",
         sample_dims: Sequence[str] = ("time", "lead_time"),
         dtype: torch.dtype = torch.float32,
@@ -135,6 +170,11 @@ class EnsembleDataset(Dataset[Sample]):
         self._scale = torch.tensor(stats.std, dtype=dtype)[:, None, None]
         self.static = self._static_fields(ds, list(static), sample_dims, member_dim, dtype)
         self._lead_days = _lead_days(ds, sample_dims, dtype)
+        self._crps_scale = (
+            None
+            if crps_scale is None
+            else _crps_scale(ds, crps_scale, self.channels, sample_dims, dtype)
+        )
 
     @staticmethod
     def _static_fields(
@@ -194,6 +234,8 @@ class EnsembleDataset(Dataset[Sample]):
                 sample["static"] = self.static
             if self._lead_days is not None:
                 sample["lead_time"] = self._lead_days[index]
+            if self._crps_scale is not None:
+                sample["crps_scale"] = self._crps_scale[index]
             samples.append(sample)
         return samples
 

@@ -215,10 +215,15 @@ class PostProcessor(GaussianPostProcessor):
 def gaussian_crps_loss(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     """Mean Gaussian CRPS against ``batch["truth"]`` plus the model's regularisation.
 
+    With ``batch["crps_scale"]`` (:mod:`sciml.weather.loss_scale`) each channel's CRPS is
+    divided by its scale before the mean: the CRPS relative to the raw ensemble.
     ``model`` is a :class:`GaussianPostProcessor`, or a data-parallel wrapper of one.
     """
     mu, sigma = model(batch["members"], batch.get("static"), batch.get("lead_time"))
     inner = unwrap(model)
     if not isinstance(inner, GaussianPostProcessor):
         raise TypeError(f"expected a GaussianPostProcessor, got {type(inner).__name__}")
-    return crps_gaussian_loss(batch["truth"], mu, sigma) + inner.regularisation()
+    score = crps_gaussian_loss(batch["truth"], mu, sigma, reduction="none")
+    if "crps_scale" in batch:
+        score = score / batch["crps_scale"]
+    return score.mean() + inner.regularisation()

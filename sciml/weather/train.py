@@ -10,7 +10,9 @@ first ``members`` members: per-point fits need many more dates than a toy set ha
 :func:`sciml.weather.emos.fit_emos` for them) or
 :func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
 resume, preemption; a rerun with another configuration is refused). The deep models
-(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time; their
+(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time and, by
+default, train on the CRPS relative to the raw ensemble's per channel and lead time
+(:mod:`sciml.weather.loss_scale`; the scale is kept as ``crps_scale.nc``); their
 convolutions wrap around in longitude when the grid closes the circle
 (:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
 :data:`RUN_VERSION`; folders of another version are refused (retrain in a new folder).
@@ -34,6 +36,7 @@ from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.weather.emos import fit_emos
+from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
 from sciml.weather.mixed import MixedPostProcessor
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.pooled import PooledPostProcessor
@@ -78,6 +81,7 @@ class RunConfig:
     seed: int
     grid: tuple[int, ...] = ()
     periodic: bool = False
+    loss_scale: str = "none"
     version: int = RUN_VERSION
 
     def to_json(self) -> str:
@@ -143,6 +147,7 @@ def train_postprocessor(
     batch_size: int = 8,
     lr: float = 1e-3,
     seed: int = 0,
+    loss_scale: str = "raw-crps",
     progress: bool = True,
     handle_signals: bool = True,
     device: torch.device | str | None = None,
@@ -171,6 +176,10 @@ def train_postprocessor(
         batch_size: Samples per step (deep models).
         lr: Adam learning rate (deep models).
         seed: Seed of the run.
+        loss_scale: ``"raw-crps"`` (the deep models' CRPS of each channel and lead time
+            divided by the raw full ensemble's on the training dates, so every row counts
+            alike: :mod:`sciml.weather.loss_scale`) or ``"none"`` (the plain mean CRPS).
+            EMOS fits every row on its own, where a row's constant scale moves nothing.
         progress: Show progress bars.
         handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1 (deep models).
         device: Where a deep model trains (default: the CPU).
@@ -179,11 +188,13 @@ def train_postprocessor(
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
 
     Raises:
-        ValueError: An unknown model, ``members`` not in [2, ensemble size], a dataset
-            without truth, or a run folder that holds another configuration.
+        ValueError: An unknown model or loss scale, ``members`` not in [2, ensemble size],
+            a dataset without truth, or a run folder that holds another configuration.
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    if loss_scale not in LOSS_SCALES:
+        raise ValueError(f"loss_scale must be one of {LOSS_SCALES}, got {loss_scale!r}")
     size = ds.sizes.get("member", 0)
     if isinstance(members, bool) or not isinstance(members, int) or not 2 <= members <= size:
         raise ValueError(
@@ -212,11 +223,12 @@ def train_postprocessor(
         seed=seed,
         grid=grid,
         periodic=model != "emos" and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
+        loss_scale=loss_scale,
     )
     run_dir = Path(run_dir)
     train, val = split_validation(ds, validation=validation)
 
-    def prepare() -> NormStats:
+    def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """The run folder's files, written once (rank 0); EMOS is fitted there too."""
         with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
             _check_config(run_dir, config)
@@ -225,13 +237,27 @@ def train_postprocessor(
         stats.to_json(run_dir / "stats.json")
         if model == "emos":
             _train_emos(train, config, run_dir)
-        return stats
+            return stats, None
+        if loss_scale == "none":
+            return stats, None
+        scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
+        with atomic_path(run_dir / "crps_scale.nc", suffix=".nc") as tmp:
+            scale.to_netcdf(tmp)
+        return stats, scale
 
-    stats = on_rank0(prepare)
+    stats, scale = on_rank0(prepare)
     if model == "emos":
         return "completed"
     return _train_deep(
-        train, val, config, stats, run_dir, progress, handle_signals, torch.device(device or "cpu")
+        train,
+        val,
+        config,
+        stats,
+        scale,
+        run_dir,
+        progress,
+        handle_signals,
+        torch.device(device or "cpu"),
     )
 
 
@@ -278,6 +304,7 @@ def _train_deep(
     val: xr.Dataset,
     config: RunConfig,
     stats: NormStats,
+    scale: xr.DataArray | None,
     run_dir: Path,
     progress: bool,
     handle_signals: bool,
@@ -298,6 +325,7 @@ def _train_deep(
             stats=stats,
             channel_dims=config.channel_dims,
             static=config.static,
+            crps_scale=scale,
         )
 
     seed_everything(config.seed)
