@@ -8,13 +8,18 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
   autograd (the per-call overhead);
 * an elementwise multiply on 32 MiB into a preallocated output (read + write
   bandwidth);
-* point-to-point messages and all-reduces between two local gloo processes
-  (latency from 1 KiB, bandwidth from 16 MiB), and what a split convolution
-  adds per direction beyond its message (a tiny one on two ranks);
+* halo exchanges between two local gloo processes, as a split layer makes
+  them (each rank sends and receives at once, 1 KiB to 4 MiB each way; the
+  median blocking time, fitted as ``latency + bytes / bandwidth``),
+  all-reduces, and what a split convolution adds per direction beyond its
+  exchange (a tiny one on two ranks);
 * reading a 64 MiB file just written (so from the page cache: an upper bound
   of what a file system gives).
 
-Each figure is the best of a few repeats, the least disturbed by other load.
+Each compute figure is the best of a few repeats, the least disturbed by
+other load; each network figure is the median of calls started together on
+both ranks: a step blocks on every exchange and all-reduce, and the typical
+wait is what it pays.
 
 The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
 named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`
@@ -24,6 +29,7 @@ caches it.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,7 +44,9 @@ from sciml.spatial_parallel.planner_profile import Profile
 
 SIZES = (12, 20, 28)
 CHANNELS = 16
-SMALL, LARGE = 2**10, 2**24  # message sizes, bytes
+SMALL = 2**10  # bytes of a message that is all latency
+#: Bytes each way of the timed halo exchanges.
+EXCHANGE_SIZES = (2**10, 2**14, 2**18, 2**22)
 
 
 def _best_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
@@ -116,32 +124,50 @@ def read_bandwidth() -> float:
     return data.nbytes / seconds
 
 
-def _pingpong(nbytes: int) -> float:
-    """One-way seconds of an ``nbytes`` message between ranks 0 and 1."""
-    buf = torch.zeros(nbytes // 4)
+def _median_seconds(fn: Callable[[], object], *, repeats: int = 15) -> float:
+    """The median of ``repeats`` calls, each started together on every rank (barrier).
+
+    A step blocks on every exchange and all-reduce it makes, waits for the
+    peer included, so the typical call prices it, not the fastest.
+    """
+    fn()  # warm-up: connections, buffers
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _exchange(nbytes: int) -> float:
+    """Seconds a rank blocks in a halo exchange with one peer: ``nbytes`` each way at once.
+
+    As a split layer does: one ``batch_isend_irecv`` of a send and a receive
+    to the other rank, then wait for both.
+    """
+    peer = 1 - dist.get_rank()
+    send, recv = torch.zeros(nbytes // 4), torch.empty(nbytes // 4)
 
     def once() -> None:
-        if dist.get_rank() == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        else:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
+        ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
 
-    return _best_seconds(once, repeats=9) / 2
+    return _median_seconds(once)
 
 
 def _allreduce(nbytes: int) -> float:
     buf = torch.zeros(nbytes // 4)
-    return _best_seconds(lambda: dist.all_reduce(buf), repeats=9)
+    return _median_seconds(lambda: dist.all_reduce(buf))
 
 
-def _halo_overhead(latency: float, reduce_small: float) -> float:
-    """Seconds a split layer adds per direction beyond its message (planning, packing, autograd).
+def _halo_overhead(exchange: float, reduce_small: float) -> float:
+    """Seconds a split layer adds per direction beyond its exchange (planning, packing, autograd).
 
     A 3x3x3 convolution on a tiny volume split in two along depth, forward and
     backward, less the same local convolution, the gradient all-reduce of its
-    few parameters and one message each way.
+    few parameters and one small exchange each way.
     """
     from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 
@@ -149,18 +175,22 @@ def _halo_overhead(latency: float, reduce_small: float) -> float:
     conv = nn.Conv3d(1, 1, 3, padding=1)
     model = parallelize(nn.Sequential(conv), SpatialMesh(depth=2))
     x = shard(torch.randn(1, 1, 8, 4, 4), model.__dict__["spatial_mesh"]).requires_grad_()
-    split = _best_seconds(lambda: model(x).sum().backward(), repeats=20)
+    split = _median_seconds(lambda: model(x).sum().backward())
     local = nn.Conv3d(1, 1, 3, padding=(0, 1, 1))
     block = torch.randn(1, 1, 6, 4, 4, requires_grad=True)
-    alone = _best_seconds(lambda: local(block).sum().backward(), repeats=20)
-    return max((split - alone - reduce_small) / 2 - latency, 0.0)
+    alone = _median_seconds(lambda: local(block).sum().backward())
+    return max((split - alone - reduce_small) / 2 - exchange, 0.0)
 
 
 def network_constants() -> dict[str, float]:
-    """Latency and bandwidth of messages and all-reduces (run on 2 ranks by ``spawn``)."""
-    small, large = _pingpong(SMALL), _pingpong(LARGE)
-    latency = small  # a 1 KiB message is all latency
-    bandwidth = LARGE / max(large - latency, large / 2)
+    """Latency and bandwidth of halo exchanges and all-reduces (run on 2 ranks by ``spawn``).
+
+    ``latency + nbytes / bandwidth`` is fitted (least squares) to the blocking
+    time of two-way exchanges of :data:`EXCHANGE_SIZES`: the halo sizes of
+    small to large blocks.
+    """
+    times = [_exchange(n) for n in EXCHANGE_SIZES]
+    latency, bandwidth = _fit([float(n) for n in EXCHANGE_SIZES], times)
     # two ranks: a ring all-reduce is 2 steps of nbytes / 2 each
     reduce_small = _allreduce(SMALL)
     reduce_latency = max(reduce_small / 2 - SMALL / 2 / bandwidth, 0.0)
@@ -168,7 +198,7 @@ def network_constants() -> dict[str, float]:
         "latency": latency,
         "bandwidth": bandwidth,
         "allreduce_latency": reduce_latency,
-        "halo_overhead": _halo_overhead(latency, reduce_small),
+        "halo_overhead": _halo_overhead(times[0], reduce_small),
     }
 
 

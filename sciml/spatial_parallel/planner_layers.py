@@ -5,7 +5,8 @@ picks a different algorithm per shape (an unfolded ``vol2col`` matrix, or
 oneDNN), with times and scratch memory a single rate cannot follow. As in
 Dryden et al.'s performance model, :func:`measure_convs` times the very
 convolutions the ranks run (:func:`local_conv`: the largest block with its
-halos, the native padding left on unsplit dims) forward and backward, and
+halos, the native padding left on unsplit dims) forward and backward, each
+from cold caches (:func:`cache_bytes`: activations stream in a step), and
 the resident-set growth beyond their outputs (each in a fresh process: see
 :func:`measure_convs`); the planner uses these
 :class:`ConvCost` entries instead of the roofline where it has them.
@@ -14,6 +15,7 @@ the resident-set growth beyond their outputs (each in a fresh process: see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -30,6 +32,8 @@ from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_measure import mmap_large_allocations, reset_peak, status_bytes
 
 Triple = tuple[int, int, int]
+#: Bytes of the last-level cache assumed when sysfs does not list it (at least most CPUs').
+DEFAULT_CACHE = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -125,14 +129,38 @@ def _tensors(conv: LocalConv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return x, weight, torch.ones_like(_run(conv, x, weight))
 
 
+def cache_bytes(*, root: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest CPU cache sysfs lists under ``root`` (the last level).
+
+    :data:`DEFAULT_CACHE` when it lists none (not Linux, or no such files).
+    """
+    sizes = []
+    for entry in Path(root).glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            text = entry.read_text().strip().upper()
+            unit = 2 ** (10 * "KMG".index(text[-1]) + 10) if text[-1:] in ("K", "M", "G") else 1
+            sizes.append(int(text.rstrip("KMG")) * unit)
+    return max(sizes, default=DEFAULT_CACHE)
+
+
 def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
-    """Forward and backward seconds, the best of ``repeats`` after a warm-up."""
+    """Forward and backward seconds, the best of ``repeats`` after a warm-up, from cold caches.
+
+    Before each timed call a buffer twice the last-level cache is written, so
+    that the convolution reads its input (and the backward its output gradient
+    and saved input) from memory, as in a training step whose activations
+    stream through the cache: timed hot, the small blocks of split grids ran
+    from the cache and came out too fast.
+    """
     x, weight, grad = _tensors(conv)
+    evict = torch.empty(2 * cache_bytes() // 4)
     fwd, bwd = [], []
     for _ in range(repeats + 1):
+        evict.fill_(1.0)
         start = time.perf_counter()
         y = _run(conv, x, weight)
         fwd.append(time.perf_counter() - start)
+        evict.fill_(1.0)
         start = time.perf_counter()
         y.backward(grad)
         bwd.append(time.perf_counter() - start)

@@ -55,8 +55,9 @@ class Profile:
             (planning, packing, autograd bookkeeping, synchronisation).
         memory: Device memory per rank, bytes (``None``: not known).
         reserved: Bytes per rank not available to tensors (runtime context, workspace).
-        intra_latency: Seconds per point-to-point message inside a node.
-        intra_bw: Bytes/s of a point-to-point message inside a node, one direction.
+        intra_latency: Seconds per point-to-point message inside a node (a
+            calibration times them as halo exchanges send them: one each way at once).
+        intra_bw: Bytes/s of a point-to-point message inside a node, each direction.
         inter_latency: Seconds per point-to-point message between nodes.
         inter_bw: Bytes/s between nodes, per rank, one direction.
         ranks_per_node: Ranks sharing the fast intra-node links.

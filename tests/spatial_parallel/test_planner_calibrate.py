@@ -5,7 +5,12 @@ import resource
 
 import pytest
 
-from sciml.spatial_parallel.planner_calibrate import concurrency, memory_bandwidth
+from sciml.spatial_parallel.planner_calibrate import (
+    EXCHANGE_SIZES,
+    _fit,
+    concurrency,
+    memory_bandwidth,
+)
 
 PAGES_32MIB = 2**25 // resource.getpagesize()
 
@@ -29,3 +34,14 @@ def test_concurrency_counts_the_cores_this_process_may_use(
     assert concurrency(1) == 3
     assert concurrency(2) == 1
     assert concurrency(4) == 1
+
+
+def test_fit_recovers_latency_and_bandwidth_of_exchanges() -> None:
+    """``latency + bytes / bandwidth`` timed at EXCHANGE_SIZES gives back both constants."""
+    latency, bandwidth = 2.5e-4, 3e9
+    seconds = [latency + n / bandwidth for n in EXCHANGE_SIZES]
+    fitted = _fit([float(n) for n in EXCHANGE_SIZES], seconds)
+    # float64 least squares on 4 points: relative error a few eps of the largest time's scale
+    scale = max(seconds) / min(seconds)
+    assert fitted[0] == pytest.approx(latency, rel=64 * scale * 2**-52)
+    assert fitted[1] == pytest.approx(bandwidth, rel=64 * scale * 2**-52)

@@ -1,8 +1,15 @@
 """Per-shape calibration of local convolutions: measured in fresh processes."""
 
+from pathlib import Path
+
 import pytest
 
-from sciml.spatial_parallel.planner_layers import LocalConv, measure_convs
+from sciml.spatial_parallel.planner_layers import (
+    DEFAULT_CACHE,
+    LocalConv,
+    cache_bytes,
+    measure_convs,
+)
 from tests.spatial_parallel.test_planner_measure import mapped_bytes_of_a_tensor
 
 pytestmark = pytest.mark.xdist_group("planner_measure")
@@ -27,3 +34,11 @@ def test_measuring_convolutions_leaves_this_process_allocator_alone() -> None:
     assert cost.forward_s > 0 and cost.backward_s > 0
     assert cost.forward_bytes >= 0 and cost.backward_bytes >= 0
     assert mapped_bytes_of_a_tensor() == 0
+
+
+def test_cache_bytes_is_the_largest_cache_sysfs_lists(tmp_path: Path) -> None:
+    for index, size in enumerate(("32K", "1024K", "32768K", "2M")):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert cache_bytes(root=tmp_path) == 32768 * 1024
+    assert cache_bytes(root=tmp_path / "missing") == DEFAULT_CACHE
