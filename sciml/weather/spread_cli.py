@@ -10,30 +10,33 @@ __all__ = ["register_spread"]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
     from sciml.weather.data import open_ensemble
     from sciml.weather.spread_train import train_spread
 
-    status = train_spread(
-        open_ensemble(args.data),
-        run_dir=args.run_dir,
-        members=args.members,
-        history=args.temporal,
-        loss=args.loss,
-        variables=args.variables,
-        periodic=args.periodic,
-        choice=args.choice,
-        validation=args.validation,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        progress=not args.quiet,
-    )
-    print(
-        f"spread from {args.members} members, {args.temporal} lead time(s), {args.loss} loss: "
-        f"{status}, run folder {args.run_dir}"
-    )
+    with init_distributed() as ctx:
+        status = train_spread(
+            open_ensemble(args.data),
+            run_dir=args.run_dir,
+            members=args.members,
+            history=args.temporal,
+            loss=args.loss,
+            variables=args.variables,
+            periodic=args.periodic,
+            choice=args.choice,
+            validation=args.validation,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            progress=not args.quiet,
+            device=ctx.device,
+        )
+        print0(
+            f"spread from {args.members} members, {args.temporal} lead time(s), {args.loss} "
+            f"loss: {status}, run folder {args.run_dir}"
+        )
     return EXIT_REQUEUE if status == "interrupted" else 0
 
 
@@ -64,8 +67,9 @@ def _add_train(sub: Subparsers) -> None:
         "train",
         help="train a 3-D U-Net to predict the full ensemble's spread from k members",
         description="The last --validation fraction of the start dates validates; test on "
-        "another file with 'sciml weather spread evaluate'. On SIGUSR1/SIGTERM the run "
-        "checkpoints and the command exits with 3; the same command resumes it.",
+        "another file with 'sciml weather spread evaluate'. Under torchrun or srun it trains "
+        "data-parallel (--batch-size per rank). On SIGUSR1/SIGTERM the run checkpoints and "
+        "the command exits with 3; the same command resumes it.",
     )
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
     train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
@@ -97,7 +101,9 @@ def _add_train(sub: Subparsers) -> None:
         "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
     )
     train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
-    train.add_argument("--batch-size", type=positive_int, default=8, help="samples per step")
+    train.add_argument(
+        "--batch-size", type=positive_int, default=8, help="samples per step (per rank)"
+    )
     train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
     train.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -3,7 +3,9 @@
 ``sciml weather spread train`` calls :func:`train_spread`: as for the post-processing
 models (:mod:`sciml.weather.train`), the last ``validation`` fraction of the start dates
 validates and the rest trains, through :func:`sciml.training.fit` (progress, metrics,
-checkpoints, exact resume, preemption). The run folder holds ``spread_run.json`` (the
+checkpoints, exact resume, preemption), data-parallel under an initialised
+``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
+:func:`~sciml.weather.train.train_postprocessor` does. The run folder holds ``spread_run.json`` (the
 configuration: a rerun with another one is refused), ``stats.json`` (the forecasts' channel
 statistics, from the training dates) and ``fit``'s checkpoints and metrics.
 :func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
@@ -22,8 +24,10 @@ from typing import Any
 
 import torch
 import xarray as xr
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.train_config import TrainConfig
@@ -120,8 +124,15 @@ def train_spread(
     depth: int = 2,
     progress: bool = True,
     handle_signals: bool = True,
+    device: torch.device | str | None = None,
 ) -> str:
     """Train a :class:`~sciml.weather.spread.SpreadPredictor` on ``ds``; return the status.
+
+    Under an initialised ``torch.distributed`` group the model trains data-parallel: each
+    rank reads its share of every epoch's samples (``batch_size`` per rank) and the
+    gradients are averaged over ranks (``DistributedDataParallel``); rank 0 alone writes
+    the run folder's configuration and statistics, and its checkpoints hold the plain
+    model's weights.
 
     Args:
         ds: Ensemble with ``<variable>_truth`` and dims ``member``, ``time``, ``lead_time``,
@@ -144,6 +155,7 @@ def train_spread(
         depth: Poolings of lat and lon.
         progress: Show progress bars.
         handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1.
+        device: Where the model trains (default: the CPU).
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -203,10 +215,16 @@ def train_spread(
     )
     train, val = split_validation(ds, validation=validation)
     run_dir = Path(run_dir)
-    _claim(run_dir, config)
-    stats = compute_stats(train, chosen, channel_dims=("level",))
-    stats.to_json(run_dir / "stats.json")
-    return _fit(train, val, config, stats, run_dir, loop=loop)
+
+    def prepare() -> NormStats:
+        """The run folder's configuration and statistics, written once (rank 0)."""
+        _claim(run_dir, config)
+        stats = compute_stats(train, chosen, channel_dims=("level",))
+        stats.to_json(run_dir / "stats.json")
+        return stats
+
+    stats = on_rank0(prepare)
+    return _fit(train, val, config, stats, run_dir, loop=loop, device=torch.device(device or "cpu"))
 
 
 def _fit(
@@ -217,6 +235,7 @@ def _fit(
     run_dir: Path,
     *,
     loop: TrainConfig,
+    device: torch.device,
 ) -> str:
     from sciml.sampling import seed_everything
     from sciml.training import fit
@@ -232,7 +251,11 @@ def _fit(
         )
 
     seed_everything(config.seed)
-    model = config.build()
+    model: torch.nn.Module = config.build().to(device)
+    if world()[1] > 1:
+        model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None
+        )
     result = fit(
         model,
         torch.optim.Adam(model.parameters(), lr=config.lr),
