@@ -3,22 +3,191 @@
 Oyama et al. (TPDS 2021) and the CosmoFlow papers train on whole large
 volumes (instead of cropping them) because a larger volume holds more of the
 field's structure: with the same number of training samples, CosmoFlow
-predicts the parameters better. :func:`volume_size_experiment` trains the
-same network on generated data sets of several volume edges (the same
-samples, seeds and steps) and reports the validation error of each.
+predicts the parameters better. :func:`volume_size_run` trains the network
+on generated volumes of one edge and scores it on held-out test volumes;
+:func:`volume_size_experiment` repeats it over edges and seeds.
+
+Three data sets per run, each from its own data seed: the training volumes
+(``1000 + seed``), the validation volumes (``2000 + seed``) that pick the
+best epoch (``checkpoints/best.pt``, by validation loss) and nothing else,
+and the test volumes (``3000 + seed``) on which the errors are reported.
+Each row also holds two references scored on the same test volumes: the
+best constant prediction (the training targets' median, per parameter) and
+a classical estimator fitted on the same training volumes
+(:func:`sciml.volumes.reference.reference_errors`), which shows how much
+the statistics of each volume size tell about the parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from sciml.distributed import init_distributed
-from sciml.training import TrainConfig
-from sciml.volumes.data import write_cosmology
-from sciml.volumes.train import VolumeTraining, train_volumes
+import numpy as np
+import torch
+import xarray as xr
 
-__all__ = ["volume_size_experiment"]
+from sciml.checkpoint import read_checkpoint, restore_checkpoint
+from sciml.distributed import init_distributed, torch_threads
+from sciml.training import TrainConfig
+from sciml.volumes.data import PARAMS, write_cosmology
+from sciml.volumes.reference import reference_errors
+from sciml.volumes.train import VolumeTraining, build_model, train_volumes
+from sciml.xrchannels import NormStats
+from sciml.xrvolumes import ShardedVolumes
+
+__all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run"]
+
+#: Offsets of the data seeds of the three sets from the run's seed.
+DATA_SEEDS = {"train": 1000, "val": 2000, "test": 3000}
+
+
+@dataclass(frozen=True)
+class SizeRecipe:
+    """The data sets and training of one run; the same at every volume edge.
+
+    Attributes:
+        samples: Training volumes (the same number at every edge).
+        val_samples: Validation volumes (choose the best epoch).
+        test_samples: Test volumes (the reported errors).
+        epochs: Training epochs.
+        batch_size: Volumes per optimiser step.
+        width: Filters of CosmoFlow's first convolution (3 blocks).
+        lr: Peak learning rate (SGD with momentum 0.9, as MLPerf HPC).
+        warmup_epochs: Epochs of linear warm-up.
+        decay_epochs: Epochs at which the learning rate is divided by 4.
+    """
+
+    samples: int = 256
+    val_samples: int = 64
+    test_samples: int = 128
+    epochs: int = 30
+    batch_size: int = 8
+    width: int = 8
+    lr: float = 0.05
+    warmup_epochs: int = 2
+    decay_epochs: tuple[int, ...] = (20, 26)
+
+    def __post_init__(self) -> None:
+        """Reject counts that are not positive integers and a warm-up beyond the epochs."""
+        for name in ("samples", "val_samples", "test_samples", "epochs", "batch_size", "width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SizeRecipe.{name} must be an integer >= 1, got {value!r}")
+        if not self.warmup_epochs < self.epochs:
+            raise ValueError(
+                f"SizeRecipe.warmup_epochs ({self.warmup_epochs}) must be below epochs "
+                f"({self.epochs})"
+            )
+
+
+def _data(folder: Path, *, size: int, seed: int, recipe: SizeRecipe) -> dict[str, Path]:
+    """The three stores of a run (written once; whole-volume chunks, one read per sample)."""
+    counts = {"train": recipe.samples, "val": recipe.val_samples, "test": recipe.test_samples}
+    paths = {}
+    for name, offset in DATA_SEEDS.items():
+        paths[name] = folder / f"{name}.zarr"
+        if not paths[name].exists():
+            write_cosmology(
+                paths[name], samples=counts[name], size=size, seed=offset + seed, chunks=size
+            )
+    return paths
+
+
+def _options(seed: int, recipe: SizeRecipe) -> VolumeTraining:
+    config = TrainConfig(
+        epochs=recipe.epochs,
+        batch_size=recipe.batch_size,
+        seed=seed,
+        progress=False,
+        tensorboard=False,
+        handle_signals=False,
+    )
+    return VolumeTraining(
+        "cosmoflow",
+        config=config,
+        lr=recipe.lr,
+        width=recipe.width,
+        levels=3,
+        warmup_epochs=recipe.warmup_epochs,
+        decay_epochs=recipe.decay_epochs,
+    )
+
+
+def _test_errors(run_dir: Path, test: Path, options: VolumeTraining) -> np.ndarray:
+    """Absolute errors ``(samples, 4)`` of the best checkpoint on the test volumes."""
+    stats = NormStats.from_json(run_dir / "norm_stats.json")
+    data = ShardedVolumes(test, target="params", stats=stats)
+    model = build_model(options, len(data.channels()), len(PARAMS))
+    path = run_dir / "checkpoints" / "best.pt"
+    restore_checkpoint(path, read_checkpoint(path), model, restore_rng=False)
+    model.eval()
+    errors = []
+    with torch.no_grad():
+        for i in range(len(data)):
+            volume, target = data[i]
+            errors.append((model(volume[None])[0] - target).abs().double().numpy())
+    return np.stack(errors)
+
+
+def _baseline(train: Path, test: Path) -> np.ndarray:
+    """Mean absolute test error per parameter of the training targets' median."""
+    with xr.open_zarr(train) as ds_train, xr.open_zarr(test) as ds_test:
+        median = np.median(ds_train["params"].values.astype(np.float64), axis=0)
+        return np.abs(ds_test["params"].values.astype(np.float64) - median).mean(0)
+
+
+def volume_size_run(
+    folder: Path | str, *, size: int, seed: int, recipe: SizeRecipe | None = None
+) -> dict[str, float]:
+    """Train CosmoFlow on volumes of edge ``size`` and score it on the test volumes.
+
+    One process (the same code runs on any mesh), one torch thread. The run's
+    data and run folder are ``folder/size{size}-seed{seed}`` (data written once
+    and reused).
+
+    Args:
+        folder: Where the run's data and run folder go.
+        size: Volume edge in voxels (>= 8: CosmoFlow has 3 pooling blocks).
+        seed: Seed of the network and of the data sets (module docstring).
+        recipe: Data set sizes and training (default: :class:`SizeRecipe`).
+
+    Returns:
+        ``size``, ``seed``, ``best_epoch`` (1-based), ``val_mae`` there, the
+        mean absolute test error of the scaled parameters (in [-1, 1]) overall
+        (``test_mae``) and per parameter (``test_mae_sigma`` ...), and the same
+        for the constant prediction (``baseline_...``) and the classical
+        estimator (``reference_...``).
+
+    Raises:
+        ValueError: If ``size`` is below 8 or the recipe is invalid.
+    """
+    recipe = SizeRecipe() if recipe is None else recipe
+    if isinstance(size, bool) or not isinstance(size, int) or size < 8:
+        raise ValueError(f"size must be an integer >= 8 (3 pooling blocks), got {size!r}")
+    data = Path(folder) / f"size{size}-seed{seed}"
+    paths = _data(data, size=size, seed=seed, recipe=recipe)
+    options = _options(seed, recipe)
+    with torch_threads(1), init_distributed(backend="gloo"):
+        result = train_volumes(paths["train"], data / "run", options, val=paths["val"])
+        errors = _test_errors(data / "run", paths["test"], options).mean(0)
+    best = min(result.history, key=lambda row: row["val_loss"])
+    row: dict[str, float] = {
+        "size": size,
+        "seed": seed,
+        "best_epoch": best["epoch"],
+        "val_mae": best["val_mae"],
+    }
+    references = {
+        "test": errors,
+        "baseline": _baseline(paths["train"], paths["test"]),
+        "reference": np.array(list(reference_errors(paths["train"], paths["test"]).values())),
+    }
+    for name, values in references.items():
+        row[f"{name}_mae"] = float(values.mean())
+        row.update({f"{name}_mae_{p}": float(v) for p, v in zip(PARAMS, values, strict=True)})
+    return row
 
 
 def volume_size_experiment(
@@ -26,54 +195,11 @@ def volume_size_experiment(
     *,
     sizes: Sequence[int] = (8, 16, 32),
     seeds: Sequence[int] = (0, 1, 2),
-    samples: int = 64,
-    val_samples: int = 32,
-    epochs: int = 30,
-    batch_size: int = 8,
-    width: int = 8,
-    lr: float = 0.01,
+    recipe: SizeRecipe | None = None,
 ) -> list[dict[str, float]]:
-    """Train CosmoFlow on volumes of each edge in ``sizes``, once per seed; one row each.
-
-    Every run sees ``samples`` training volumes (data seed 1000 + seed) and is
-    scored on ``val_samples`` others (data seed 2000 + seed) by the mean
-    absolute error of the four scaled parameters (in [-1, 1]) after the last
-    epoch. The network has three convolution blocks, so a volume must have
-    an edge of at least 8; one process (the same code runs on any mesh).
-
-    Returns:
-        Rows with ``size``, ``seed``, ``val_mae``, ``val_loss`` and ``train_loss``.
-    """
-    folder = Path(folder)
-    rows = []
-    for size in sizes:
-        for seed in seeds:
-            data = folder / f"size{size}-seed{seed}"
-            train = data / "train.zarr"
-            val = data / "val.zarr"
-            if not train.exists():
-                write_cosmology(train, samples=samples, size=size, seed=1000 + seed)
-            if not val.exists():
-                write_cosmology(val, samples=val_samples, size=size, seed=2000 + seed)
-            config = TrainConfig(
-                epochs=epochs,
-                batch_size=batch_size,
-                seed=seed,
-                progress=False,
-                tensorboard=False,
-                handle_signals=False,
-            )
-            options = VolumeTraining("cosmoflow", config=config, lr=lr, width=width, levels=3)
-            with init_distributed(backend="gloo"):
-                result = train_volumes(train, data / "run", options, val=val)
-            last = result.history[-1]
-            rows.append(
-                {
-                    "size": size,
-                    "seed": seed,
-                    "val_mae": last["val_mae"],
-                    "val_loss": last["val_loss"],
-                    "train_loss": last["train_loss"],
-                }
-            )
-    return rows
+    """:func:`volume_size_run` for every edge in ``sizes`` and seed in ``seeds``; one row each."""
+    return [
+        volume_size_run(folder, size=size, seed=seed, recipe=recipe)
+        for size in sizes
+        for seed in seeds
+    ]
