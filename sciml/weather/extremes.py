@@ -98,15 +98,7 @@ def efi_weight(
     """
     _check_same_dims(forecasts, climate, "forecasts", "climate")
     sample = model_climate(climate, member_dim=member_dim, time_dim=time_dim)
-    # one start date at a time: the EFI kernel sorts a copy of the climate for every
-    # forecast point, which for all dates at once would hold dates x the climate in memory
-    efi = xr.concat(
-        [
-            extreme_forecast_index(forecasts.isel({time_dim: [i]}), sample, member_dim=member_dim)
-            for i in range(forecasts.sizes[time_dim])
-        ],
-        dim=time_dim,
-    )
+    efi = extreme_forecast_index(forecasts, sample, member_dim=member_dim)
     return abs(efi).rename("efi_weight")
 
 

@@ -143,22 +143,32 @@ def crps_gaussian_array(observations: np.ndarray, mu: np.ndarray, sigma: np.ndar
 
 @numba.njit(nogil=True, cache=True)
 def _efi_rows(
-    ens: np.ndarray, sorted_clim: np.ndarray, out: np.ndarray
+    ens: np.ndarray,
+    ens_row: np.ndarray,
+    sorted_clim: np.ndarray,
+    clim_row: np.ndarray,
+    valid: np.ndarray,
+    out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    rows, members = ens.shape
-    for i in range(rows):
-        k = sorted_clim.shape[1]
-        while k > 0 and np.isnan(sorted_clim[i, k - 1]):
-            k -= 1
+    """EFI of ``ens[ens_row[i]]`` against ``sorted_clim[clim_row[i]]`` (its first ``valid``)."""
+    members = ens.shape[1]
+    for i in range(out.shape[0]):
+        e = ens[ens_row[i]]
+        c = clim_row[i]
+        k = valid[c]
+        if k < 2:
+            out[i] = np.nan
+            continue
+        clim = sorted_clim[c, :k]
         total = 0.0
         m = 0
         for j in range(members):
-            x = ens[i, j]
+            x = e[j]
             if np.isnan(x):
                 continue
             m += 1
-            lo = np.searchsorted(sorted_clim[i, :k], x, side="left")
-            hi = np.searchsorted(sorted_clim[i, :k], x, side="right")
+            lo = np.searchsorted(clim, x, side="left")
+            hi = np.searchsorted(clim, x, side="right")
             if hi == 0:
                 cdf = 0.0
             elif lo == k:
@@ -166,14 +176,17 @@ def _efi_rows(
             elif lo < hi:  # x equals climate values lo..hi-1: middle of the flat step
                 cdf = 0.5 * (lo + hi - 1) / (k - 1)
             else:  # strictly between sample lo-1 and lo
-                a = sorted_clim[i, lo - 1]
-                b = sorted_clim[i, lo]
+                a = clim[lo - 1]
+                b = clim[lo]
                 cdf = (lo - 1 + (x - a) / (b - a)) / (k - 1)
             total += np.arcsin(np.sqrt(cdf))
-        if k < 2 or m == 0:
-            out[i] = np.nan
-        else:
-            out[i] = 4.0 / np.pi * total / m - 1.0
+        out[i] = np.nan if m == 0 else 4.0 / np.pi * total / m - 1.0
+
+
+def _rows_of(shape: tuple[int, ...], lead: tuple[int, ...]) -> np.ndarray:
+    """For each point of ``lead`` (flat), the flat index of its point in ``shape`` (broadcast)."""
+    flat = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    return np.broadcast_to(flat, lead).reshape(-1)
 
 
 def efi_array(forecasts: np.ndarray, climate: np.ndarray) -> np.ndarray:
@@ -188,6 +201,10 @@ def efi_array(forecasts: np.ndarray, climate: np.ndarray) -> np.ndarray:
     the flat step). NaN members and NaN climate values are dropped; fewer than two climate
     values or no valid member give NaN.
 
+    Each climate sample is sorted once, in its own shape, and shared by every forecast point
+    it broadcasts to (a climate per grid point serves every start date): memory is the
+    inputs' plus one sorted copy of the climate, and each member costs a binary search.
+
     Args:
         forecasts: Ensemble, members on the last axis.
         climate: Model-climate sample on the last axis, leading axes broadcastable.
@@ -197,9 +214,14 @@ def efi_array(forecasts: np.ndarray, climate: np.ndarray) -> np.ndarray:
     """
     forecasts = np.asarray(forecasts, dtype=np.float64)
     climate = np.asarray(climate, dtype=np.float64)
+    if forecasts.ndim == 0 or climate.ndim == 0:
+        raise ValueError("forecasts and climate must have a sample axis (the last axis)")
     lead = np.broadcast_shapes(forecasts.shape[:-1], climate.shape[:-1])
-    ens = np.broadcast_to(forecasts, (*lead, forecasts.shape[-1])).reshape(-1, forecasts.shape[-1])
-    clim = np.sort(np.broadcast_to(climate, (*lead, climate.shape[-1])), axis=-1)
-    out = np.empty(ens.shape[0], dtype=np.float64)
-    _efi_rows(np.ascontiguousarray(ens), clim.reshape(-1, climate.shape[-1]), out)
+    ens = np.ascontiguousarray(forecasts).reshape(-1, forecasts.shape[-1])
+    clim = np.sort(climate, axis=-1).reshape(-1, climate.shape[-1])
+    valid = np.count_nonzero(~np.isnan(clim), axis=-1)  # NaNs sort last
+    out = np.empty(int(np.prod(lead)), dtype=np.float64)
+    ens_row = _rows_of(forecasts.shape[:-1], lead)
+    clim_row = _rows_of(climate.shape[:-1], lead)
+    _efi_rows(ens, ens_row, clim, clim_row, valid, out)
     return out.reshape(lead)
