@@ -20,6 +20,7 @@ the statistics of each volume size tell about the parameters.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,11 @@ __all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run"]
 
 #: Offsets of the data seeds of the three sets from the run's seed.
 DATA_SEEDS = {"train": 1000, "val": 2000, "test": 3000}
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -70,11 +76,19 @@ class SizeRecipe:
     decay_epochs: tuple[int, ...] = (20, 26)
 
     def __post_init__(self) -> None:
-        """Reject counts that are not positive integers and a warm-up beyond the epochs."""
+        """Reject bad counts, a learning rate that is not > 0 or a schedule beyond the epochs."""
         for name in ("samples", "val_samples", "test_samples", "epochs", "batch_size", "width"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SizeRecipe.{name} must be an integer >= 1, got {value!r}")
+            _require_int(f"SizeRecipe.{name}", getattr(self, name), 1)
+        _require_int("SizeRecipe.warmup_epochs", self.warmup_epochs, 0)
+        lr = self.lr
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
+            raise ValueError(f"SizeRecipe.lr must be a finite number > 0, got {lr!r}")
+        epochs = list(self.decay_epochs)
+        if epochs != sorted(set(epochs)) or not all(1 <= e < self.epochs for e in epochs):
+            raise ValueError(
+                f"SizeRecipe.decay_epochs must be increasing epochs in [1, {self.epochs}), "
+                f"got {self.decay_epochs!r}"
+            )
         if not self.warmup_epochs < self.epochs:
             raise ValueError(
                 f"SizeRecipe.warmup_epochs ({self.warmup_epochs}) must be below epochs "
@@ -82,16 +96,28 @@ class SizeRecipe:
             )
 
 
+def _check_store(path: Path, *, samples: int, size: int, seed: int) -> None:
+    """Refuse a store left by a run of another recipe, edge or seed (it would be reused)."""
+    with xr.open_zarr(path) as ds:
+        found = (ds.sizes.get("sample"), ds.sizes.get("x"), ds.attrs.get("seed"))
+    if found != (samples, size, seed):
+        raise ValueError(
+            f"{path} holds {found[0]} volumes of edge {found[1]} from data seed {found[2]}, "
+            f"this run needs {samples} of edge {size} from seed {seed}: remove it or choose "
+            "another folder"
+        )
+
+
 def _data(folder: Path, *, size: int, seed: int, recipe: SizeRecipe) -> dict[str, Path]:
-    """The three stores of a run (written once; whole-volume chunks, one read per sample)."""
+    """The three stores of a run (written once, then checked and reused; whole-volume chunks)."""
     counts = {"train": recipe.samples, "val": recipe.val_samples, "test": recipe.test_samples}
     paths = {}
     for name, offset in DATA_SEEDS.items():
-        paths[name] = folder / f"{name}.zarr"
-        if not paths[name].exists():
-            write_cosmology(
-                paths[name], samples=counts[name], size=size, seed=offset + seed, chunks=size
-            )
+        paths[name] = path = folder / f"{name}.zarr"
+        if path.exists():
+            _check_store(path, samples=counts[name], size=size, seed=offset + seed)
+        else:
+            write_cosmology(path, samples=counts[name], size=size, seed=offset + seed, chunks=size)
     return paths
 
 
@@ -161,11 +187,15 @@ def volume_size_run(
         estimator (``reference_...``).
 
     Raises:
-        ValueError: If ``size`` is below 8 or the recipe is invalid.
+        ValueError: If ``size`` is below 8, ``seed`` is negative, or a data set
+            left in the folder has other samples, edge or seed than this run's.
     """
     recipe = SizeRecipe() if recipe is None else recipe
+    if not isinstance(recipe, SizeRecipe):
+        raise TypeError(f"recipe must be a SizeRecipe or None, got {type(recipe).__name__}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 8:
         raise ValueError(f"size must be an integer >= 8 (3 pooling blocks), got {size!r}")
+    _require_int("seed", seed, 0)
     data = Path(folder) / f"size{size}-seed{seed}"
     paths = _data(data, size=size, seed=seed, recipe=recipe)
     options = _options(seed, recipe)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from sciml.volumes.data import PARAMS
+from sciml.volumes.data import PARAMS, write_cosmology
 from sciml.volumes.experiment import SizeRecipe, volume_size_experiment, volume_size_run
 
 TINY = SizeRecipe(
@@ -60,5 +60,21 @@ def test_an_edge_below_eight_or_a_bad_recipe_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="SizeRecipe.samples must be an integer >= 1"):
         SizeRecipe(samples=0)
     with pytest.raises(ValueError, match="warmup_epochs .* must be below epochs"):
-        SizeRecipe(epochs=2, warmup_epochs=2)
+        SizeRecipe(epochs=2, warmup_epochs=2, decay_epochs=())
+    with pytest.raises(ValueError, match="SizeRecipe.lr must be a finite number > 0"):
+        SizeRecipe(lr=float("nan"))
+    with pytest.raises(ValueError, match=r"decay_epochs must be increasing epochs in \[1, 10\)"):
+        SizeRecipe(epochs=10, decay_epochs=(20, 26))
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        volume_size_run(tmp_path, size=8, seed=-1, recipe=TINY)
+    with pytest.raises(TypeError, match="recipe must be a SizeRecipe"):
+        volume_size_run(tmp_path, size=8, seed=0, recipe={"samples": 8})  # type: ignore[arg-type]
     assert not any(tmp_path.iterdir())  # nothing written for a refused run
+
+
+def test_data_left_by_another_recipe_is_refused_not_reused(tmp_path: Path) -> None:
+    write_cosmology(tmp_path / "size8-seed0" / "train.zarr", samples=4, size=8, seed=1000)
+    with pytest.raises(
+        ValueError, match="holds 4 volumes of edge 8 from data seed 1000, this run needs 8"
+    ):
+        volume_size_run(tmp_path, size=8, seed=0, recipe=TINY)
