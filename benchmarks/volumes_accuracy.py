@@ -29,6 +29,7 @@ from multiprocessing import get_context
 
 from _report import write_report
 
+from sciml.cli import positive_int
 from sciml.volumes.data import PARAMS
 from sciml.volumes.experiment import SizeRecipe, volume_size_run
 
@@ -93,10 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sets, two edges, one seed")
     parser.add_argument("--sizes", type=_ints, default=(8, 16, 32), help="volume edges")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per edge")
-    parser.add_argument("--samples", type=int, default=256, help="training volumes per run")
-    parser.add_argument("--epochs", type=int, default=30, help="epochs of every run")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="seeds per edge")
+    parser.add_argument(
+        "--samples", type=positive_int, default=256, help="training volumes per run"
+    )
+    parser.add_argument("--epochs", type=positive_int, default=30, help="epochs of every run")
+    parser.add_argument("--jobs", type=positive_int, default=1, help="runs at once (processes)")
     parser.add_argument("--out", default="runs/bench/volumes_accuracy.json", help="JSON report")
     args = parser.parse_args(argv)
     if args.quick:
