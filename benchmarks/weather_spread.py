@@ -1,12 +1,15 @@
 """Spread prediction from 5 members of a toy preset: correlation and RMSE vs the full spread.
 
 Usage: python benchmarks/weather_spread.py DATA [--members 5] [--epochs 8] [--temporal 1 3]
-       [--losses l1] [--work DIR] [--out PATH]
+       [--losses l1] [--choice first|random] [--base-channels 16] [--score-on test|validation]
+       [--work DIR] [--out PATH]
 
 DATA is a preset (or any ensemble with a truth). Its start dates are split with
 ``split_start_dates`` (60/20/20): the runs train on the first 60 % and validate on the next
 20 % (``train_spread`` holds out the last quarter of what it is given), and every score is on
-the last 20 %, never seen in training. One run per ``--temporal`` value and loss. The
+the last 20 %, never seen in training (``--score-on validation`` scores on the validation dates
+instead: make every choice of settings that way, then score the chosen ones once on the
+test dates). One run per ``--temporal`` value and loss. The
 baseline is the sample spread of the same first ``--members`` members. Prints the
 correlation with the full ensemble's spread and the RMSE against it, averaged over
 variables, levels and lead times, and by lead time; the training time and the peak
@@ -42,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--losses", nargs="+", choices=LOSSES, default=["l1"], help="losses")
     parser.add_argument("--base-channels", type=positive_int, default=16, help="U-Net width")
+    parser.add_argument(
+        "--choice", choices=("first", "random"), default="first", help="members per sample"
+    )
+    parser.add_argument(
+        "--score-on", choices=("test", "validation"), default="test", help="dates scored"
+    )
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--work", default="weather_spread_runs", help="run folders here")
     parser.add_argument("--out", default="weather_spread.json", help="JSON report path")
@@ -49,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     ds = xr.open_dataset(args.data).load()
     _, val, test = split_start_dates(ds)
     seen = ds.sel(time=slice(None, val["time"].values[-1]))
+    scored = test if args.score_on == "test" else val
     runs, timings = [], {}
     for loss in args.losses:
         for history in args.temporal:
-            run = Path(args.work) / f"spread_{args.members}_{loss}_t{history}_seed{args.seed}"
+            name = f"spread_{args.members}_{loss}_t{history}_{args.choice}_w{args.base_channels}"
+            run = Path(args.work) / f"{name}_e{args.epochs}_seed{args.seed}"
             start = time.perf_counter()
             status = train_spread(
                 seen,
@@ -60,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 members=args.members,
                 history=history,
                 loss=loss,
+                choice=args.choice,
                 periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
                 validation=0.25,
                 epochs=args.epochs,
@@ -71,11 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}: {status} in {timings[run.name]:.0f} s", flush=True)
             runs.append(run)
     start = time.perf_counter()
-    table = evaluate_spread(runs, test)
+    table = evaluate_spread(runs, scored)
     timings["evaluate"] = time.perf_counter() - start
     summary = table.groupby("model")[["corr", "rmse"]].mean()
     with pd.option_context("display.width", 160):
-        print(f"test dates: {test.sizes['time']}, evaluation {timings['evaluate']:.1f} s")
+        print(
+            f"{args.score_on} dates: {scored.sizes['time']}, evaluation {timings['evaluate']:.1f} s"
+        )
         print("mean over variables, levels and lead times:")
         print(summary.sort_values("rmse").round(4).to_string())
         for score in ("corr", "rmse"):
@@ -94,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds=timings,
         peak_rss_mib=peak,
         data=str(args.data),
-        test_dates=int(test.sizes["time"]),
+        scored_on=args.score_on,
+        scored_dates=int(scored.sizes["time"]),
         epochs=args.epochs,
+        choice=args.choice,
+        base_channels=args.base_channels,
     )
     return 0
 

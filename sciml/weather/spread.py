@@ -2,11 +2,13 @@ r"""Predict the full ensemble's spread from a few members (Grönquist et al. 201
 
 A :class:`SpreadPredictor` is a 3-D :class:`sciml.models.UNet` over ``(level, lat, lon)``
 (pooling lat and lon only: the toy and most pressure-level sets have few levels). Its input
-channels, per variable, are the ``k`` members' (normalised) values and their sample standard
-deviation :math:`s_k` (ddof=1), for the current lead time and, in the temporal variant, for
-the ``history - 1`` lead times before it, each earlier step with an availability channel
-(see :mod:`sciml.weather.spread_data`: an earlier step that precedes the first lead time is
-zero with availability 0). The output is a residual on the log of the current
+channels, per variable, are the ``k`` members' (normalised) values, their sample standard
+deviation :math:`s_k` (ddof=1) and its log :math:`\log(s_k + \sigma_{min})` (a scale-free
+view of the spread, which varies by orders of magnitude over lead times), for the current
+lead time and, in the temporal variant, for the ``history - 1`` lead times before it, each
+earlier step with an availability channel (see :mod:`sciml.weather.spread_data`: an earlier
+step that precedes the first lead time is zero, its log spread too, with availability 0).
+The output is a residual on the log of the current
 :math:`s_k`:
 
 .. math::
@@ -22,7 +24,9 @@ periodic: rolling its input by a multiple of ``2**depth`` points along a periodi
 its output alike, and no point is an edge.
 
 Losses against the full ensemble's standard deviation ``s`` (:data:`LOSSES`): ``"l1"``,
-``"mse"`` and ``"crps"``, the expected Gaussian CRPS of the forecast
+``"mse"``, ``"log_l1"`` (:math:`|\log\hat\sigma - \log(s + \sigma_{min})|`: relative
+errors, so every lead time and level weighs alike, where L1 and MSE are dominated by the
+late lead times' large spreads) and ``"crps"``, the expected Gaussian CRPS of the forecast
 :math:`N(m, \hat\sigma^2)` when the outcome is distributed like the full ensemble,
 :math:`N(m, s^2)` (:func:`expected_gaussian_crps`). It is minimised exactly at
 :math:`\hat\sigma = s`, so like L1 and MSE it targets the full ensemble's spread; it is
@@ -54,8 +58,8 @@ __all__ = [
 
 #: Smallest predicted standard deviation, in normalised units.
 SIGMA_MIN = 1e-4
-LOSSES = ("l1", "mse", "crps")
-Loss = Literal["l1", "mse", "crps"]
+LOSSES = ("l1", "mse", "log_l1", "crps")
+Loss = Literal["l1", "mse", "log_l1", "crps"]
 SPATIAL = ("lat", "lon")
 
 
@@ -110,7 +114,7 @@ class SpreadPredictor(nn.Module):
             history,
         )
         self.periodic = tuple(d for d in SPATIAL if d in periodic)
-        inputs = history * (members + 1) * variables + (history - 1)
+        inputs = history * (members + 2) * variables + (history - 1)
         self.unet = UNet(
             inputs,
             variables,
@@ -152,7 +156,9 @@ class SpreadPredictor(nn.Module):
         n, steps, k, _, h, w = history.shape
         fields = history.reshape(n, steps, k, self.variables, self.levels, h, w)
         sd = fields.std(2, keepdim=True)
-        features = torch.cat([fields, sd], dim=2).reshape(n, -1, self.levels, h, w)
+        present = available[:, :, None, None, None, None, None].to(sd.dtype)
+        log_sd = torch.log(sd + SIGMA_MIN) * present  # scale-free; 0 for a missing step
+        features = torch.cat([fields, sd, log_sd], dim=2).reshape(n, -1, self.levels, h, w)
         flags = available[:, 1:, None, None, None].expand(-1, -1, self.levels, h, w)
         x = torch.cat([features, flags.to(features.dtype)], dim=1)
         out = self.unet(x)
@@ -180,8 +186,11 @@ def expected_gaussian_crps(sigma: Tensor, target: Tensor) -> Tensor:
     return total / math.sqrt(math.pi)
 
 
-def spread_loss(model: SpreadPredictor, batch: dict[str, Tensor], *, loss: Loss) -> Tensor:
-    """Mean ``loss`` (of :data:`LOSSES`) of the model's spread against ``batch["spread"]``."""
+def spread_loss(model: nn.Module, batch: dict[str, Tensor], *, loss: Loss) -> Tensor:
+    """Mean ``loss`` (of :data:`LOSSES`) of the model's spread against ``batch["spread"]``.
+
+    ``model`` is a :class:`SpreadPredictor`, or one wrapped (``DistributedDataParallel``).
+    """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     predicted, target = model(batch["history"], batch["available"]), batch["spread"]
@@ -189,4 +198,6 @@ def spread_loss(model: SpreadPredictor, batch: dict[str, Tensor], *, loss: Loss)
         return (predicted - target).abs().mean()
     if loss == "mse":
         return (predicted - target).square().mean()
+    if loss == "log_l1":
+        return (predicted.log() - (target + SIGMA_MIN).log()).abs().mean()
     return expected_gaussian_crps(predicted, target).mean()

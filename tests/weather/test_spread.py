@@ -155,3 +155,36 @@ def test_expected_gaussian_crps_matches_quadrature_and_is_smallest_at_the_target
     value.backward()
     eps = np.finfo(np.float64).eps  # sqrt(2) * sqrt(2) - 2 rounds to a few eps
     assert abs(value.item()) < 4 * eps and abs(at.grad.item()) < 4 * eps
+
+
+def test_the_log_loss_is_the_mean_absolute_log_ratio() -> None:
+    model = SpreadPredictor(2, members=3, levels=2, base_channels=4, depth=1).double()
+    fields, available = _batch()
+    fields = fields.double()
+    sample = fields[:, 0].std(1) + 1e-4  # the untrained model's output
+    target = sample * torch.exp(torch.linspace(-1, 1, sample.numel(), dtype=torch.float64)).view(
+        sample.shape
+    )
+    batch = {"history": fields, "available": available.double(), "spread": target - 1e-4}
+    # |log(sample) - log(target)| = |linspace(-1, 1)|, whose mean is known in closed form
+    n = sample.numel()
+    expected = np.abs(np.linspace(-1, 1, n)).mean()
+    got = spread_loss(model, batch, loss="log_l1").item()
+    assert got == pytest.approx(expected, rel=0, abs=n * np.finfo(np.float64).eps)
+
+
+def test_a_missing_step_enters_as_zeros_and_the_current_spread_also_as_its_log() -> None:
+    model = SpreadPredictor(2, members=3, levels=2, history=2, base_channels=4, depth=1)
+    fields, available = _batch(history=2)
+    fields[:, 1], available[:, 1] = 0.0, 0.0  # the step before the first lead time
+    seen: list[torch.Tensor] = []
+    model.unet.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    model(fields, available)
+    # channels: per step, (k members + sd + log sd) x 2 variables, then 1 availability flag
+    x = seen[0].reshape(2, -1, 2, 8, 8)  # (N, channels, level, lat, lon)
+    per_step = (3 + 2) * 2
+    assert bool((x[:, per_step:] == 0).all())  # step 1 and its flag: zeros
+    current = fields[:, 0].reshape(2, 3, 2, 2, 8, 8)  # (N, k, V, D, lat, lon)
+    log_sd = torch.log(current.std(1) + 1e-4)  # (N, V, D, lat, lon)
+    x_step = x[:, :per_step].reshape(2, 5, 2, 2, 8, 8)  # (N, k + 2, V, D, ...)
+    torch.testing.assert_close(x_step[:, 4], log_sd, rtol=0, atol=0)
