@@ -13,8 +13,10 @@ input block, the tensors autograd keeps for backward (from
 one more), the assembled (extended) input every split window layer keeps
 (its halo part, or all of it when the block itself stays alive), and the
 largest working set on top of them: a layer's output and input gradients,
-the extended input's gradient of a split layer, and the scratch of measured
-convolutions.
+the extended input's gradient of a split layer, the scratch of measured
+convolutions, and a forward's transients (a split window layer's input block
+next to its extended copy, a split normalisation's input and scaled block:
+:data:`NORM_TRANSIENT`).
 
 Step time (seconds): per layer, forward and backward compute, measured for
 the rank's local convolutions where a calibration has them
@@ -76,6 +78,9 @@ SPLIT_NORM_EXTRA = 1
 #: times): counted kernel by kernel in ``tests/spatial_parallel/test_planner_cost.py``.
 NORM_KERNELS = (7, 14)
 NORM_PASSES = (12, 31)
+#: Block-sized tensors a split normalisation holds in its forward beyond what it
+#: keeps and its output: its input, and the scaled block before the bias is added.
+NORM_TRANSIENT = 2
 MEMORY_TERMS = (
     "params",
     "grads",
@@ -187,14 +192,16 @@ class Estimate:
 
 
 def _activations(
-    graph: Graph, grid: Grid, scratch: list[tuple[float, float]]
+    graph: Graph, grid: Grid, scratch: list[tuple[float, float]], transient: list[float]
 ) -> tuple[float, float]:
     """Bytes kept for backward, and the largest working set on top of them.
 
-    Layer ``i``'s forward holds the tensors saved by the layers before it, its
-    output and its scratch; its backward (which frees the tensors of the
-    layers after it) those saved by layers ``0..i``, its output and input
-    gradients and its scratch. ``scratch`` is ``(forward, backward)`` bytes per layer.
+    Layer ``i``'s forward holds the tensors saved by the layers before it and
+    by itself, its output, its scratch and its transients (``transient``:
+    inputs and temporaries alive only during its forward); its backward (which
+    frees the tensors of the layers after it) those saved by layers ``0..i``,
+    its output and input gradients and its scratch. ``scratch`` is
+    ``(forward, backward)`` bytes per layer.
     """
     kept = [0.0] * len(graph.layers)
     for s in graph.saved:
@@ -204,10 +211,12 @@ def _activations(
         if layer.kind in NORM_KINDS:
             kept[index] += SPLIT_NORM_EXTRA * local_numel(layer.out_shape, grid) * layer.itemsize
     total, running, peak = sum(kept), 0.0, 0.0
-    for layer, nbytes, (fwd, bwd) in zip(graph.layers, kept, scratch, strict=True):
+    for layer, nbytes, (fwd, bwd), extra in zip(
+        graph.layers, kept, scratch, transient, strict=True
+    ):
         out = local_numel(layer.out_shape, grid) * layer.itemsize
-        peak = max(peak, running + out + fwd)
         running += nbytes
+        peak = max(peak, running + out + fwd + extra)
         peak = max(peak, running + out + local_numel(layer.in_shape, grid) * layer.itemsize + bwd)
     return total, max(0.0, peak - total)
 
@@ -292,7 +301,7 @@ def estimate(
         )
     halos = [layer_halo(layer, grid) for layer in graph.layers]
     params = graph.params * 4.0
-    forward, backward, scratch = [], [], []
+    forward, backward, scratch, transient = [], [], [], []
     halo_mem = halo_time = norm = 0.0
     spatial = math.prod(grid[1:])
     for index, (layer, halo) in enumerate(zip(graph.layers, halos, strict=True)):
@@ -304,19 +313,25 @@ def estimate(
             exchange = exchange_time(layer, grid, halo, profile)
             exchange += assembly_time(layer, grid, halo, profile)
             exchange *= profile.contention(math.prod(grid))
+        block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
+        passing = 0.0  # alive during this layer's forward only
         if any(halo.received):
             extra = sum(halo_bytes(layer, grid, halo))
-            block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
             halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
             bwd_bytes += block_bytes + extra  # the extended input's gradient, before it is split
+            # the input block lives on until the extended copy is built and used
+            passing += 0.0 if layer.input_kept else block_bytes
+        if layer.kind in NORM_KINDS:
+            passing += NORM_TRANSIENT * local_numel(layer.out_shape, grid) * layer.itemsize
         scratch.append((fwd_bytes, bwd_bytes))
+        transient.append(passing)
         forward.append(overlapped(fwd, exchange, layer, halo, grid, profile))
         backward.append(overlapped(bwd, exchange, layer, halo, grid, profile))
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
             norm += 4 * profile.allreduce(2 * layer.channels * 4.0, ranks)
-    saved, work = _activations(graph, grid, scratch)
+    saved, work = _activations(graph, grid, scratch, transient)
     compute = sum(forward) + sum(backward) - halo_time
     block = local_numel(graph.sample_shape, grid) * graph.layers[0].itemsize
     memory = {

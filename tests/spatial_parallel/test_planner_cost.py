@@ -9,7 +9,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from sciml.distributed import spawn
-from sciml.spatial_parallel.planner_cost import NORM_KERNELS, NORM_PASSES, estimate
+from sciml.spatial_parallel.planner_cost import (
+    NORM_KERNELS,
+    NORM_PASSES,
+    NORM_TRANSIENT,
+    estimate,
+)
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import GridError
 from sciml.spatial_parallel.planner_profile import Profile
@@ -180,3 +185,16 @@ def test_norm_time_is_its_passes_over_the_block() -> None:
         k * 1e-3 + p * block / 1e9 for k, p in zip(NORM_KERNELS, NORM_PASSES, strict=True)
     )
     assert est.time["compute"] == pytest.approx(compute, rel=1e-12)
+
+
+def test_a_split_norm_forward_holds_its_input_and_temporaries() -> None:
+    """Conv then BatchNorm: the norm's forward holds input, centred, scaled, scaled * weight, out.
+
+    Kept for backward: the centred and scaled blocks (2 blocks); the forward's peak
+    is 5 blocks, 3 on top of them (the backward's: kept, output and input gradient, 2).
+    """
+    graph = trace(nn.Sequential(nn.Conv3d(1, 4, 1), nn.BatchNorm3d(4)), (1, 1, 4, 4, 4))
+    est = estimate(graph, (1, 1, 1, 1), PROFILE)
+    block = 4 * 4**3 * 4
+    assert est.memory["activations"] == 2 * block + 2 * 4 * 4  # and the mean and 1/std
+    assert est.memory["workspace"] == (2 + NORM_TRANSIENT - 1) * block == 3 * block
