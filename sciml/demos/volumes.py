@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sciml.demos import stop_if_interrupted
-from sciml.demos.report import markdown_table
 from sciml.distributed import spawn
 from sciml.training import TrainConfig, TrainResult
 from sciml.volumes.data import write_cosmology, write_segmentation
@@ -70,6 +69,8 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 
 def _losses(run_dir: Path, metric: str) -> str:
+    from sciml.demos.report import markdown_table  # matplotlib: not in the training ranks
+
     rows = [r for r in _csv(run_dir / "metrics.csv") if r["split"] in ("train_step", "epoch")]
     steps: dict[int, dict[str, str]] = {}
     for row in rows:
@@ -82,6 +83,8 @@ def _losses(run_dir: Path, metric: str) -> str:
 
 
 def _perf(run_dir: Path) -> str:
+    from sciml.demos.report import markdown_table
+
     rows = _csv(run_dir / "perf.csv")
     last = max(int(r["epoch"]) for r in rows)
     by_rank: dict[int, dict[str, float]] = {}
