@@ -71,26 +71,16 @@ CONV_KINDS = ("Conv3d", "ConvTranspose3d", "Linear")
 #: output where the fused kernel keeps the input): measured with
 #: ``benchmarks/spatial_plan_validation.py`` (predicted against measured step memory).
 SPLIT_NORM_EXTRA = 1
-#: Kernels over the block in a split normalisation's forward and backward, and
-#: the block-sized tensors they read or write (:mod:`sciml.spatial_parallel.norm`:
-#: the sum, the centring, the squares and their sum, the scaling, weight and
-#: bias are separate kernels, where PyTorch's fused kernel passes about 4 and 8
-#: times): counted kernel by kernel in ``tests/spatial_parallel/test_planner_cost.py``.
-NORM_KERNELS = (7, 14)
-NORM_PASSES = (12, 31)
-#: Block-sized tensors a split normalisation holds in its forward beyond what it
-#: keeps and its output: its input, and the scaled block before the bias is added.
+#: Kernels over the block in a split normalisation's forward and backward, and the
+#: block-sized tensors they read or write (sum, centring, squares, scaling, weight
+#: and bias are kernels of their own; the fused kernel passes about 4 and 8 times).
+NORM_KERNELS, NORM_PASSES = (7, 14), (12, 31)
+#: Blocks a split normalisation's forward holds beyond what it keeps and its
+#: output: its input, and the scaled block before the bias is added.
 NORM_TRANSIENT = 2
 MEMORY_TERMS = (
-    "params",
-    "grads",
-    "optimizer",
-    "buckets",
-    "input",
-    "activations",
-    "halos",
-    "workspace",
-    "reserved",
+    *("params", "grads", "optimizer", "buckets", "input"),
+    *("activations", "halos", "workspace", "reserved"),
 )
 TIME_TERMS = ("compute", "halo", "norm", "allreduce", "optimizer", "read")
 
