@@ -113,9 +113,9 @@ def periodic_conv3d(module: nn.Module, *, wrap: Sequence[int]) -> nn.Module:
         ValueError: ``wrap`` holds other indices, or a convolution pads by a string
             (``"same"``) or in a mode other than zeros.
     """
-    dims = tuple(sorted(set(wrap)))
-    if any(isinstance(d, bool) or d not in (0, 1, 2) for d in dims):
+    if any(isinstance(d, bool) or d not in (0, 1, 2) for d in wrap):
         raise ValueError(f"wrap must hold spatial dims 0, 1, 2 of (D, H, W), got {list(wrap)}")
+    dims = tuple(sorted(set(wrap)))
     for name, child in module.named_children():
         if type(child) is nn.Conv3d and child.padding not in ("valid", (0, 0, 0)):
             _check_padding(child, "periodic_conv3d")

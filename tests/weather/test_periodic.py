@@ -54,6 +54,8 @@ def test_periodic_conv3d_wraps_the_chosen_dims_and_zero_pads_the_others() -> Non
 def test_periodic_conv3d_refuses_what_it_cannot_wrap() -> None:
     with pytest.raises(ValueError, match=r"wrap must hold spatial dims 0, 1, 2 .* got \[3\]"):
         periodic_conv3d(nn.Conv3d(1, 1, 3, padding=1), wrap=[3])
+    with pytest.raises(ValueError, match=r"got \['lon', 1\]"):
+        periodic_conv3d(nn.Conv3d(1, 1, 3, padding=1), wrap=["lon", 1])  # type: ignore[list-item]
     same = nn.Sequential(nn.Conv3d(1, 1, 3, padding="same"))
     with pytest.raises(ValueError, match="periodic_conv3d needs numeric zero padding"):
         periodic_conv3d(same, wrap=[2])
