@@ -20,9 +20,10 @@ the statistics of each volume size tell about the parameters.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ import xarray as xr
 
 from sciml.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.distributed import init_distributed, torch_threads
+from sciml.io_utils import atomic_write_text
 from sciml.training import TrainConfig
 from sciml.volumes.data import PARAMS, write_cosmology
 from sciml.volumes.reference import reference_errors
@@ -121,6 +123,24 @@ def _data(folder: Path, *, size: int, seed: int, recipe: SizeRecipe) -> dict[str
     return paths
 
 
+def _record_recipe(folder: Path, recipe: SizeRecipe) -> None:
+    """Write ``recipe.json``, or refuse a folder whose run used another recipe (it would resume)."""
+    path = folder / "recipe.json"
+    wanted = asdict(recipe) | {"decay_epochs": list(recipe.decay_epochs)}
+    if path.exists():
+        found = json.loads(path.read_text())
+        changed = sorted(k for k in wanted.keys() | found.keys() if found.get(k) != wanted.get(k))
+        if changed:
+            raise ValueError(
+                f"{folder} holds a run of another recipe ({', '.join(changed)} differ: "
+                f"{ {k: found.get(k) for k in changed} }, this run has "
+                f"{ {k: wanted.get(k) for k in changed} }); remove it or choose another folder"
+            )
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(wanted, indent=1))
+
+
 def _options(seed: int, recipe: SizeRecipe) -> VolumeTraining:
     config = TrainConfig(
         epochs=recipe.epochs,
@@ -170,8 +190,9 @@ def volume_size_run(
     """Train CosmoFlow on volumes of edge ``size`` and score it on the test volumes.
 
     One process (the same code runs on any mesh), one torch thread. The run's
-    data and run folder are ``folder/size{size}-seed{seed}`` (data written once
-    and reused).
+    data and run folder are ``folder/size{size}-seed{seed}``: a second call
+    with the same recipe reuses the data and resumes the run (to the same
+    result), one with another recipe is refused.
 
     Args:
         folder: Where the run's data and run folder go.
@@ -187,8 +208,9 @@ def volume_size_run(
         estimator (``reference_...``).
 
     Raises:
-        ValueError: If ``size`` is below 8, ``seed`` is negative, or a data set
-            left in the folder has other samples, edge or seed than this run's.
+        ValueError: If ``size`` is below 8, ``seed`` is negative, or the folder
+            holds a run of another recipe (``recipe.json``) or a data set of other
+            samples, edge or seed than this run's.
     """
     recipe = SizeRecipe() if recipe is None else recipe
     if not isinstance(recipe, SizeRecipe):
@@ -197,6 +219,7 @@ def volume_size_run(
         raise ValueError(f"size must be an integer >= 8 (3 pooling blocks), got {size!r}")
     _require_int("seed", seed, 0)
     data = Path(folder) / f"size{size}-seed{seed}"
+    _record_recipe(data, recipe)
     paths = _data(data, size=size, seed=seed, recipe=recipe)
     options = _options(seed, recipe)
     with torch_threads(1), init_distributed(backend="gloo"):

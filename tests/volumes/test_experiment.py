@@ -1,5 +1,6 @@
 """sciml.volumes.experiment: the volume-size experiment, scored on a held-out test set."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,10 @@ def test_a_run_picks_its_epoch_on_validation_and_reports_test_errors(tmp_path: P
     test = xr.open_zarr(data / "test.zarr")["params"].values.astype(np.float64)
     expected = np.abs(test - np.median(train, axis=0)).mean(0)
     np.testing.assert_allclose([row[f"baseline_mae_{p}"] for p in PARAMS], expected, rtol=1e-12)
+    # the same call again reuses the folder and gives the same row; another recipe is refused
+    assert volume_size_run(tmp_path, size=8, seed=1, recipe=TINY) == row
+    with pytest.raises(ValueError, match=r"another recipe \(lr differ: \{'lr': 0.05\}"):
+        volume_size_run(tmp_path, size=8, seed=1, recipe=dataclasses.replace(TINY, lr=0.1))
 
 
 def test_an_edge_below_eight_or_a_bad_recipe_is_refused(tmp_path: Path) -> None:
