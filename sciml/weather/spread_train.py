@@ -168,6 +168,7 @@ def train_spread(
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     if choice not in ("first", "random"):
         raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+    target = torch.device(device or "cpu")  # a bad device string fails here, before writing
     chosen = list(variables) if variables is not None else forecast_variables(ds)
     if not chosen:
         raise ValueError(
@@ -224,7 +225,7 @@ def train_spread(
         return stats
 
     stats = on_rank0(prepare)
-    return _fit(train, val, config, stats, run_dir, loop=loop, device=torch.device(device or "cpu"))
+    return _fit(train, val, config, stats, run_dir, loop=loop, device=target)
 
 
 def _fit(

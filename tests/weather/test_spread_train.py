@@ -95,6 +95,8 @@ def test_train_from_the_command_line_and_refusals(
         train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
     with pytest.raises(ValueError, match="batch_size"):
         train_spread(ds, run_dir=tmp_path / "a", members=2, batch_size=0)
+    with pytest.raises(RuntimeError, match="device type at start of device string: tpu"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, device="tpu")
     regional = ds.isel(lon=slice(4))  # 0 to 135 degrees east: no wrap-around
     with pytest.raises(ValueError, match=r"periodic 'lon' needs .* closing 360 degrees"):
         train_spread(regional, run_dir=tmp_path / "a", members=2, periodic=("lon",))
