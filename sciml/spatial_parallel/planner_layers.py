@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,6 +143,15 @@ def cache_bytes(*, root: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> i
     return max(sizes, default=DEFAULT_CACHE)
 
 
+def _clock() -> Callable[[], float]:
+    """This thread's CPU time when torch computes on this thread alone, else wall time.
+
+    With one intra-op thread every kernel runs on the calling thread, so its CPU
+    time is the kernel's time on a core of its own, even on a loaded machine.
+    """
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     """Forward and backward seconds, the best of ``repeats`` after a warm-up, from cold caches.
 
@@ -150,20 +159,23 @@ def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     that the convolution reads its input (and the backward its output gradient
     and saved input) from memory, as in a training step whose activations
     stream through the cache: timed hot, the small blocks of split grids ran
-    from the cache and came out too fast.
+    from the cache and came out too fast. On one intra-op thread the clock is
+    this thread's CPU time (:func:`_clock`), which time another process takes
+    from it does not inflate.
     """
     x, weight, grad = _tensors(conv)
     evict = torch.empty(2 * cache_bytes() // 4)
+    clock = _clock()
     fwd, bwd = [], []
     for _ in range(repeats + 1):
         evict.fill_(1.0)
-        start = time.perf_counter()
+        start = clock()
         y = _run(conv, x, weight)
-        fwd.append(time.perf_counter() - start)
+        fwd.append(clock() - start)
         evict.fill_(1.0)
-        start = time.perf_counter()
+        start = clock()
         y.backward(grad)
-        bwd.append(time.perf_counter() - start)
+        bwd.append(clock() - start)
         x.grad = weight.grad = None
         del y
     return min(fwd[1:]), min(bwd[1:])  # the least disturbed by other load

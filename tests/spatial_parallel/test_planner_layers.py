@@ -1,12 +1,15 @@
 """Per-shape calibration of local convolutions: measured in fresh processes."""
 
+import time
 from pathlib import Path
 
 import pytest
 
+from sciml.distributed import torch_threads
 from sciml.spatial_parallel.planner_layers import (
     DEFAULT_CACHE,
     LocalConv,
+    _clock,
     cache_bytes,
     measure_convs,
 )
@@ -42,3 +45,14 @@ def test_cache_bytes_is_the_largest_cache_sysfs_lists(tmp_path: Path) -> None:
         (tmp_path / f"index{index}" / "size").write_text(size + "\n")
     assert cache_bytes(root=tmp_path) == 32768 * 1024
     assert cache_bytes(root=tmp_path / "missing") == DEFAULT_CACHE
+
+
+def test_one_thread_convolutions_are_timed_by_cpu_time() -> None:
+    """Time off the CPU (another process running, here a sleep) is not the convolution's."""
+    with torch_threads(1):
+        clock = _clock()
+        start = clock()
+        time.sleep(0.05)
+        assert clock() - start < 0.01
+    with torch_threads(2):
+        assert _clock() is time.perf_counter  # other threads' work: only wall time sees it
