@@ -137,6 +137,11 @@ def test_efi_with_a_shared_sorted_climate_equals_the_per_point_form() -> None:
     )
 
 
+def test_efi_needs_a_sample_axis() -> None:
+    with pytest.raises(ValueError, match="must have a sample axis"):
+        efi_array(np.zeros(4), np.float64(1.0))
+
+
 def test_efi_sorts_the_climate_once_not_per_forecast_point() -> None:
     """Memory: a climate shared by 200 start dates is sorted once, not copied 200 times."""
     rng = np.random.default_rng(14)
