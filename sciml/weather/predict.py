@@ -95,7 +95,7 @@ def _trained_dims(var: str, stats: NormStats) -> set[str]:
 
 
 def _own_coefficients(
-    coefficients: xr.Dataset, var: str, config: RunConfig, stats: NormStats
+    coefficients: xr.Dataset, var: str, config: RunConfig, stats: NormStats, test: xr.Dataset
 ) -> xr.Dataset:
     """``var``'s EMOS coefficients on the dims it had in training.
 
@@ -105,10 +105,17 @@ def _own_coefficients(
     that they repeat.
 
     Raises:
-        ValueError: Coefficients that differ along a dim the variable did not have.
+        ValueError: ``var`` has other channel dims in ``test`` than in training, or
+            coefficients that differ along a dim it did not have.
     """
     coef = coefficients.sel(variable=var, drop=True)
     trained = _trained_dims(var, stats)
+    own = {d for d in config.channel_dims if d in test[var].dims}
+    if own != trained:
+        raise ValueError(
+            f"{var!r} had channel dims {sorted(trained)} in training and has {sorted(own)} in "
+            "the test data; EMOS coefficients are not broadcast to other dims"
+        )
     repeated = [d for d in config.channel_dims if d in coef.dims and d not in trained]
     once = coef.isel({d: 0 for d in repeated}, drop=True)
     if not all(bool((coef[k] == once[k]).all()) for k in coef.data_vars):
@@ -136,7 +143,7 @@ def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
         coefficients = stored.load()
     out: Forecast = {}
     for var in config.variables:
-        coef = _own_coefficients(coefficients, var, config, stats)
+        coef = _own_coefficients(coefficients, var, config, stats, test)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
     return out

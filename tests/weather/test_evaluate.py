@@ -196,8 +196,13 @@ def test_emos_coefficients_are_taken_on_the_dims_each_variable_had(
     train_postprocessor(one_level, model="emos", run_dir=run, members=2, progress=False)
     # psi had a level in training: a test psi without it is refused, not broadcast
     flat = test.isel(level=0, drop=True)
-    with pytest.raises(ValueError, match=r"coefficients has dimensions \['level'\]"):
+    with pytest.raises(ValueError, match=r"'psi' had channel dims \['level'\] in training"):
         predict_run(run, flat)
+    # t2m had none: a test t2m with levels is refused, not given the same coefficients
+    levelled = test.isel(level=[0])
+    levelled = levelled.assign(t2m=levelled["t2m"].expand_dims(level=levelled["level"]))
+    with pytest.raises(ValueError, match=r"'t2m' had channel dims \[\] in training"):
+        predict_run(run, levelled)
     # a stored surface fit that varies along the level dim it never had is refused
     path = run / "emos.nc"
     with xr.open_dataset(path) as stored:
