@@ -161,7 +161,9 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument("--model", required=True, choices=MODELS, help="model to train")
     train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
-    train.add_argument("--variables", nargs="+", help="forecast variables (default: all)")
+    train.add_argument(
+        "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
+    )
     train.add_argument(
         "--choice",
         choices=("first", "random"),

@@ -82,7 +82,9 @@ def _add_train(sub: Subparsers) -> None:
         help="lead times stacked: the current one and the N-1 before it (1: current only)",
     )
     train.add_argument("--loss", choices=LOSSES, default="l1", help="loss against the spread")
-    train.add_argument("--variables", nargs="+", help="forecast variables (default: all)")
+    train.add_argument(
+        "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
+    )
     train.add_argument(
         "--periodic",
         nargs="*",
