@@ -24,7 +24,8 @@ import xskillscore
 from _report import write_report
 
 from sciml.cli import positive_int
-from sciml.weather.kernels import crps_ensemble_array, default_threads
+from sciml.cores import usable_cores
+from sciml.weather.kernels import crps_ensemble_array
 from sciml.weather.metrics import crps_ensemble
 
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/bench/weather_metrics.json", help="JSON report")
     args = parser.parse_args(argv)
     points, repeat = (100_000, 2) if args.quick else (args.points, args.repeat)
-    with dask.config.set(scheduler="threads", num_workers=default_threads()):
+    with dask.config.set(scheduler="threads", num_workers=usable_cores()):
         rows = run(points, [10, 50], repeat, min(args.chunks, points))
     summary = {}
     for members in (10, 50):
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "weather_metrics",
         rows,
         summary=summary,
-        threads=default_threads(),
+        threads=usable_cores(),
     )
     return 0
 

@@ -20,8 +20,9 @@ time-limit signals) so that long work can checkpoint and stop on every rank
 together. :func:`spawn` (:mod:`sciml.spawn`) runs a function on a few local
 processes (tests, notebooks); :func:`detect_launch`, :class:`LaunchInfo` and
 :func:`expand_nodelist` are re-exported from :mod:`sciml.launch`.
-:func:`torch_threads` bounds a block's intra-op threads; :func:`usable_cores` counts the
-cores this process may use (affinity, cgroup quota, Slurm's allotment).
+:func:`torch_threads` bounds a block's intra-op threads; :func:`usable_cores` (from
+:mod:`sciml.cores`) counts the cores this process may use (affinity, cgroup quota,
+Slurm's allotment).
 """
 
 from __future__ import annotations
@@ -30,13 +31,11 @@ import contextlib
 import datetime
 import functools
 import logging
-import math
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -54,6 +53,7 @@ from sciml.collectives import (
     to_device,
     world,
 )
+from sciml.cores import usable_cores
 from sciml.launch import LaunchInfo, Source, detect_launch, expand_nodelist
 from sciml.spawn import spawn
 
@@ -343,52 +343,6 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def _cgroup_quota(root: Path) -> int | None:
-    """Cores a cgroup CPU quota allows (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``); ``None``: none."""
-    try:
-        if (root / "cpu.max").exists():
-            quota, period = (root / "cpu.max").read_text().split()[:2]
-        else:
-            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
-            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
-        if quota in ("max", "-1"):
-            return None
-        return max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError, ZeroDivisionError):
-        return None  # no readable quota: none known
-
-
-def usable_cores(
-    *, cgroup_root: Path | str = "/sys/fs/cgroup", environ: Mapping[str, str] | None = None
-) -> int:
-    """CPU cores this process may compute on (``os.cpu_count()`` counts the whole machine).
-
-    The smallest of: the CPUs of its affinity mask (``taskset``, Slurm's and
-    MPI's binding), the cgroup CPU quota rounded up (containers'
-    ``--cpus``), and ``SLURM_CPUS_PER_TASK`` when set (Slurm without binding).
-
-    Args:
-        cgroup_root: Where the process's cgroup files are mounted.
-        environ: The environment to read (default: ``os.environ``).
-
-    Raises:
-        ValueError: If ``SLURM_CPUS_PER_TASK`` is set but not a positive integer.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    quota = _cgroup_quota(Path(cgroup_root))
-    if quota is not None:
-        cores = min(cores, quota)
-    slurm = (os.environ if environ is None else environ).get("SLURM_CPUS_PER_TASK")
-    if slurm is not None:
-        if not slurm.strip().isdigit() or int(slurm) < 1:
-            raise ValueError(f"SLURM_CPUS_PER_TASK must be a positive integer, got {slurm!r}")
-        cores = min(cores, int(slurm))
-    return max(1, cores)
 
 
 def rank_zero_only(fn: Callable[P, R]) -> Callable[P, R | None]:

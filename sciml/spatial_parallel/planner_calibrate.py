@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sciml.distributed import usable_cores
+from sciml.cores import usable_cores
 from sciml.spatial_parallel.planner_profile import Profile
 
 SIZES = (12, 20, 28)
@@ -205,7 +205,7 @@ def network_constants() -> dict[str, float]:
 def concurrency(threads: int) -> int:
     """Ranks of ``threads`` threads each that compute at once on the cores this process may use.
 
-    :func:`sciml.distributed.usable_cores`, not ``os.cpu_count()``: under Slurm,
+    :func:`sciml.cores.usable_cores`, not ``os.cpu_count()``: under Slurm,
     taskset or a container quota the machine's count over-states what ranks get.
     """
     return max(1, usable_cores() // threads)

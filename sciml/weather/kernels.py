@@ -25,23 +25,16 @@ properscoring); a point with no valid member (or fewer than two for the fair CRP
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
 
+from sciml.cores import usable_cores
+
 #: Rows per block: keeps each block's sorted copy in cache-sized pieces.
 BLOCK_ROWS = 8192
-
-
-def default_threads() -> int:
-    """Threads to use for a NumPy call: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -115,7 +108,7 @@ def crps_ensemble_array(
         part.sort(axis=-1)
         _crps_sorted_rows(obs[start:stop], part, fair, out[start:stop])
 
-    _map_blocks(block, obs.shape[0], default_threads() if threads is None else threads)
+    _map_blocks(block, obs.shape[0], usable_cores() if threads is None else threads)
     return out.reshape(shape)
 
 
