@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(BIN)/sciml demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not shipped" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 -m "not shipped" tests
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py

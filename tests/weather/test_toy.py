@@ -173,11 +173,13 @@ def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
-def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(
-    tmp_path: Path, sig: signal.Signals
-) -> None:
-    """A real signal to ``sciml weather toy``: exit 3, nothing half-written, same file resumed."""
+def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path: Path) -> None:
+    """A real SIGUSR1 to ``sciml weather toy``: exit 3, nothing half-written, same file resumed.
+
+    SIGTERM reaches the same ``PreemptionFlag`` handler; ``tests/test_training.py`` sends it
+    from outside a run, so a second 40 s generation here would test nothing new.
+    """
+    sig = signal.SIGUSR1
     # 63 members: 4 start dates per batch, so 2 batches for 8 start dates
     args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,1", "--spin-up", "1"]
     out = tmp_path / "toy.nc"
