@@ -4,9 +4,9 @@ Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 10]
        [--models emos mlp unet mixed pooled] [--loss-scale raw-crps|none] [--work DIR]
        [--out PATH] [--train-only]
 
-DATA is a preset written by ``generate_preset`` + ``write_ensemble`` (or any ensemble with
-a truth). Its start dates are split with ``split_start_dates`` (60/20/20): the models train
-on the first 60 % and validate on the next 20 % (``train_postprocessor`` holds out the last
+DATA is a preset written by ``sciml weather preset`` (or any ensemble with a truth). Its
+start dates are split with ``split_start_dates`` (60/20/20): the models train on the
+first 60 % and validate on the next 20 % (``train_postprocessor`` holds out the last
 quarter of what it is given), and every score is on the last 20 %, never seen in training.
 EMOS is fitted on ``--members`` and on all members. A run that finished (or was stopped by
 SIGUSR1/SIGTERM: its ``best`` checkpoint, chosen on the validation dates, is scored) leaves

@@ -1,4 +1,4 @@
-"""``sciml weather ...``: make toy ensembles, score ensembles, train and evaluate models."""
+"""``sciml weather ...``: score ensembles, train and evaluate models (toy data: ``toy_cli``)."""
 
 from __future__ import annotations
 
@@ -6,52 +6,12 @@ import argparse
 
 from sciml.cli import (
     Subparsers,
-    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
 )
 from sciml.weather.spread_cli import register_spread
-
-
-def lead_times(text: str) -> list[float]:
-    """Argparse type: comma-separated lead times in days, ascending from 0 up, no repeats."""
-    try:
-        leads = [non_negative_float(value) for value in text.split(",")]
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"lead times: {err}") from None
-    if any(later <= earlier for earlier, later in zip(leads[:-1], leads[1:], strict=True)):
-        raise argparse.ArgumentTypeError(
-            f"lead times must be strictly ascending without repeats, got {text!r}"
-        )
-    return leads
-
-
-def _cmd_toy(args: argparse.Namespace) -> int:
-    from sciml.training import EXIT_REQUEUE
-    from sciml.weather.toy import write_toy_ensemble
-
-    result = write_toy_ensemble(
-        args.out,
-        members=args.members,
-        start_dates=args.start_dates,
-        lead_times=args.lead_times,
-        interval=args.interval,
-        spin_up=args.spin_up,
-        perturbation=args.perturbation,
-        model_error=args.model_error,
-        spread_factor=args.spread_factor,
-        seed=args.seed,
-        progress=not args.quiet,
-        threads=args.threads,
-    )
-    if result is None:
-        print(
-            f"interrupted: finished batches kept; run the same command again to resume {args.out}"
-        )
-        return EXIT_REQUEUE
-    print(f"wrote {args.out}: {dict(result.sizes)}")
-    return 0
+from sciml.weather.toy_cli import register_toy
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -259,51 +219,7 @@ def register(subparsers: Subparsers) -> None:
     weather = subparsers.add_parser("weather", help="ensemble weather data, toy model, scores")
     sub = weather.add_subparsers(dest="weather_command", metavar="COMMAND", required=True)
 
-    toy = sub.add_parser(
-        "toy",
-        help="generate a toy QG ensemble (truth + members) as netCDF",
-        description="On SIGUSR1/SIGTERM the finished batches of start dates are kept next to "
-        "--out and the command exits with 3; the same command resumes them.",
-    )
-    toy.add_argument("--out", required=True, help="output netCDF path")
-    toy.add_argument("--members", type=positive_int, default=10, help="ensemble size")
-    toy.add_argument("--start-dates", type=positive_int, default=20, help="number of start dates")
-    toy.add_argument(
-        "--lead-times",
-        type=lead_times,
-        default=lead_times("0,1,2,3,4,5,6"),
-        help="lead times in days, comma-separated, ascending (multiples of the model step)",
-    )
-    toy.add_argument(
-        "--interval", type=positive_float, default=2.0, help="days between start dates"
-    )
-    toy.add_argument(
-        "--spin-up", type=non_negative_float, default=60.0, help="days of spin-up before the first"
-    )
-    toy.add_argument(
-        "--perturbation",
-        type=non_negative_float,
-        default=0.02,
-        help="initial perturbation, relative to the PV standard deviation",
-    )
-    toy.add_argument(
-        "--model-error",
-        type=non_negative_float,
-        default=0.0,
-        help="spread of the members' log bottom drag (0: perfect model)",
-    )
-    toy.add_argument(
-        "--spread-factor",
-        type=non_negative_float,
-        default=1.0,
-        help="members' initial perturbations relative to the analysis error (<1: under-dispersive)",
-    )
-    toy.add_argument("--seed", type=non_negative_int, default=0, help="seed of every random draw")
-    toy.add_argument(
-        "--threads", type=positive_int, default=1, help="worker threads (the result is the same)"
-    )
-    toy.add_argument("--quiet", action="store_true", help="no progress bar")
-    toy.set_defaults(func=_cmd_toy)
+    register_toy(sub)
 
     score = sub.add_parser(
         "score",

@@ -39,7 +39,7 @@ resumable batched runs of :func:`write_toy_ensemble` in :mod:`.toy_io` (its
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -273,6 +273,7 @@ def write_toy_ensemble(
     progress: bool = False,
     threads: int = 1,
     handle_signals: bool = True,
+    attrs: Mapping[str, str] | None = None,
     **settings: object,
 ) -> xr.Dataset | None:
     """Generate a toy ensemble into ``path`` (netCDF), resumably.
@@ -290,6 +291,7 @@ def write_toy_ensemble(
         progress: Show a tqdm progress bar.
         threads: Worker threads.
         handle_signals: Stop cleanly on SIGUSR1/SIGTERM (main thread only).
+        attrs: Extra global attributes of the file (part of the settings a resume must match).
         **settings: :func:`generate_ensemble`'s ensemble settings (``members``, ...).
 
     Returns:
@@ -303,10 +305,11 @@ def write_toy_ensemble(
     chosen = replace(chosen, lead_times=tuple(map(float, chosen.lead_times)))
     check_settings(chosen, params, threads, forecast_params=forecast_params)
     models = {"params": repr(params), "forecast_params": repr(forecast_params)}
-    config = json.dumps({**asdict(chosen), **models}, sort_keys=True) + "\n"
+    extra = dict(attrs or {})
+    config = json.dumps({**asdict(chosen), **models, "attrs": extra}, sort_keys=True) + "\n"
 
     def generate(done: Batches, on_batch: OnBatch, stop: Callable[[], bool]) -> xr.Dataset | None:
-        return _generate(
+        ds = _generate(
             chosen,
             params,
             forecast_params=forecast_params,
@@ -316,5 +319,6 @@ def write_toy_ensemble(
             on_batch=on_batch,
             stop=stop,
         )
+        return None if ds is None else ds.assign_attrs(extra)
 
     return write_resumably(path, config, generate, handle_signals=handle_signals)

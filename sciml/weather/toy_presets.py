@@ -22,14 +22,15 @@ for validation); never tune on the test dates.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import xarray as xr
 
 from sciml.weather.qg import QGParams
-from sciml.weather.toy import TOY_PARAMS, generate_ensemble
+from sciml.weather.toy import TOY_PARAMS, generate_ensemble, write_toy_ensemble
 from sciml.weather.toy_settings import ToySettings
 
-__all__ = ["PRESETS", "ToyPreset", "generate_preset", "toy_preset"]
+__all__ = ["PRESETS", "ToyPreset", "generate_preset", "toy_preset", "write_preset"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,26 @@ def toy_preset(name: str) -> ToyPreset:
     return PRESETS[name]
 
 
+def _settings(name: str, start_dates: int | None, seed: int | None) -> ToySettings:
+    """The preset's ensemble settings, with fewer start dates or another seed.
+
+    Raises:
+        KeyError: An unknown preset.
+        ValueError: ``start_dates`` is not between 1 and the preset's number.
+    """
+    settings = toy_preset(name).settings
+    if start_dates is not None:
+        if not 1 <= start_dates <= settings.start_dates:
+            raise ValueError(
+                f"start_dates must lie in [1, {settings.start_dates}] for preset {name!r}, "
+                f"got {start_dates}"
+            )
+        settings = replace(settings, start_dates=start_dates)
+    if seed is not None:
+        settings = replace(settings, seed=seed)
+    return settings
+
+
 def generate_preset(
     name: str,
     *,
@@ -100,17 +121,7 @@ def generate_preset(
         KeyError: An unknown preset.
         ValueError: ``start_dates`` is not between 1 and the preset's number.
     """
-    preset = toy_preset(name)
-    settings = preset.settings
-    if start_dates is not None:
-        if not 1 <= start_dates <= settings.start_dates:
-            raise ValueError(
-                f"start_dates must lie in [1, {settings.start_dates}] for preset {name!r}, "
-                f"got {start_dates}"
-            )
-        settings = replace(settings, start_dates=start_dates)
-    if seed is not None:
-        settings = replace(settings, seed=seed)
+    settings, preset = _settings(name, start_dates, seed), toy_preset(name)
     ds = generate_ensemble(
         **asdict(settings),
         params=preset.params,
@@ -120,3 +131,46 @@ def generate_preset(
     )
     ds.attrs["preset"] = name
     return ds
+
+
+def write_preset(
+    path: Path | str,
+    name: str,
+    *,
+    start_dates: int | None = None,
+    seed: int | None = None,
+    progress: bool = False,
+    threads: int = 1,
+    handle_signals: bool = True,
+) -> xr.Dataset | None:
+    """Generate a preset into ``path`` (netCDF), resumably, as :func:`write_toy_ensemble` does.
+
+    The file holds what :func:`generate_preset` returns with the same arguments.
+
+    Args:
+        path: Output netCDF path.
+        name: Preset name (:data:`PRESETS`).
+        start_dates: Fewer start dates than the preset's (its first ones).
+        seed: Another seed (an independent draw of the same configuration).
+        progress: Show a tqdm progress bar.
+        threads: Worker threads.
+        handle_signals: Stop cleanly on SIGUSR1/SIGTERM (main thread only).
+
+    Returns:
+        The dataset written, or None when interrupted by a signal (run again to resume).
+
+    Raises:
+        KeyError: An unknown preset.
+        ValueError: ``start_dates`` is not between 1 and the preset's number.
+    """
+    settings, preset = _settings(name, start_dates, seed), toy_preset(name)
+    return write_toy_ensemble(
+        path,
+        params=preset.params,
+        forecast_params=preset.forecast_params,
+        progress=progress,
+        threads=threads,
+        handle_signals=handle_signals,
+        attrs={"preset": name},
+        **asdict(settings),
+    )
