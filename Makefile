@@ -32,10 +32,23 @@ test: $(STAMP)
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py
 
-bench: $(STAMP)
+# Benchmarks that read the evaluation preset (written once) or the runs of another one.
+PRESET := runs/bench/qg-imperfect-v1.nc
+WEATHER_RUNS := runs/bench/weather_postprocess_runs
+ON_PRESET := weather_postprocess weather_extremes weather_spread
+
+bench: $(STAMP) $(PRESET)
 	@for script in benchmarks/[!_]*.py; do \
+		case " $(ON_PRESET) " in *" $$(basename $$script .py) "*) continue;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || exit 1; \
 	done
+	$(BIN)/python benchmarks/weather_postprocess.py $(PRESET) --work $(WEATHER_RUNS)
+	$(BIN)/python benchmarks/weather_extremes.py $(PRESET) $(WEATHER_RUNS)/*_seed0
+	$(BIN)/python benchmarks/weather_spread.py $(PRESET) --work runs/bench/weather_spread_runs \
+		--out runs/bench/weather_spread.json
+
+$(PRESET): $(STAMP)
+	$(BIN)/sciml weather preset qg-imperfect-v1 --out $@ --quiet
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

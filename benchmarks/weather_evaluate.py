@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dates", type=positive_int, nargs="+", default=[8, 32], help="test sets")
     parser.add_argument("--climate-dates", type=positive_int, default=96, help="climate dates")
     parser.add_argument("--work", help="run folders here (default: a temporary folder)")
-    parser.add_argument("--out", default="weather_evaluate.json", help="JSON report path")
+    parser.add_argument("--out", default="runs/bench/weather_evaluate.json", help="JSON report")
     parser.add_argument("--quick", action="store_true", help="2 test and 8 climate dates")
     args = parser.parse_args(argv)
     dates, climate_dates = ([2], 8) if args.quick else (args.dates, args.climate_dates)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("data", help="ensemble netCDF with <variable>_truth")
     parser.add_argument("run_dirs", nargs="+", help="run folders of sciml weather train")
     parser.add_argument("--fraction", type=positive_float, default=0.05, help="extreme share")
-    parser.add_argument("--out", default="weather_extremes.json", help="JSON report path")
+    parser.add_argument("--out", default="runs/bench/weather_extremes.json", help="JSON report")
     args = parser.parse_args(argv)
     ds = xr.open_dataset(args.data).load()
     _, val, test = split_start_dates(ds)

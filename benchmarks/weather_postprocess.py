@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         default="raw-crps",
         help="the deep models' loss (one per --work folder: the table names models, not losses)",
     )
-    parser.add_argument("--work", default="weather_postprocess_runs", help="run folders here")
-    parser.add_argument("--out", default="weather_postprocess.json", help="JSON report path")
+    parser.add_argument("--work", default="runs/bench/weather_postprocess_runs", help="run folders")
+    parser.add_argument("--out", default="runs/bench/weather_postprocess.json", help="JSON report")
     parser.add_argument("--train-only", action="store_true", help="train, do not evaluate")
     args = parser.parse_args(argv)
     ds = xr.open_dataset(args.data).load()

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start-dates", type=positive_int, help="first N start dates only")
     parser.add_argument("--threads", type=positive_int, default=2, help="worker threads")
-    parser.add_argument("--out", default="weather_preset.json", help="JSON report path")
+    parser.add_argument("--out", default="runs/bench/weather_preset.json", help="JSON report")
     args = parser.parse_args(argv)
     rows, timings = [], {}
     for name in PRESETS:
