@@ -9,7 +9,9 @@ training samples subject to :math:`b, c, d \ge 0`.
 point of the other dimensions, all at once: ``dim=None`` is one global fit, ``dim="time"``
 one fit per grid point (and level and lead time), ``dim=["time", "lat", "lon"]`` one per
 level and lead time. :func:`emos_predict` gives :math:`(\mu, \sigma)` for new ensembles,
-to be scored with :func:`sciml.weather.metrics.crps_gaussian`.
+to be scored with :func:`sciml.weather.metrics.crps_gaussian`. :func:`pack_coefficients`
+puts several variables' fits in one dataset (a run's ``emos.nc``), each on its own dims, and
+:func:`unpack_coefficients` takes one variable's back.
 
 Numerics: float64 torch; each fit runs in units standardised by its observations' mean
 and standard deviation (so one tolerance suits every variable), the constrained
@@ -20,7 +22,7 @@ L-BFGS with a strong-Wolfe line search (their losses add, so their gradients sep
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 import torch
@@ -30,11 +32,13 @@ from sciml.distributed import torch_threads
 from sciml.weather.alignment import Dim, check_pair, check_parameter, reduced_dims
 from sciml.weather.losses import crps_gaussian_loss
 
-__all__ = ["emos_predict", "fit_emos"]
+__all__ = ["emos_predict", "fit_emos", "pack_coefficients", "unpack_coefficients"]
 
 #: Variance floor in standardised units, so that a zero-spread sample keeps a gradient.
 VARIANCE_FLOOR = 1e-12
 COEFFICIENTS = ("a", "b", "c", "d")
+#: ``layout`` attribute of :func:`pack_coefficients`' datasets.
+PACKED_LAYOUT = "per-variable"
 
 
 def _moments(forecasts: xr.DataArray, member_dim: str) -> tuple[xr.DataArray, xr.DataArray]:
@@ -199,3 +203,58 @@ def emos_predict(
             "sigma": sigma.assign_attrs(long_name="EMOS standard deviation", **unit),
         }
     )
+
+
+def pack_coefficients(fits: Mapping[str, xr.Dataset]) -> xr.Dataset:
+    """Several variables' :func:`fit_emos` results in one dataset, each on its own dims.
+
+    Variable ``v``'s coefficient ``a`` is ``"v.a"``: a surface field's fits keep their
+    dims beside a levelled field's (nothing is repeated along ``level``).
+
+    Raises:
+        ValueError: No fit, a fit without ``a, b, c, d``, or fits whose shared dims have
+            other coordinates.
+    """
+    if not fits:
+        raise ValueError("no EMOS fit to pack")
+    parts = []
+    for var, fit in fits.items():
+        missing = [name for name in COEFFICIENTS if name not in fit.data_vars]
+        if missing:
+            raise ValueError(f"the EMOS fit of {var!r} lacks {missing}; expected fit_emos's result")
+        parts.append(
+            xr.Dataset(
+                {
+                    f"{var}.{name}": fit[name].assign_attrs(variable=var, coefficient=name)
+                    for name in COEFFICIENTS
+                }
+            )
+        )
+    try:
+        packed = xr.merge(parts, join="exact", combine_attrs="override")
+    except ValueError as error:
+        raise ValueError(
+            f"the EMOS fits of {list(fits)} have other coordinates on a shared dim: {error}"
+        ) from error
+    packed.attrs = {"layout": PACKED_LAYOUT}
+    return packed
+
+
+def unpack_coefficients(packed: xr.Dataset, variable: str) -> xr.Dataset:
+    """``variable``'s coefficients from :func:`pack_coefficients`' dataset, on its own dims.
+
+    Raises:
+        ValueError: ``packed`` is not in the packed layout (e.g. an older ``emos.nc`` that
+            stacked every variable along a ``variable`` dim), or has no fit of ``variable``.
+    """
+    if packed.attrs.get("layout") != PACKED_LAYOUT:
+        raise ValueError(
+            "the EMOS coefficients are not in the per-variable layout (an older emos.nc stacked "
+            "every variable along a 'variable' dim and repeated a surface field's fits along "
+            f"'level'; its dims: {dict(packed.sizes)}): refit EMOS"
+        )
+    names = [f"{variable}.{name}" for name in COEFFICIENTS]
+    if any(name not in packed.data_vars for name in names):
+        stored = sorted({str(name).rsplit(".", 1)[0] for name in packed.data_vars})
+        raise ValueError(f"no EMOS fit of {variable!r}; the coefficients hold {stored}")
+    return xr.Dataset({name: packed[full] for name, full in zip(COEFFICIENTS, names, strict=True)})

@@ -9,7 +9,6 @@ levelled ones has no ``level`` in its forecast.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +16,8 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader
 
-from sciml.weather.emos import emos_predict
+from sciml.weather.emos import emos_predict, unpack_coefficients
 from sciml.weather.train import RunConfig, load_postprocessor, read_run
-from sciml.xrchannels import NormStats
 
 __all__ = ["Forecast", "labelled_like_truth", "predict_run"]
 
@@ -88,43 +86,27 @@ def labelled_like_truth(
     return xr.DataArray(block, dims=dims, coords=truth.coords).transpose(*truth.dims)
 
 
-def _trained_dims(var: str, stats: NormStats) -> set[str]:
-    """The channel dims ``var`` had in training, read from its channel names (``q[level=1]``)."""
-    names = [name[len(var) :] for name in stats.channels if name.split("[", 1)[0] == var]
-    return {dim for name in names for dim in re.findall(r"\[([^=\[\]]+)=", name)}
-
-
 def _own_coefficients(
-    coefficients: xr.Dataset, var: str, config: RunConfig, stats: NormStats, test: xr.Dataset
+    packed: xr.Dataset, var: str, config: RunConfig, test: xr.Dataset
 ) -> xr.Dataset:
-    """``var``'s EMOS coefficients on the dims it had in training.
+    """``var``'s EMOS coefficients, on the channel dims it had in training.
 
-    ``emos.nc`` stacks every variable's fits along ``variable``, on the union of their dims:
-    a variable without a channel dim that another has (a surface field beside levelled
-    ones) has its coefficients repeated along that dim; they are taken once, after checking
-    that they repeat.
+    ``emos.nc`` holds each variable's fits on its own dims
+    (:func:`~sciml.weather.emos.pack_coefficients`): a surface field's have no ``level``.
 
     Raises:
-        ValueError: ``var`` has other channel dims in ``test`` than in training, or
-            coefficients that differ along a dim it did not have.
+        ValueError: An ``emos.nc`` of the older layout, no fit of ``var``, or ``var`` with
+            other channel dims in ``test`` than in training.
     """
-    coef = coefficients.sel(variable=var, drop=True)
-    trained = _trained_dims(var, stats)
+    coef = unpack_coefficients(packed, var)
+    trained = {str(d) for d in coef.dims if d in config.channel_dims}
     own = {d for d in config.channel_dims if d in test[var].dims}
     if own != trained:
         raise ValueError(
             f"{var!r} had channel dims {sorted(trained)} in training and has {sorted(own)} in "
             "the test data; EMOS coefficients are not broadcast to other dims"
         )
-    repeated = [d for d in config.channel_dims if d in coef.dims and d not in trained]
-    once = coef.isel({d: 0 for d in repeated}, drop=True)
-    if not all(bool((coef[k] == once[k]).all()) for k in coef.data_vars):
-        raise ValueError(
-            f"the EMOS coefficients of {var!r} vary along {repeated}, dims that {var!r} did "
-            f"not have in training (its channel dims in stats.json: {sorted(trained)}): the "
-            "run folder's emos.nc and stats.json disagree"
-        )
-    return once
+    return coef
 
 
 def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
@@ -132,18 +114,20 @@ def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
 
     Raises:
         FileNotFoundError: Not a run folder, or its model file is missing.
-        ValueError: A mixed run on another grid than it was trained on.
+        ValueError: A mixed run on another grid than it was trained on, an EMOS run
+            whose ``emos.nc`` has the older layout (refit it) or whose variables have
+            other channel dims in ``test`` than in training.
         KeyError: A variable of the run is missing from ``test``.
     """
     run_dir = Path(run_dir)
-    config, stats = read_run(run_dir)
+    config, _ = read_run(run_dir)
     if config.model != "emos":
         return _deep_forecast(run_dir, config, test)
     with xr.open_dataset(run_dir / "emos.nc") as stored:
-        coefficients = stored.load()
+        packed = stored.load()
     out: Forecast = {}
     for var in config.variables:
-        coef = _own_coefficients(coefficients, var, config, stats, test)
+        coef = _own_coefficients(packed, var, config, test)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
     return out

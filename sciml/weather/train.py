@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 import xarray as xr
 from torch.nn.parallel import DistributedDataParallel
@@ -35,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.run_dir import RunLock, differences
-from sciml.weather.emos import fit_emos
+from sciml.weather.emos import fit_emos, pack_coefficients
 from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
 from sciml.weather.mixed import MixedPostProcessor
 from sciml.weather.periodic import is_periodic_lon
@@ -263,13 +262,13 @@ def train_postprocessor(
 
 def _train_emos(train: xr.Dataset, config: RunConfig, run_dir: Path) -> None:
     """One EMOS fit per variable, level and lead time (pooled over dates and grid); ``emos.nc``."""
-    fits = []
+    fits = {}
     for var in config.variables:
         truth = train[f"{var}_truth"]
         pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
         forecasts = train[var].isel(member=slice(config.members))
-        fits.append(fit_emos(truth, forecasts, dim=pooled))
-    coefficients = xr.concat(fits, dim=pd.Index(list(config.variables), name="variable"))
+        fits[var] = fit_emos(truth, forecasts, dim=pooled)
+    coefficients = pack_coefficients(fits)
     with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
         coefficients.to_netcdf(tmp)
 

@@ -1,13 +1,16 @@
 """EMOS: known coefficients recovered, the scipy optimum of the same CRPS, the constraints."""
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import properscoring as ps
 import pytest
 import scipy.optimize
 import xarray as xr
 
 from sciml.weather import metrics
-from sciml.weather.emos import emos_predict, fit_emos
+from sciml.weather.emos import emos_predict, fit_emos, pack_coefficients, unpack_coefficients
 
 TRUE = {"a": [0.5, -1.0, 2.0], "b": [0.8, 1.2, 0.3], "c": [0.3, 0.05, 1.0], "d": [1.5, 0.5, 2.0]}
 
@@ -115,3 +118,38 @@ def test_bad_inputs_are_rejected() -> None:
         emos_predict(fitted.expand_dims(lead=2), forecasts)
     with pytest.raises(TypeError, match="positional argument"):
         fit_emos(observations, forecasts, "member")  # type: ignore[misc]
+
+
+def test_packed_fits_keep_each_variables_dims_and_round_trip_a_file(tmp_path: Path) -> None:
+    observations, forecasts = _synthetic(np.random.default_rng(4), TRUE, samples=40)
+    per_point = fit_emos(observations, forecasts, dim="time", max_iter=5)
+    one = fit_emos(observations, forecasts, max_iter=5)  # no dims: a single fit
+    path = tmp_path / "emos.nc"
+    pack_coefficients({"t": per_point, "t2m": one}).to_netcdf(path)
+    with xr.open_dataset(path) as stored:
+        packed = stored.load()
+    for var, fit in (("t", per_point), ("t2m", one)):
+        back = unpack_coefficients(packed, var)
+        assert set(back.data_vars) == set("abcd")
+        for name in "abcd":
+            assert back[name].dims == fit[name].dims  # nothing repeated along 'point'
+            np.testing.assert_array_equal(back[name].values, fit[name].values)
+    assert unpack_coefficients(packed, "t")["a"].attrs["long_name"] == "EMOS intercept of the mean"
+
+
+def test_packing_refuses_what_it_cannot_store_and_unpacking_an_older_layout() -> None:
+    observations, forecasts = _synthetic(np.random.default_rng(5), TRUE, samples=40)
+    fit = fit_emos(observations, forecasts, dim="time", max_iter=5)
+    with pytest.raises(ValueError, match="no EMOS fit to pack"):
+        pack_coefficients({})
+    with pytest.raises(ValueError, match=r"the EMOS fit of 'q' lacks \['c'\]"):
+        pack_coefficients({"q": fit.drop_vars("c")})
+    other = fit.assign_coords(point=["x", "y", "z"])
+    with pytest.raises(ValueError, match=r"fits of \['t', 'q'\] have other coordinates"):
+        pack_coefficients({"t": fit, "q": other})
+    packed = pack_coefficients({"t": fit})
+    with pytest.raises(ValueError, match=r"no EMOS fit of 'q'; the coefficients hold \['t'\]"):
+        unpack_coefficients(packed, "q")
+    stacked = xr.concat([fit, fit], dim=pd.Index(["t", "q"], name="variable"))
+    with pytest.raises(ValueError, match="not in the per-variable layout"):
+        unpack_coefficients(stacked, "t")

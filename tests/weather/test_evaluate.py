@@ -203,12 +203,3 @@ def test_emos_coefficients_are_taken_on_the_dims_each_variable_had(
     levelled = levelled.assign(t2m=levelled["t2m"].expand_dims(level=levelled["level"]))
     with pytest.raises(ValueError, match=r"'t2m' had channel dims \[\] in training"):
         predict_run(run, levelled)
-    # a stored surface fit that varies along the level dim it never had is refused
-    path = run / "emos.nc"
-    with xr.open_dataset(path) as stored:
-        coefficients = stored.load()
-    coefficients = coefficients.reindex(level=[1, 2], method="nearest")
-    coefficients["a"].loc[{"variable": "t2m", "level": 2}] += 1.0
-    coefficients.to_netcdf(path)
-    with pytest.raises(ValueError, match=r"EMOS coefficients of 't2m' vary along \['level'\]"):
-        predict_run(run, test)

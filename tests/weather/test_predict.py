@@ -3,13 +3,16 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import xarray as xr
 
 from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.emos import unpack_coefficients
 from sciml.weather.predict import predict_run
 from sciml.weather.train import load_postprocessor, read_run, train_postprocessor
+from tests.weather.test_evaluate import _ensemble, _with_surface
 from tests.weather.test_train_evaluate import _write
 
 
@@ -45,3 +48,24 @@ def test_the_forecast_is_the_model_on_each_sample_with_its_lead_time(
     for got, expected in ((mu, expected_mu), (sigma, expected_sigma)):
         ulps = 16 * np.finfo(np.float32).eps * np.abs(expected).max()
         np.testing.assert_allclose(got.isel(time=1, lead_time=1).values, expected, atol=ulps)
+
+
+def test_emos_nc_keeps_each_variables_coefficients_on_its_own_dims(tmp_path: Path) -> None:
+    train, test = (_with_surface(_ensemble(dates=d, seed=d)) for d in (5, 2))
+    run = tmp_path / "emos"
+    train_postprocessor(train, model="emos", run_dir=run, members=2, progress=False)
+    with xr.open_dataset(run / "emos.nc") as stored:
+        packed = stored.load()
+    # the surface field's fits are not repeated along the levelled field's 'level'
+    assert packed["t2m.a"].dims == ("lead_time",)
+    assert packed["psi.a"].dims == ("lead_time", "level")
+    mu, _ = predict_run(run, test)["t2m"]
+    assert mu.dims == test["t2m_truth"].dims
+    # an emos.nc of the older layout (every variable stacked along 'variable') is refused
+    old = xr.concat(
+        [unpack_coefficients(packed, var) for var in ("psi", "t2m")],
+        dim=pd.Index(["psi", "t2m"], name="variable"),
+    )
+    old.to_netcdf(run / "emos.nc")
+    with pytest.raises(ValueError, match="not in the per-variable layout.*refit EMOS"):
+        predict_run(run, test)
