@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from tqdm.auto import tqdm
 
 from sciml.sampling import epoch_seed, seed_everything
@@ -215,6 +216,20 @@ class EpochLoader:
         self.sampler.queue.clear()
         self._iterator = None
         self._ahead = None
+
+    def close(self) -> None:
+        """Stop the worker processes now; a later :meth:`epoch` starts new ones.
+
+        Persistent workers otherwise live as long as the loader. Workers still
+        running when their process exits are killed, and what they registered
+        for clean-up at exit is lost (in a process started by ``spawn``, the
+        semaphore numcodecs' Blosc makes in each reading process stays behind
+        and Python's resource tracker warns of it).
+        """
+        self._restart()
+        iterator, self.loader._iterator = self.loader._iterator, None
+        if isinstance(iterator, _MultiProcessingDataLoaderIter):
+            iterator._shutdown_workers()
 
 
 def progress(

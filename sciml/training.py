@@ -137,12 +137,14 @@ class _Trainer:
         return self.s.run_dir / "checkpoints" / "best.pt"
 
     def fit(self) -> TrainResult:
-        """Train the remaining epochs; the metrics log is closed however it ends."""
+        """Train the remaining epochs; the log and the loader workers are closed however it ends."""
         try:
             with PreemptionFlag(self.s.config.handle_signals) as self.signals:
                 status = self.run()
         finally:
             self.log.close()
+            for loader in self.loaders.values():
+                loader.close()
         return self.result(status)
 
     def run(self) -> Status:

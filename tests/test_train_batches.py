@@ -1,6 +1,8 @@
 """sciml.train_batches: micro-batches, and loader workers that persist yet resume exactly."""
 
 import csv
+import gc
+import multiprocessing
 import os
 import signal
 import time
@@ -70,6 +72,20 @@ def test_workers_persist_and_random_transforms_resume_exactly(tmp_path: Path) ->
     assert _rows(tmp_path / "resumed") == _rows(tmp_path / "straight")
     losses = [r["value"] for r in _rows(tmp_path / "straight") if r["split"] == "train_step"]
     assert len(set(losses)) == len(losses) == 9
+
+
+def test_fit_stops_its_loader_workers_before_it_returns(tmp_path: Path) -> None:
+    # Before: they lived on until the garbage collector freed the loop (a reference
+    # cycle), or were killed when the process exited, losing their clean-up at exit
+    # (in spawned ranks, the semaphores `sciml demo` was warned about).
+    gc.disable()  # the check must not depend on when the collector runs
+    try:
+        workers = {int(pid) for pid in _run(tmp_path / "run")}
+        alive = {child.pid for child in multiprocessing.active_children()}
+    finally:
+        gc.enable()
+    assert len(workers) == 1 and os.getpid() not in workers
+    assert not workers & alive
 
 
 class _LoggedReads(Dataset[torch.Tensor]):
