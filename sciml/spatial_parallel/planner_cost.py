@@ -19,7 +19,7 @@ next to its extended copy, a split normalisation's input and scaled block:
 :data:`NORM_TRANSIENT`).
 
 Step time (seconds): per layer, forward and backward compute, measured for
-the rank's local convolutions where a calibration has them
+the rank's local convolutions and poolings where a calibration has them
 (:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
 bytes / bandwidth)`` (a split normalisation's bytes are its
 :data:`NORM_PASSES` over the block; a convolution's backward does its data and weight
@@ -58,7 +58,7 @@ from sciml.spatial_parallel.planner_halo import (
     layer_halo,
     local_numel,
 )
-from sciml.spatial_parallel.planner_layers import ConvCost, LocalConv, local_conv
+from sciml.spatial_parallel.planner_layers import POOL_KINDS, ConvCost, LocalConv, local_conv
 from sciml.spatial_parallel.planner_profile import Profile
 
 #: Copies of the parameters an optimizer keeps.
@@ -86,8 +86,15 @@ TIME_TERMS = ("compute", "halo", "norm", "allreduce", "optimizer", "read")
 
 
 def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
-    """The local convolution the fullest rank runs for ``layer`` (``None``: not a convolution)."""
-    if layer.kind not in ("Conv3d", "ConvTranspose3d") or layer.windows is None:
+    """The local convolution or pooling the fullest rank runs for ``layer``.
+
+    ``None`` for other layers, and for a pooling layer that reads the model's
+    input (no backward: the roofline prices it).
+    """
+    measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
+        layer.kind in POOL_KINDS and not first
+    )
+    if not measured or layer.windows is None:
         return None
     n, c, *spatial = layer.in_shape
     parts = grid[1:]

@@ -2,7 +2,13 @@
 
 A profile's rates price a convolution by its FLOPs; on a CPU the library
 picks a different algorithm per shape (an unfolded ``vol2col`` matrix, or
-oneDNN), with times and scratch memory a single rate cannot follow. As in
+oneDNN), with times and scratch memory a single rate cannot follow: PyTorch
+sends a batch-1 convolution with a small ``N x C x D x H`` (at most 20480)
+to ``vol2col``, several times slower per sample than oneDNN at batch 2. Pooling
+layers are measured the same way (:data:`POOL_KINDS`): the CPU's max pooling
+with indices computes at a few ns per input element, far below the memory
+bandwidth a roofline would price it at (8 ms against 0.7 ms for a
+``2 x 8 x 48^3`` block). As in
 Dryden et al.'s performance model, :func:`measure_convs` times the very
 convolutions the ranks run (:func:`local_conv`: the largest block with its
 halos, the native padding left on unsplit dims) forward and backward, each
@@ -32,13 +38,18 @@ from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_measure import mmap_large_allocations, reset_peak, status_bytes
 
 Triple = tuple[int, int, int]
+#: Window layers measured like convolutions (no weight).
+POOL_KINDS = ("MaxPool3d", "AvgPool3d")
 #: Bytes of the last-level cache assumed when sysfs does not list it (at least most CPUs').
 DEFAULT_CACHE = 64 * 2**20
 
 
 @dataclass(frozen=True)
 class LocalConv:
-    """One rank's convolution: its input block (with halos) and the layer's geometry."""
+    """One rank's convolution or pooling: its input block (with halos) and the layer's geometry.
+
+    ``out_channels`` of a pooling layer is its channels, ``groups`` 1.
+    """
 
     kind: str
     in_shape: tuple[int, int, int, int, int]
@@ -49,6 +60,7 @@ class LocalConv:
     padding: Triple
     groups: int
     first: bool
+    ceil_mode: bool = False
 
     @property
     def key(self) -> str:
@@ -85,7 +97,7 @@ def local_conv(
     on its input block with its own padding.
     """
     n, c, *spatial = in_block
-    extents, pads = [], []
+    extents, pads, ceil = [], [], False
     for window, size, out, split in zip(windows, spatial, out_block, parts, strict=True):
         if isinstance(window, Window) and split > 1:
             extents.append((out - 1) * window.stride + window.reach if out else 0)
@@ -93,6 +105,7 @@ def local_conv(
         elif isinstance(window, Window):
             extents.append(size)
             pads.append(window.pad_lo)
+            ceil = ceil or window.ceil_mode
         else:
             extents.append(size)
             pads.append(window.padding)
@@ -106,10 +119,17 @@ def local_conv(
         padding=tuple(pads),  # type: ignore[arg-type]
         groups=groups,
         first=first,
+        ceil_mode=ceil,
     )
 
 
 def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if conv.kind == "MaxPool3d":
+        return F.max_pool3d(
+            x, conv.kernel, conv.stride, conv.padding, conv.dilation, conv.ceil_mode
+        )
+    if conv.kind == "AvgPool3d":
+        return F.avg_pool3d(x, conv.kernel, conv.stride, conv.padding, conv.ceil_mode)
     if conv.kind == "Conv3d":
         return F.conv3d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
     return F.conv_transpose3d(
@@ -118,13 +138,15 @@ def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
 
 
 def _tensors(conv: LocalConv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Input, weight and output gradient of ``conv`` (random)."""
+    """Input, weight (empty for a pooling layer) and output gradient of ``conv`` (random)."""
     c = conv.in_shape[1]
-    if conv.kind == "Conv3d":
+    if conv.kind in POOL_KINDS:
+        shape: tuple[int, ...] = (0,)
+    elif conv.kind == "Conv3d":
         shape = (conv.out_channels, c // conv.groups, *conv.kernel)
     else:
         shape = (c, conv.out_channels // conv.groups, *conv.kernel)
-    weight = torch.randn(shape, requires_grad=True)
+    weight = torch.randn(shape, requires_grad=conv.kind not in POOL_KINDS)
     x = torch.randn(conv.in_shape, requires_grad=not conv.first)
     return x, weight, torch.ones_like(_run(conv, x, weight))
 
@@ -181,16 +203,42 @@ def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     return min(fwd[1:]), min(bwd[1:])  # the least disturbed by other load
 
 
+def _forward_kept(
+    conv: LocalConv, x: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, float]:
+    """The forward's output, and the bytes of it and of the new tensors autograd saves.
+
+    New: not the input or weight (a max pooling's indices, say).
+    """
+    saved: list[torch.Tensor] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        y = _run(conv, x, weight)
+    known = {t.untyped_storage().data_ptr() for t in (x, weight, y)}
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
+    new = sum(n for ptr, n in storages.items() if ptr not in known)
+    return y, float(y.numel() * y.element_size() + new)
+
+
 def _scratch(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
-    """Resident-set growth of the forward and backward beyond their results (median)."""
+    """Resident-set growth of the forward and backward beyond their results (median).
+
+    The forward's results are its output and what autograd saves for the
+    backward beyond the inputs (a max pooling's indices): the planner counts
+    those as kept activations.
+    """
     x, weight, grad = _tensors(conv)
     fwd, bwd = [], []
     cpu = torch.device("cpu")
     for _ in range(repeats + 1):
         before = status_bytes("VmRSS")
         reset_peak(cpu)
-        y = _run(conv, x, weight)
-        fwd.append(status_bytes("VmHWM") - before - y.numel() * y.element_size())
+        y, kept = _forward_kept(conv, x, weight)
+        fwd.append(status_bytes("VmHWM") - before - kept)
         before = status_bytes("VmRSS")
         reset_peak(cpu)
         y.backward(grad)

@@ -13,10 +13,12 @@ from sciml.spatial_parallel.planner_cost import (
     NORM_KERNELS,
     NORM_PASSES,
     NORM_TRANSIENT,
+    conv_of,
     estimate,
 )
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import GridError
+from sciml.spatial_parallel.planner_layers import ConvCost
 from sciml.spatial_parallel.planner_profile import Profile
 
 PROFILE = Profile(
@@ -198,3 +200,18 @@ def test_a_split_norm_forward_holds_its_input_and_temporaries() -> None:
     block = 4 * 4**3 * 4
     assert est.memory["activations"] == 2 * block + 2 * 4 * 4  # and the mean and 1/std
     assert est.memory["workspace"] == (2 + NORM_TRANSIENT - 1) * block == 3 * block
+
+
+def test_a_measured_pooling_replaces_its_roofline() -> None:
+    # the CPU's max pooling runs far below the memory bandwidth the roofline prices it at
+    graph = trace(nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.MaxPool3d(2)), (1, 2, 8, 8, 8))
+    pool = conv_of(graph.layers[1], (1, 1, 1, 1), first=False)
+    assert pool is not None and pool.kind == "MaxPool3d" and pool.in_shape == (1, 4, 8, 8, 8)
+    assert conv_of(graph.layers[1], (1, 1, 1, 1), first=True) is None  # no backward to measure
+    plain = estimate(graph, (1, 1, 1, 1), PROFILE)
+    measured = estimate(graph, (1, 1, 1, 1), PROFILE, costs={pool.key: ConvCost(0.5, 0.25, 0, 0)})
+    moved = (4 * 8**3 + 4 * 4**3) * 4  # read the input, write the output
+    roofline = 1e-3 + moved / 1e9 + 1e-3 + 2 * moved / 1e9
+    assert measured.time["compute"] - plain.time["compute"] == pytest.approx(
+        0.75 - roofline, rel=1e-12
+    )
