@@ -35,12 +35,17 @@ from sciml.spatial_parallel.planner_cost import (
     Grid,
     GridError,
     check_options,
-    conv_of,
     estimate,
 )
 from sciml.spatial_parallel.planner_graph import Graph, trace
 from sciml.spatial_parallel.planner_halo import layer_halo
-from sciml.spatial_parallel.planner_layers import ConvCost, load_costs, measure_convs, save_costs
+from sciml.spatial_parallel.planner_layers import (
+    ConvCost,
+    conv_of,
+    load_costs,
+    measure_convs,
+    save_costs,
+)
 from sciml.spatial_parallel.planner_profile import Profile, get_profile
 
 #: Models the command line knows by name.

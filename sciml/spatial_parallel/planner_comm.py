@@ -71,9 +71,18 @@ def overlapped(
 
 
 def allreduce_exposed(
-    graph: Graph, grid: Grid, profile: Profile, backward: list[float], bucket_bytes: float
+    graph: Graph,
+    grid: Grid,
+    profile: Profile,
+    backward: list[float],
+    bucket_bytes: float,
+    *,
+    slow: float = 1.0,
 ) -> float:
-    """Bucketed gradient all-reduce left over after the backward pass (bucket by bucket)."""
+    """Bucketed gradient all-reduce left over after the backward pass (bucket by bucket).
+
+    ``slow``: the slow-down of each all-reduce by ranks sharing cores.
+    """
     ranks = math.prod(grid)
     if ranks == 1:
         return 0.0
@@ -90,5 +99,5 @@ def allreduce_exposed(
         buckets.append((ready, size))
     end = 0.0
     for ready, nbytes in buckets:
-        end = max(end, ready) + profile.allreduce(nbytes, ranks)
+        end = max(end, ready) + profile.allreduce(nbytes, ranks) * slow
     return max(0.0, end - clock)

@@ -24,15 +24,16 @@ the rank's local convolutions and poolings where a calibration has them
 bytes / bandwidth)`` (a split normalisation's bytes are its
 :data:`NORM_PASSES` over the block; a convolution's backward does its data and weight
 gradients: twice its forward FLOPs, once for the first layer whose input
-needs no gradient), slowed when more ranks share a node than compute at
-once; the halo exchange (:mod:`planner_comm`), hidden behind the interior's
-compute when the profile overlaps and added to it, with the assembly of the
-extended input, otherwise, in both directions (slowed like the compute: on
-a CPU the exchange's own work shares the cores too); two all-reduces forward
-and two backward per normalisation layer; the gradient buckets' all-reduces,
-of which only what outlasts the backward is exposed; the optimizer's pass
-over the parameters; reading the rank's block, beyond what the rest of the
-step hides.
+needs no gradient); the halo exchange (:mod:`planner_comm`), hidden behind
+the interior's compute when the profile overlaps and added to it, with the
+assembly of the extended input, otherwise, in both directions; two
+all-reduces forward and two backward per normalisation layer; the gradient
+buckets' all-reduces, of which only what outlasts the backward is exposed;
+the optimizer's pass over the parameters; reading the rank's block, beyond
+what the rest of the step hides. When more ranks share a node than compute
+at once (``Profile.contention``), every term but the read is slowed alike: a
+rank gets its share of the cores for its compute and for the work and
+wakeups of its messages.
 """
 
 from __future__ import annotations
@@ -54,11 +55,10 @@ from sciml.spatial_parallel.planner_halo import (
     GridError,
     Halo,
     halo_bytes,
-    largest,
     layer_halo,
     local_numel,
 )
-from sciml.spatial_parallel.planner_layers import POOL_KINDS, ConvCost, LocalConv, local_conv
+from sciml.spatial_parallel.planner_layers import ConvCost, conv_of
 from sciml.spatial_parallel.planner_profile import Profile
 
 #: Copies of the parameters an optimizer keeps.
@@ -83,33 +83,6 @@ MEMORY_TERMS = (
     *("activations", "halos", "workspace", "reserved"),
 )
 TIME_TERMS = ("compute", "halo", "norm", "allreduce", "optimizer", "read")
-
-
-def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
-    """The local convolution or pooling the fullest rank runs for ``layer``.
-
-    ``None`` for other layers, and for a pooling layer that reads the model's
-    input (no backward: the roofline prices it).
-    """
-    measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
-        layer.kind in POOL_KINDS and not first
-    )
-    if not measured or layer.windows is None:
-        return None
-    n, c, *spatial = layer.in_shape
-    parts = grid[1:]
-    block = (largest(n, grid[0]), c, *(largest(s, p) for s, p in zip(spatial, parts, strict=True)))
-    out = tuple(largest(s, p) for s, p in zip(layer.out_shape[2:], parts, strict=True))
-    return local_conv(
-        layer.kind,
-        layer.windows,
-        block,  # type: ignore[arg-type]
-        layer.out_shape[1],
-        out,  # type: ignore[arg-type]
-        parts,
-        groups=layer.groups,
-        first=first,
-    )
 
 
 def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, first: bool) -> float:
@@ -301,6 +274,7 @@ def estimate(
     forward, backward, scratch, transient = [], [], [], []
     halo_mem = halo_time = norm = 0.0
     spatial = math.prod(grid[1:])
+    slow = profile.contention(math.prod(grid))
     for index, (layer, halo) in enumerate(zip(graph.layers, halos, strict=True)):
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
@@ -309,7 +283,7 @@ def estimate(
         if any(halo.received):
             exchange = exchange_time(layer, grid, halo, profile)
             exchange += assembly_time(layer, grid, halo, profile)
-            exchange *= profile.contention(math.prod(grid))
+            exchange *= slow
         block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
         passing = 0.0  # alive during this layer's forward only
         if any(halo.received):
@@ -327,7 +301,7 @@ def estimate(
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
-            norm += 4 * profile.allreduce(2 * layer.channels * 4.0, ranks)
+            norm += 4 * profile.allreduce(2 * layer.channels * 4.0, ranks) * slow
     saved, work = _activations(graph, grid, scratch, transient)
     compute = sum(forward) + sum(backward) - halo_time
     block = local_numel(graph.sample_shape, grid) * graph.layers[0].itemsize
@@ -348,8 +322,11 @@ def estimate(
         "compute": compute,
         "halo": halo_time,
         "norm": norm,
-        "allreduce": allreduce_exposed(graph, grid, profile, backward, bucket_mb * 2**20),
-        "optimizer": OPTIMIZER_PASSES[optimizer] * params / profile.mem_bw + profile.op_overhead,
+        "allreduce": allreduce_exposed(
+            graph, grid, profile, backward, bucket_mb * 2**20, slow=slow
+        ),
+        "optimizer": (OPTIMIZER_PASSES[optimizer] * params / profile.mem_bw + profile.op_overhead)
+        * slow,
         "read": max(0.0, read - step),  # the loader reads the next block during this step
     }
     return Estimate(grid, memory, time)

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.partition import TransposeWindow, Window
+from sciml.spatial_parallel.planner_graph import Layer
+from sciml.spatial_parallel.planner_halo import Grid, largest
 from sciml.spatial_parallel.planner_measure import mmap_large_allocations, reset_peak, status_bytes
 
 Triple = tuple[int, int, int]
@@ -120,6 +122,33 @@ def local_conv(
         groups=groups,
         first=first,
         ceil_mode=ceil,
+    )
+
+
+def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
+    """The local convolution or pooling the fullest rank runs for ``layer``.
+
+    ``None`` for other layers, and for a pooling layer that reads the model's
+    input (no backward: the roofline prices it).
+    """
+    measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
+        layer.kind in POOL_KINDS and not first
+    )
+    if not measured or layer.windows is None:
+        return None
+    n, c, *spatial = layer.in_shape
+    parts = grid[1:]
+    block = (largest(n, grid[0]), c, *(largest(s, p) for s, p in zip(spatial, parts, strict=True)))
+    out = tuple(largest(s, p) for s, p in zip(layer.out_shape[2:], parts, strict=True))
+    return local_conv(
+        layer.kind,
+        layer.windows,
+        block,  # type: ignore[arg-type]
+        layer.out_shape[1],
+        out,  # type: ignore[arg-type]
+        parts,
+        groups=layer.groups,
+        first=first,
     )
 
 

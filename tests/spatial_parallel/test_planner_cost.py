@@ -13,12 +13,11 @@ from sciml.spatial_parallel.planner_cost import (
     NORM_KERNELS,
     NORM_PASSES,
     NORM_TRANSIENT,
-    conv_of,
     estimate,
 )
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import GridError
-from sciml.spatial_parallel.planner_layers import ConvCost
+from sciml.spatial_parallel.planner_layers import ConvCost, conv_of
 from sciml.spatial_parallel.planner_profile import Profile
 
 PROFILE = Profile(
@@ -89,12 +88,19 @@ def test_two_ranks_closed_form() -> None:
     assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
 
 
-def test_ranks_sharing_cores_slow_the_exchange_like_the_compute() -> None:
-    # two ranks on one core: each rank's compute and its exchange work take twice as long
-    alone = estimate(CONV, (1, 2, 1, 1), PROFILE)
-    shared = estimate(CONV, (1, 2, 1, 1), Profile(**{**PROFILE.__dict__, "concurrency": 1}))
-    assert shared.time["compute"] == pytest.approx(2 * alone.time["compute"], rel=1e-12)
-    assert shared.time["halo"] == pytest.approx(2 * alone.time["halo"], rel=1e-12)
+def test_ranks_sharing_cores_slow_every_term_but_the_read() -> None:
+    # two ranks on one core: each rank's compute, and the work and wakeups of its
+    # exchanges and all-reduces, take twice as long; the file system is not a core
+    graph = trace(nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.BatchNorm3d(4)), (1, 2, 8, 8, 8))
+    slow_read = Profile(**{**PROFILE.__dict__, "read_bw": 1.0})
+    alone = estimate(graph, (1, 2, 1, 1), slow_read)
+    shared = estimate(graph, (1, 2, 1, 1), Profile(**{**slow_read.__dict__, "concurrency": 1}))
+    for term in ("compute", "halo", "norm", "allreduce", "optimizer"):
+        assert alone.time[term] > 0
+        assert shared.time[term] == pytest.approx(2 * alone.time[term], rel=1e-12), term
+    block = 2 * 4 * 8 * 8 * 4  # the input block, read at 1 B/s beside the step's work
+    busy = sum(shared.time[t] for t in ("compute", "halo", "norm"))
+    assert shared.time["read"] == pytest.approx(block - busy, rel=1e-12)
 
 
 def test_overlap_hides_the_halo_behind_the_interior() -> None:
