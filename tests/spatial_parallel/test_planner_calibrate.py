@@ -2,12 +2,14 @@
 
 import os
 import resource
+import time
 
 import pytest
 
 from sciml.spatial_parallel.planner_calibrate import (
     EXCHANGE_SIZES,
     _fit,
+    _median_seconds,
     concurrency,
     memory_bandwidth,
 )
@@ -45,3 +47,10 @@ def test_fit_recovers_latency_and_bandwidth_of_exchanges() -> None:
     scale = max(seconds) / min(seconds)
     assert fitted[0] == pytest.approx(latency, rel=64 * scale * 2**-52)
     assert fitted[1] == pytest.approx(bandwidth, rel=64 * scale * 2**-52)
+
+
+def test_the_halo_overhead_clock_leaves_out_waiting() -> None:
+    # a split layer's overhead is its own CPU work: its waits are priced by latency and
+    # bandwidth, and time other processes take from it is not the layer's
+    assert _median_seconds(lambda: time.sleep(0.02), repeats=3, clock=time.thread_time) < 0.01
+    assert _median_seconds(lambda: time.sleep(0.02), repeats=3) >= 0.02
