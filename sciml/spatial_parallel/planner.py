@@ -28,6 +28,7 @@ from pathlib import Path
 
 from torch import nn
 
+from sciml.cores import usable_cores
 from sciml.spatial_parallel.planner_cost import (
     MEMORY_TERMS,
     TIME_TERMS,
@@ -50,17 +51,8 @@ from sciml.spatial_parallel.planner_profile import Profile, get_profile
 
 #: Models the command line knows by name.
 MODELS = ("cosmoflow", "unet")
-_UNITS = {
-    "b": 1,
-    "kb": 1e3,
-    "mb": 1e6,
-    "gb": 1e9,
-    "tb": 1e12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+_UNITS |= {f"{prefix}ib": 2.0 ** (10 * power) for power, prefix in enumerate("kmgt", 1)}
 
 
 def parse_memory(text: str) -> float:
@@ -214,13 +206,21 @@ def costs_path(profile_path: Path | str) -> Path:
 
 
 def measure_costs(
-    graph: Graph, grid_list: Iterable[Grid], *, cache: Path | str | None = None, repeats: int = 5
+    graph: Graph,
+    grid_list: Iterable[Grid],
+    *,
+    cache: Path | str | None = None,
+    repeats: int = 5,
+    concurrency: int | None = None,
 ) -> dict[str, ConvCost]:
     """Time every local convolution ``graph`` runs on the grids of ``grid_list``, on this CPU.
 
-    Shapes already in ``cache`` (a :func:`costs_path` file) are not measured again; the
-    new ones are added to it. Grids that cannot split the model are skipped.
+    Each is timed beside the grid's other ranks, up to ``concurrency`` (``None``:
+    :func:`sciml.cores.usable_cores`, the calibrated profile's). Shapes already
+    in ``cache`` (a :func:`costs_path` file) are not measured again; the new ones
+    are added to it. Grids that cannot split the model are skipped.
     """
+    cores = usable_cores() if concurrency is None else concurrency
     known = load_costs(cache) if cache is not None and Path(cache).exists() else {}
     wanted = []
     for grid in grid_list:
@@ -230,7 +230,7 @@ def measure_costs(
         except GridError:
             continue
         for index, layer in enumerate(graph.layers):
-            conv = conv_of(layer, grid, first=index == 0)
+            conv = conv_of(layer, grid, first=index == 0, ranks=min(math.prod(grid), cores))
             if conv is not None and conv.key not in known:
                 wanted.append(conv)
     fresh = measure_convs(wanted, repeats=repeats)

@@ -201,7 +201,7 @@ def _layer_costs(
     first: bool,
 ) -> tuple[float, float, float, float]:
     """Forward and backward seconds and scratch bytes: measured where known, else roofline."""
-    conv = conv_of(layer, grid, first=first)
+    conv = conv_of(layer, grid, first=first, ranks=profile.computing(math.prod(grid)))
     cost = costs.get(conv.key) if conv is not None else None
     slow = profile.contention(math.prod(grid))
     if cost is not None:

@@ -21,36 +21,42 @@ the resident-set growth beyond their outputs (each in a fresh process: see
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import statistics
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_graph import Layer
 from sciml.spatial_parallel.planner_halo import Grid, largest
-from sciml.spatial_parallel.planner_measure import mmap_large_allocations, reset_peak, status_bytes
+from sciml.spatial_parallel.planner_measure import (
+    cache_bytes,
+    clock,
+    mmap_large_allocations,
+    reset_peak,
+    status_bytes,
+)
 
 Triple = tuple[int, int, int]
 #: Window layers measured like convolutions (no weight).
 POOL_KINDS = ("MaxPool3d", "AvgPool3d")
-#: Bytes of the last-level cache assumed when sysfs does not list it (at least most CPUs').
-DEFAULT_CACHE = 64 * 2**20
 
 
 @dataclass(frozen=True)
 class LocalConv:
     """One rank's convolution or pooling: its input block (with halos) and the layer's geometry.
 
-    ``out_channels`` of a pooling layer is its channels, ``groups`` 1.
+    ``out_channels`` of a pooling layer is its channels, ``groups`` 1. ``ranks``:
+    the processes that run it at once on the node's cores (the grid's ranks, up
+    to the cores): co-running ranks share memory bandwidth, caches and the page
+    fault path, so it is timed beside ``ranks - 1`` copies of itself.
     """
 
     kind: str
@@ -63,6 +69,7 @@ class LocalConv:
     groups: int
     first: bool
     ceil_mode: bool = False
+    ranks: int = 1
 
     @property
     def key(self) -> str:
@@ -125,11 +132,11 @@ def local_conv(
     )
 
 
-def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
+def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalConv | None:
     """The local convolution or pooling the fullest rank runs for ``layer``.
 
     ``None`` for other layers, and for a pooling layer that reads the model's
-    input (no backward: the roofline prices it).
+    input (no backward: the roofline prices it). ``ranks``: those computing at once.
     """
     measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
         layer.kind in POOL_KINDS and not first
@@ -140,7 +147,7 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
     parts = grid[1:]
     block = (largest(n, grid[0]), c, *(largest(s, p) for s, p in zip(spatial, parts, strict=True)))
     out = tuple(largest(s, p) for s, p in zip(layer.out_shape[2:], parts, strict=True))
-    return local_conv(
+    conv = local_conv(
         layer.kind,
         layer.windows,
         block,  # type: ignore[arg-type]
@@ -150,6 +157,7 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool) -> LocalConv | None:
         groups=layer.groups,
         first=first,
     )
+    return replace(conv, ranks=ranks)
 
 
 def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -180,29 +188,6 @@ def _tensors(conv: LocalConv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return x, weight, torch.ones_like(_run(conv, x, weight))
 
 
-def cache_bytes(*, root: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Bytes of the largest CPU cache sysfs lists under ``root`` (the last level).
-
-    :data:`DEFAULT_CACHE` when it lists none (not Linux, or no such files).
-    """
-    sizes = []
-    for entry in Path(root).glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            text = entry.read_text().strip().upper()
-            unit = 2 ** (10 * "KMG".index(text[-1]) + 10) if text[-1:] in ("K", "M", "G") else 1
-            sizes.append(int(text.rstrip("KMG")) * unit)
-    return max(sizes, default=DEFAULT_CACHE)
-
-
-def _clock() -> Callable[[], float]:
-    """This thread's CPU time when torch computes on this thread alone, else wall time.
-
-    With one intra-op thread every kernel runs on the calling thread, so its CPU
-    time is the kernel's time on a core of its own, even on a loaded machine.
-    """
-    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-
-
 def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     """Forward and backward seconds, the best of ``repeats`` after a warm-up, from cold caches.
 
@@ -211,22 +196,24 @@ def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     and saved input) from memory, as in a training step whose activations
     stream through the cache: timed hot, the small blocks of split grids ran
     from the cache and came out too fast. On one intra-op thread the clock is
-    this thread's CPU time (:func:`_clock`), which time another process takes
-    from it does not inflate.
+    this thread's CPU time (:func:`~sciml.spatial_parallel.planner_measure.clock`),
+    which time another process takes from it does not inflate.
     """
     x, weight, grad = _tensors(conv)
     evict = torch.empty(2 * cache_bytes() // 4)
-    clock = _clock()
+    timer = clock()
     fwd, bwd = [], []
     for _ in range(repeats + 1):
+        if dist.is_initialized():
+            dist.barrier()  # the ranks of a measurement run it together
         evict.fill_(1.0)
-        start = clock()
+        start = timer()
         y = _run(conv, x, weight)
-        fwd.append(clock() - start)
+        fwd.append(timer() - start)
         evict.fill_(1.0)
-        start = clock()
+        start = timer()
         y.backward(grad)
-        bwd.append(clock() - start)
+        bwd.append(timer() - start)
         x.grad = weight.grad = None
         del y
     return min(fwd[1:]), min(bwd[1:])  # the least disturbed by other load
@@ -294,8 +281,10 @@ def measure_convs(
 ) -> dict[str, ConvCost]:
     """Time (and measure the scratch memory of) each distinct local convolution on the CPU.
 
-    ``threads`` intra-op threads: one, as ``sciml.spawn`` gives each rank. Times
-    and scratch are measured in two fresh processes (:func:`sciml.spawn.spawn`):
+    ``threads`` intra-op threads: one, as ``sciml.spawn`` gives each rank. A
+    convolution of ``ranks`` > 1 is timed in that many processes at once, and
+    the slowest one's time kept. Times
+    and scratch are measured in fresh processes (:func:`sciml.spawn.spawn`):
     the scratch needs :func:`mmap_large_allocations`, under which every large
     tensor page-faults afresh and runs slower than in training, and a heap that
     earlier work left behind would hide part of the scratch.
@@ -305,11 +294,26 @@ def measure_convs(
     wanted = [c for c in {c.key: c for c in convs}.values() if math.prod(c.in_shape) > 0]
     if not wanted:
         return {}
-    seconds = spawn(_all_seconds, 1, wanted, repeats, threads=threads)[0]
-    scratch = spawn(_all_scratch, 1, wanted, repeats, threads=threads)[0]
+    seconds: dict[str, tuple[float, float]] = {}
+    for ranks in sorted({c.ranks for c in wanted}):
+        group = [c for c in wanted if c.ranks == ranks]
+        times = spawn(_all_seconds, ranks, group, repeats, threads=threads)
+        for index, conv in enumerate(group):
+            seconds[conv.key] = (
+                max(rank[index][0] for rank in times),
+                max(rank[index][1] for rank in times),
+            )
+    shapes = list({replace(c, ranks=1).key: replace(c, ranks=1) for c in wanted}.values())
+    scratch = dict(
+        zip(
+            [c.key for c in shapes],
+            spawn(_all_scratch, 1, shapes, repeats, threads=threads)[0],
+            strict=True,
+        )
+    )
     return {
-        conv.key: ConvCost(fwd, bwd, fwd_bytes, bwd_bytes)
-        for conv, (fwd, bwd), (fwd_bytes, bwd_bytes) in zip(wanted, seconds, scratch, strict=True)
+        conv.key: ConvCost(*seconds[conv.key], *scratch[replace(conv, ranks=1).key])
+        for conv in wanted
     }
 
 

@@ -26,6 +26,7 @@ import ctypes
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,32 @@ from torch import nn
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import parallelize
 from sciml.spatial_parallel.sharding import shard
+
+#: Bytes of the last-level cache assumed when sysfs does not list it (at least most CPUs').
+DEFAULT_CACHE = 64 * 2**20
+
+
+def cache_bytes(*, root: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest CPU cache sysfs lists under ``root`` (the last level).
+
+    :data:`DEFAULT_CACHE` when it lists none (not Linux, or no such files).
+    """
+    sizes = []
+    for entry in Path(root).glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            text = entry.read_text().strip().upper()
+            unit = 2 ** (10 * "KMG".index(text[-1]) + 10) if text[-1:] in ("K", "M", "G") else 1
+            sizes.append(int(text.rstrip("KMG")) * unit)
+    return max(sizes, default=DEFAULT_CACHE)
+
+
+def clock() -> Callable[[], float]:
+    """This thread's CPU time when torch computes on this thread alone, else wall time.
+
+    With one intra-op thread every kernel runs on the calling thread, so its CPU
+    time is the kernel's time on a core of its own, even on a loaded machine.
+    """
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
 def mmap_large_allocations() -> None:

@@ -137,6 +137,10 @@ class Profile:
         """Slow-down of compute when ``world`` ranks share a node's ``concurrency``."""
         return max(1.0, min(world, self.ranks_per_node) / self.concurrency)
 
+    def computing(self, world: int) -> int:
+        """Ranks of a node that compute at once when ``world`` ranks run."""
+        return max(1, min(world, self.ranks_per_node, self.concurrency))
+
 
 def _gpu(
     name: str,

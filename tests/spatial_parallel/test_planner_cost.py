@@ -221,3 +221,17 @@ def test_a_measured_pooling_replaces_its_roofline() -> None:
     assert measured.time["compute"] - plain.time["compute"] == pytest.approx(
         0.75 - roofline, rel=1e-12
     )
+
+
+def test_convolutions_are_priced_as_timed_beside_the_ranks_computing_at_once() -> None:
+    def priced(grid: tuple[int, int, int, int], concurrency: int, ranks: int) -> float:
+        profile = Profile(**{**PROFILE.__dict__, "concurrency": concurrency})
+        conv = conv_of(CONV.layers[0], grid, first=True, ranks=ranks)
+        assert conv is not None
+        costs = {conv.key: ConvCost(0.5, 0.25, 0, 0)}
+        return estimate(CONV, grid, profile, costs=costs).time["compute"]
+
+    assert priced((1, 2, 1, 1), 64, 2) == pytest.approx(0.75, rel=1e-12)
+    assert priced((1, 2, 1, 1), 64, 1) < 0.75  # timed alone: not this grid's figure
+    # four ranks on two cores: timed two at a time, then each gets half of a core
+    assert priced((1, 4, 1, 1), 2, 2) == pytest.approx(2 * 0.75, rel=1e-12)
