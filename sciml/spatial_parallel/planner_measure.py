@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -100,12 +101,19 @@ def _peak(device: torch.device, baseline: float) -> float:
     return status_bytes("VmHWM") - baseline
 
 
+def _thread_usage() -> tuple[float, float]:
+    """This thread's (Linux; else the process's) system CPU seconds and minor page faults."""
+    usage = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return usage.ru_stime, float(usage.ru_minflt)
+
+
 def _trainer(
     model: nn.Module, mesh_shape: dict[str, int], sample_shape: Sequence[int], where: torch.device
-) -> Callable[[], tuple[float, float]]:
+) -> Callable[[], tuple[float, float, float, float]]:
     """A function that runs one Adam step of ``model`` parallelised on ``mesh_shape``.
 
-    It returns the step's wall-clock seconds and the CPU seconds of this thread in it.
+    It returns the step's wall-clock seconds, and of this thread in it: the CPU
+    seconds, the system (kernel) part of them, and the minor page faults.
     """
     torch.manual_seed(0)
     mesh = SpatialMesh(**mesh_shape)  # type: ignore[arg-type]
@@ -113,16 +121,18 @@ def _trainer(
     x = shard(torch.randn(tuple(sample_shape), device=where), mesh)
     optimizer = torch.optim.Adam(pmodel.parameters(), lr=1e-6)
 
-    def step() -> tuple[float, float]:
+    def step() -> tuple[float, float, float, float]:
         if dist.is_initialized():
             dist.barrier()
-        start, cpu = time.perf_counter(), time.thread_time()
+        start, cpu, (system, faults) = time.perf_counter(), time.thread_time(), _thread_usage()
         optimizer.zero_grad(set_to_none=False)
         pmodel(x).square().sum().backward()
         optimizer.step()
         if where.type == "cuda":
             torch.cuda.synchronize(where)
-        return time.perf_counter() - start, time.thread_time() - cpu
+        wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        now = _thread_usage()
+        return wall, cpu, now[0] - system, now[1] - faults
 
     return step
 
@@ -138,7 +148,9 @@ def time_step(
     """Best and median seconds of an Adam step of ``model`` on this rank's block.
 
     ``cpu_seconds`` is this thread's CPU time in the best step: well below
-    ``seconds`` when the rank waited for others or was descheduled (a loaded machine).
+    ``seconds`` when the rank waited for others or was descheduled (a loaded
+    machine); ``system_seconds`` and ``page_faults`` are its kernel part and its
+    minor page faults (memory the allocator gave back and took again).
     Run it in a process whose allocator is as training leaves it (not after
     :func:`mmap_large_allocations`).
 
@@ -155,8 +167,10 @@ def time_step(
     best = min(times)
     return {
         "seconds": best[0],
-        "median_seconds": statistics.median(t for t, _ in times),
+        "median_seconds": statistics.median(t[0] for t in times),
         "cpu_seconds": best[1],
+        "system_seconds": best[2],
+        "page_faults": best[3],
     }
 
 

@@ -1,13 +1,14 @@
 """Measuring a step for the planner: times under the allocator training runs with, memory apart."""
 
 import ctypes
+import mmap
 
 import pytest
 import torch
 from torch import nn
 
 from sciml.distributed import spawn
-from sciml.spatial_parallel.planner_measure import step_memory, time_step
+from sciml.spatial_parallel.planner_measure import _thread_usage, step_memory, time_step
 
 pytestmark = pytest.mark.xdist_group("planner_measure")
 
@@ -52,7 +53,23 @@ def test_steps_are_timed_with_the_allocator_training_runs_with() -> None:
     times, mapped = spawn(timed_then_mapped, 1)[0]
     assert 0 < times["seconds"] <= times["median_seconds"]
     assert times["cpu_seconds"] > 0
+    assert 0 <= times["system_seconds"] <= times["cpu_seconds"] and times["page_faults"] >= 0
     assert mapped == 0
+
+
+def test_thread_usage_counts_the_page_faults_of_fresh_memory() -> None:
+    # a step whose allocator gave memory back faults it in again: the validation
+    # reports those faults and their kernel time beside the step's CPU time
+    pages = 2048
+    size = pages * mmap.PAGESIZE
+    before = _thread_usage()
+    buffer = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        buffer[offset] = 1  # first touch of each page
+    after = _thread_usage()
+    buffer.close()
+    assert after[1] - before[1] >= pages
+    assert after[0] >= before[0]
 
 
 def test_step_memory_counts_what_a_step_allocates() -> None:
