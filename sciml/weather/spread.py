@@ -8,20 +8,46 @@ view of the spread, which varies by orders of magnitude over lead times), for th
 lead time and, in the temporal variant, for the ``history - 1`` lead times before it, each
 earlier step with an availability channel (see :mod:`sciml.weather.spread_data`: an earlier
 step that precedes the first lead time is zero, its log spread too, with availability 0).
-The output is a residual on the log of the current
-:math:`s_k`:
+
+The output keeps what the ``k`` members say about the full ``M``-member ensemble's spread
+exactly and estimates only the rest. For ``M`` exchangeable members drawn from a
+distribution of variance :math:`\sigma^2` at a point, ``k`` of them with sample
+variance :math:`s_k^2` (ddof=1),
 
 .. math::
-    \hat\sigma = s_k\,e^{o} + \sigma_{min},
+    E[s_M^2 \mid s_k^2] = \frac{(k-1)\,s_k^2 + (M-k)\,\sigma^2}{M-1}
 
-with the last layer initialised to zero, so an untrained model is the k-member sample
-spread (the baseline) and the output is always positive. :data:`SIGMA_MIN` keeps a point
-with ``s_k = 0`` finite. Along periodic spatial dims (lon on a global grid, both on the
-doubly periodic toy) every convolution pads circularly
-(:func:`~sciml.weather.periodic.periodic_conv3d`; level and the other dims are zero-padded)
-and the poolings tile the period (the sizes divide by ``2**depth``), so the model is exactly
-periodic: rolling its input by a multiple of ``2**depth`` points along a periodic dim rolls
-its output alike, and no point is an edge.
+(split the sum of squares of all ``M`` about their mean into the ``k`` members' own part
+:math:`(k-1)s_k^2`, the other ``M-k`` members' own part, of mean :math:`(M-k-1)\sigma^2`,
+and the term of the two sub-means, :math:`\tfrac{k(M-k)}{M}(\bar x_k - \bar x_{M-k})^2`, of
+mean :math:`\sigma^2`; the sample mean of Gaussian members is independent of their
+variance). So the network estimates the underlying variance only, as a shrinkage of the
+local sample variance toward its field mean :math:`\langle s_k^2\rangle` over lat and lon
+(per sample and channel) with weights it sets per point, two outputs :math:`o_1, o_2` per
+channel:
+
+.. math::
+    \hat\sigma^2 = s_k^2\,e^{o_1} + w\,\langle s_k^2\rangle\,e^{o_2} \ge 0,
+
+(:data:`FIELD_MEAN_WEIGHT` :math:`w`), and the prediction is
+:func:`expected_ensemble_spread`:
+
+.. math::
+    \hat s_M = \sqrt{\frac{(k-1)\,s_k^2 + (M-k)\,\hat\sigma^2}{M-1} + \sigma_{min}^2},
+
+always at least the k members' own part, which it cannot lose where the flow carries
+nothing about the spread (the first lead time, whose spread is the random initial
+perturbations'; there the best estimate of a homogeneous perturbation amplitude is the
+field mean, :math:`o_1 \to -\infty`). The last layer is initialised to zero: an untrained
+model is close to the sample spread, its variance estimate the local sample variance plus
+:math:`w` times its field mean. :data:`SIGMA_MIN` keeps a field without spread
+positive (and the square root's gradient finite).
+
+Along periodic spatial dims (lon on a global grid, both on the doubly periodic toy) every
+convolution pads circularly (:func:`~sciml.weather.periodic.periodic_conv3d`; level and the
+other dims are zero-padded) and the poolings tile the period (the sizes divide by
+``2**depth``), so the model is exactly periodic: rolling its input by a multiple of
+``2**depth`` points along a periodic dim rolls its output alike, and no point is an edge.
 
 Losses against the full ensemble's standard deviation ``s`` (:data:`LOSSES`): ``"l1"``,
 ``"mse"``, ``"log_l1"`` (:math:`|\log\hat\sigma - \log(s + \sigma_{min})|`: relative
@@ -49,15 +75,20 @@ from sciml.models.unet import Norm
 from sciml.weather.periodic import periodic_conv3d
 
 __all__ = [
+    "FIELD_MEAN_WEIGHT",
     "LOSSES",
     "SIGMA_MIN",
     "SpreadPredictor",
+    "expected_ensemble_spread",
     "expected_gaussian_crps",
     "spread_loss",
 ]
 
 #: Smallest predicted standard deviation, in normalised units.
 SIGMA_MIN = 1e-4
+#: Weight of the field mean of the sample variance in an untrained model's estimate of the
+#: underlying variance (the local sample variance's is 1).
+FIELD_MEAN_WEIGHT = 0.1
 LOSSES = ("l1", "mse", "log_l1", "crps")
 Loss = Literal["l1", "mse", "log_l1", "crps"]
 SPATIAL = ("lat", "lon")
@@ -69,12 +100,41 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
+def expected_ensemble_spread(
+    sample_variance: Tensor, variance: Tensor, *, members: int, ensemble: int
+) -> Tensor:
+    r"""The ``ensemble``-member spread expected from ``members`` of them (module docstring).
+
+    :math:`\sqrt{((k-1)\,s_k^2 + (M-k)\,\sigma^2) / (M-1) + \sigma_{min}^2}`, elementwise.
+
+    Args:
+        sample_variance: :math:`s_k^2`, the ``k`` members' sample variance (ddof=1), >= 0.
+        variance: :math:`\sigma^2`, the variance the members are drawn from, >= 0.
+        members: ``k >= 2``.
+        ensemble: ``M >= k``, the full ensemble's size.
+    """
+    _members_and_ensemble(members, ensemble)
+    own, rest = (members - 1) * sample_variance, (ensemble - members) * variance
+    return torch.sqrt((own + rest) / (ensemble - 1) + SIGMA_MIN**2)
+
+
+def _members_and_ensemble(members: object, ensemble: object) -> None:
+    if isinstance(members, bool) or not isinstance(members, int) or members < 2:
+        raise ValueError(f"members must be an integer >= 2 (a spread needs two), got {members!r}")
+    if isinstance(ensemble, bool) or not isinstance(ensemble, int) or ensemble < members:
+        raise ValueError(
+            f"ensemble (the full ensemble's size) must be an integer >= members = {members}, "
+            f"got {ensemble!r}"
+        )
+
+
 class SpreadPredictor(nn.Module):
-    """``k`` members at ``history`` lead times to the full ensemble's standard deviation.
+    """``k`` members at ``history`` lead times to the ``M``-member ensemble's standard deviation.
 
     Args:
         variables: ``V``, variables (each with ``levels`` levels).
         members: ``k >= 2``, members per sample.
+        ensemble: ``M >= k``, the size of the ensemble whose spread is predicted.
         levels: ``D``, vertical levels (the U-Net's depth axis).
         history: Lead times stacked (1: the current one only; ``T``: it and the ``T - 1``
             before it).
@@ -89,6 +149,7 @@ class SpreadPredictor(nn.Module):
         variables: int,
         *,
         members: int,
+        ensemble: int,
         levels: int,
         history: int = 1,
         periodic: Sequence[str] = ("lon",),
@@ -100,24 +161,17 @@ class SpreadPredictor(nn.Module):
         super().__init__()
         for name, value in (("variables", variables), ("levels", levels), ("history", history)):
             _positive(name, value)
-        if isinstance(members, bool) or not isinstance(members, int) or members < 2:
-            raise ValueError(
-                f"members must be an integer >= 2 (a spread needs two), got {members!r}"
-            )
+        _members_and_ensemble(members, ensemble)
         unknown = [d for d in periodic if d not in SPATIAL]
         if unknown:
             raise ValueError(f"periodic dims must be among {SPATIAL}, got {list(periodic)}")
-        self.variables, self.members, self.levels, self.history = (
-            variables,
-            members,
-            levels,
-            history,
-        )
+        self.variables, self.members, self.ensemble = variables, members, ensemble
+        self.levels, self.history = levels, history
         self.periodic = tuple(d for d in SPATIAL if d in periodic)
         inputs = history * (members + 2) * variables + (history - 1)
         self.unet = UNet(
             inputs,
-            variables,
+            2 * variables,
             dims=3,
             base_channels=base_channels,
             depth=depth,
@@ -143,7 +197,7 @@ class SpreadPredictor(nn.Module):
             )
 
     def forward(self, history: Tensor, available: Tensor) -> Tensor:
-        """Predicted standard deviation ``(N, V * D, lat, lon)``, in the input's units.
+        """Predicted ``M``-member standard deviation ``(N, V * D, lat, lon)``, input units.
 
         Args:
             history: ``(N, T, k, V * D, lat, lon)``: step 0 is the current lead time, step
@@ -161,9 +215,15 @@ class SpreadPredictor(nn.Module):
         features = torch.cat([fields, sd, log_sd], dim=2).reshape(n, -1, self.levels, h, w)
         flags = available[:, 1:, None, None, None].expand(-1, -1, self.levels, h, w)
         x = torch.cat([features, flags.to(features.dtype)], dim=1)
-        out = self.unet(x)
-        current = sd[:, 0, 0].reshape(n, self.variables * self.levels, h, w)
-        return current * torch.exp(out.reshape(n, -1, h, w)) + SIGMA_MIN
+        local, pooled = self.unet(x).reshape(n, 2, -1, h, w).unbind(1)
+        sample_variance = sd[:, 0, 0].reshape(n, -1, h, w).square()
+        field_mean = sample_variance.mean((-2, -1), keepdim=True)
+        variance = sample_variance * torch.exp(local) + field_mean * torch.exp(
+            pooled + math.log(FIELD_MEAN_WEIGHT)
+        )
+        return expected_ensemble_spread(
+            sample_variance, variance, members=self.members, ensemble=self.ensemble
+        )
 
 
 def expected_gaussian_crps(sigma: Tensor, target: Tensor) -> Tensor:

@@ -46,8 +46,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.io_utils import atomic_write_text
     from sciml.weather.cli import runs_and_test_data
     from sciml.weather.data import open_ensemble
+    from sciml.weather.spread_config import RUN_CONFIG
     from sciml.weather.spread_evaluate import evaluate_spread
-    from sciml.weather.spread_train import RUN_CONFIG
 
     runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     table = evaluate_spread(runs, open_ensemble(test_data))

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from sciml.weather.spread_train import SpreadConfig, predict_spread, read_spread_run
+from sciml.weather.spread_config import SpreadConfig, read_spread_run
+from sciml.weather.spread_train import predict_spread
 
 __all__ = ["evaluate_spread", "spread_scores"]
 
@@ -73,7 +74,8 @@ def evaluate_spread(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.Data
     """The score table (see the module docstring) of spread runs and baselines on ``test``.
 
     Raises:
-        ValueError: No run, or runs of more members than ``test`` has.
+        ValueError: No run, runs of more members than ``test`` has, or runs that predict
+            the spread of an ensemble of another size than ``test``'s.
         KeyError: A variable of a run is missing from ``test``.
         FileNotFoundError: A folder that is not a spread run.
     """
@@ -84,6 +86,12 @@ def evaluate_spread(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.Data
     larger = [str(path) for path, c in runs if c.members > full_size]
     if larger:
         raise ValueError(f"runs {larger} use more members than the test data have ({full_size})")
+    other = {str(path): c.ensemble for path, c in runs if c.ensemble != full_size}
+    if other:
+        raise ValueError(
+            f"runs predict the spread of ensembles of other sizes ({other} members) than the "
+            f"test data's full ensemble ({full_size} members), which they are scored against"
+        )
     variables = list(dict.fromkeys(v for _, c in runs for v in c.variables))
     missing = [v for v in variables if v not in test.data_vars]
     if missing:

@@ -5,22 +5,20 @@ models (:mod:`sciml.weather.train`), the last ``validation`` fraction of the sta
 validates and the rest trains, through :func:`sciml.training.fit` (progress, metrics,
 checkpoints, exact resume, preemption), data-parallel under an initialised
 ``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
-:func:`~sciml.weather.train.train_postprocessor` does. The run folder holds ``spread_run.json`` (the
-configuration: a rerun with another one is refused), ``stats.json`` (the forecasts' channel
-statistics, from the training dates) and ``fit``'s checkpoints and metrics.
+:func:`~sciml.weather.train.train_postprocessor` does. The run folder holds
+``spread_run.json`` (the configuration, :mod:`sciml.weather.spread_config`: a rerun with
+another one is refused), ``stats.json`` (the forecasts' channel statistics, from the
+training dates) and ``fit``'s checkpoints and metrics.
 :func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
-units. A run folder records :data:`SPREAD_VERSION`; folders of another version are refused
-by name (retrain in a new folder).
+units: the spread of an ensemble of the training data's size (``ensemble`` in the
+configuration), whatever the size of the data it is applied to.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 import xarray as xr
@@ -28,81 +26,16 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from sciml.collectives import on_rank0, world
-from sciml.io_utils import atomic_write_text
-from sciml.run_dir import RunLock, differences
 from sciml.train_config import TrainConfig
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.predict import labelled_like_truth
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
+from sciml.weather.spread_config import SpreadConfig, claim_spread_run, read_spread_run
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.train import forecast_variables, split_validation
 from sciml.xrchannels import NormStats, compute_stats
 
-__all__ = [
-    "SPREAD_VERSION",
-    "SpreadConfig",
-    "load_spread_model",
-    "predict_spread",
-    "read_spread_run",
-    "train_spread",
-]
-
-RUN_CONFIG = "spread_run.json"
-#: Format of ``spread_run.json``; 2: periodic dims wrap exactly (circular convolutions; 1
-#: padded them by ``2**depth`` points and cropped, another network).
-SPREAD_VERSION = 2
-
-
-@dataclass(frozen=True)
-class SpreadConfig:
-    """What a spread run was trained on and how (``spread_run.json``)."""
-
-    members: int
-    history: int
-    lead_days: tuple[float, ...]
-    loss: str
-    variables: tuple[str, ...]
-    levels: int
-    periodic: tuple[str, ...]
-    choice: str
-    validation: float
-    epochs: int
-    batch_size: int
-    lr: float
-    seed: int
-    base_channels: int
-    depth: int
-    version: int = SPREAD_VERSION
-
-    def to_json(self) -> str:
-        """The configuration as JSON text."""
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-    def build(self) -> SpreadPredictor:
-        """A new model of this configuration."""
-        return SpreadPredictor(
-            len(self.variables),
-            members=self.members,
-            levels=self.levels,
-            history=self.history,
-            periodic=self.periodic,
-            base_channels=self.base_channels,
-            depth=self.depth,
-        )
-
-
-def _claim(run_dir: Path, config: SpreadConfig) -> None:
-    """Write the configuration, or refuse a folder that holds another one."""
-    path = run_dir / RUN_CONFIG
-    with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-        if path.exists():
-            changed = differences(json.loads(path.read_text()), json.loads(config.to_json()))
-            if changed:
-                raise ValueError(
-                    f"{run_dir} holds a spread run with another configuration "
-                    f"({'; '.join(changed)}); give this run another --run-dir"
-                )
-        atomic_write_text(path, config.to_json())
+__all__ = ["load_spread_model", "predict_spread", "train_spread"]
 
 
 def train_spread(
@@ -186,6 +119,7 @@ def train_spread(
         )
     config = SpreadConfig(
         members=members,
+        ensemble=ds.sizes["member"],
         history=history,
         lead_days=lead_days(ds),
         loss=loss,
@@ -219,7 +153,7 @@ def train_spread(
 
     def prepare() -> NormStats:
         """The run folder's configuration and statistics, written once (rank 0)."""
-        _claim(run_dir, config)
+        claim_spread_run(run_dir, config)
         stats = compute_stats(train, chosen, channel_dims=("level",))
         stats.to_json(run_dir / "stats.json")
         return stats
@@ -269,38 +203,6 @@ def _fit(
     return result.status
 
 
-def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
-    """The configuration and channel statistics of a spread run folder.
-
-    Raises:
-        FileNotFoundError: Not a spread run folder.
-        ValueError: A run folder of another format (another version, or other
-            configuration fields).
-    """
-    run_dir = Path(run_dir)
-    path = run_dir / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
-        )
-    raw: dict[str, Any] = json.loads(path.read_text())
-    if raw.get("version", 1) != SPREAD_VERSION:
-        raise ValueError(
-            f"{run_dir} holds a spread run of format {raw.get('version', 1)}; this version of "
-            f"sciml reads format {SPREAD_VERSION} (periodic dims now wrap exactly, another "
-            "network): retrain it in a new --run-dir"
-        )
-    expected = {f.name for f in fields(SpreadConfig)}
-    if set(raw) != expected:
-        raise ValueError(
-            f"{path} is a spread run of another format (missing {sorted(expected - set(raw))}, "
-            f"unknown {sorted(set(raw) - expected)}); this version of sciml cannot rebuild it"
-        )
-    for key in ("variables", "periodic", "lead_days"):
-        raw[key] = tuple(raw[key])
-    return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")
-
-
 def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:
     """The model of a spread run with the weights of its ``best`` or ``last`` checkpoint.
 
@@ -322,6 +224,9 @@ def predict_spread(
     run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16
 ) -> dict[str, xr.DataArray]:
     """A run's predicted standard deviation of every variable on ``test``, in its units.
+
+    It is the spread of an ensemble of the run's ``ensemble`` members (the training data's
+    size), predicted from the first ``members`` of ``test``.
 
     Raises:
         FileNotFoundError: Not a spread run, or no ``best`` checkpoint.

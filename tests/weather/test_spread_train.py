@@ -14,6 +14,7 @@ import xarray as xr
 
 import sciml.weather.spread_train as spread_train
 from sciml.weather.spread_cli import register_spread
+from sciml.weather.spread_config import read_spread_run
 from sciml.weather.spread_evaluate import evaluate_spread
 from sciml.weather.spread_train import load_spread_model, predict_spread, train_spread
 from tests.weather.test_spread_data import write_tiny
@@ -107,6 +108,9 @@ def test_train_from_the_command_line_and_refusals(
     assert load_spread_model(tmp_path / "regional", checkpoint="last").periodic == ()
     with pytest.raises(ValueError, match="use more members than the test data have"):
         evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
+    assert read_spread_run(run)[0].ensemble == 4  # the training data's members
+    with pytest.raises(ValueError, match=r"other sizes \(\{'.*run': 4\} members\) than the test"):
+        evaluate_spread([run], xr.open_dataset(test).isel(member=[0, 1, 2]))
     with pytest.raises(FileNotFoundError, match="spread_run.json not found"):
         evaluate_spread([tmp_path], xr.open_dataset(test))
     with pytest.raises(ValueError, match=r"history .*\(the data have 1 lead times"):
@@ -117,17 +121,10 @@ def test_train_from_the_command_line_and_refusals(
     old = tmp_path / "old"
     old.mkdir()
     saved = json.loads((run / "spread_run.json").read_text())
-    del saved["lead_days"]
+    del saved["version"]  # format 1 (formats: test_spread_config.py)
     (old / "spread_run.json").write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match=r"another format \(missing \['lead_days'\], unknown \[\]"):
-        evaluate_spread([old], xr.open_dataset(test))
-    saved = json.loads((run / "spread_run.json").read_text())
-    del saved["version"]  # format 1: wrapped by pad-and-crop, another network
-    (old / "spread_run.json").write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match=r"spread run of format 1; .* reads format 2 \(periodic"):
-        evaluate_spread([old], xr.open_dataset(test))
     with pytest.raises(
-        ValueError, match=r"another configuration \(version: None in the run, 2 now\)"
+        ValueError, match=r"another configuration \(version: None in the run, 3 now\)"
     ):
         train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
     with pytest.raises(ValueError, match="no test data given"):
