@@ -87,7 +87,7 @@ def labelled_like_truth(
 
 
 def _own_coefficients(
-    packed: xr.Dataset, var: str, config: RunConfig, test: xr.Dataset
+    packed: xr.Dataset, var: str, config: RunConfig, test: xr.Dataset, *, source: Path
 ) -> xr.Dataset:
     """``var``'s EMOS coefficients, on the channel dims it had in training.
 
@@ -98,7 +98,10 @@ def _own_coefficients(
         ValueError: An ``emos.nc`` of the older layout, no fit of ``var``, or ``var`` with
             other channel dims in ``test`` than in training.
     """
-    coef = unpack_coefficients(packed, var)
+    try:
+        coef = unpack_coefficients(packed, var)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from error
     trained = {str(d) for d in coef.dims if d in config.channel_dims}
     own = {d for d in config.channel_dims if d in test[var].dims}
     if own != trained:
@@ -123,11 +126,12 @@ def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
     config, _ = read_run(run_dir)
     if config.model != "emos":
         return _deep_forecast(run_dir, config, test)
-    with xr.open_dataset(run_dir / "emos.nc") as stored:
+    path = run_dir / "emos.nc"
+    with xr.open_dataset(path) as stored:
         packed = stored.load()
     out: Forecast = {}
     for var in config.variables:
-        coef = _own_coefficients(packed, var, config, test)
+        coef = _own_coefficients(packed, var, config, test, source=path)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
     return out

@@ -67,5 +67,5 @@ def test_emos_nc_keeps_each_variables_coefficients_on_its_own_dims(tmp_path: Pat
         dim=pd.Index(["psi", "t2m"], name="variable"),
     )
     old.to_netcdf(run / "emos.nc")
-    with pytest.raises(ValueError, match="not in the per-variable layout.*refit EMOS"):
+    with pytest.raises(ValueError, match=r"emos.nc: the EMOS coefficients are not in the per"):
         predict_run(run, test)
