@@ -89,8 +89,7 @@ def build_model(name: str, in_channels: int) -> nn.Module:
 
 def grids(world: int) -> list[Grid]:
     """Every ``(data, depth, height, width)`` of positive integers whose product is ``world``."""
-    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise ValueError(f"world must be a positive integer, got {world!r}")
+    _check_count("world", world)
     divisors = [d for d in range(1, world + 1) if world % d == 0]
     return [
         (a, b, c, world // (a * b * c))
@@ -219,8 +218,11 @@ def measure_costs(
     :func:`sciml.cores.usable_cores`, the calibrated profile's). Shapes already
     in ``cache`` (a :func:`costs_path` file) are not measured again; the new ones
     are added to it. Grids that cannot split the model are skipped.
+
+    Raises:
+        ValueError: If ``concurrency`` is not a positive integer.
     """
-    cores = usable_cores() if concurrency is None else concurrency
+    cores = usable_cores() if concurrency is None else _check_count("concurrency", concurrency)
     known = load_costs(cache) if cache is not None and Path(cache).exists() else {}
     wanted = []
     for grid in grid_list:
@@ -239,9 +241,15 @@ def measure_costs(
     return {**known, **fresh}
 
 
+def _check_count(name: str, value: object) -> int:
+    """``value`` if it is a positive integer, else a ValueError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def _check_limits(*, world: object, memory: object) -> None:
-    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-        raise ValueError(f"world must be a positive integer, got {world!r}")
+    _check_count("world", world)
     if (
         not isinstance(memory, int | float)
         or isinstance(memory, bool)

@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from sciml.models import UNet
-from sciml.spatial_parallel.planner import grids, parse_memory, plan_graph, recommend
+from sciml.spatial_parallel.planner import (
+    grids,
+    measure_costs,
+    parse_memory,
+    plan_graph,
+    recommend,
+)
 from sciml.spatial_parallel.planner_graph import trace
 from tests.spatial_parallel.test_planner_cost import PROFILE
 
@@ -96,3 +102,10 @@ def test_recommend_refuses_bad_options() -> None:
         recommend("unet", (1, 1, 8, 8, 8), world=1, profile="v100")
     with pytest.raises(ValueError, match="memory must be a positive number"):
         recommend("unet", (1, 1, 8, 8, 8), world=1, memory=-5.0)
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, 1.5, True, "2"])
+def test_measure_costs_refuses_a_bad_concurrency(concurrency: object) -> None:
+    graph = trace(nn.Conv3d(1, 1, 3, padding=1), (1, 1, 4, 4, 4))
+    with pytest.raises(ValueError, match="concurrency must be a positive integer"):
+        measure_costs(graph, [(1, 1, 1, 1)], concurrency=concurrency)  # type: ignore[arg-type]
