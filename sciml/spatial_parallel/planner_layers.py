@@ -47,6 +47,8 @@ from sciml.spatial_parallel.planner_measure import (
 Triple = tuple[int, int, int]
 #: Window layers measured like convolutions (no weight).
 POOL_KINDS = ("MaxPool3d", "AvgPool3d")
+#: Layers a :class:`LocalConv` can time.
+LOCAL_KINDS = ("Conv3d", "ConvTranspose3d", *POOL_KINDS)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,13 @@ class LocalConv:
     first: bool
     ceil_mode: bool = False
     ranks: int = 1
+
+    def __post_init__(self) -> None:
+        """Refuse a kind it cannot run, or fewer than one rank."""
+        if self.kind not in LOCAL_KINDS:
+            raise ValueError(f"LocalConv kind must be one of {LOCAL_KINDS}, got {self.kind!r}")
+        if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
+            raise ValueError(f"LocalConv ranks must be a positive integer, got {self.ranks!r}")
 
     @property
     def key(self) -> str:

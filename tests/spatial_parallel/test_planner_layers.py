@@ -72,3 +72,21 @@ def test_one_thread_convolutions_are_timed_by_cpu_time() -> None:
         assert timer() - start < 0.01
     with torch_threads(2):
         assert clock() is time.perf_counter  # other threads' work: only wall time sees it
+
+
+@pytest.mark.parametrize(("field", "value"), [("kind", "Linear"), ("ranks", 0), ("ranks", True)])
+def test_a_local_convolution_it_cannot_time_is_refused(field: str, value: object) -> None:
+    # an unknown kind ran as a transposed convolution, whatever it was
+    good = dict(
+        kind="Conv3d",
+        in_shape=(1, 1, 4, 4, 4),
+        out_channels=1,
+        kernel=(3, 3, 3),
+        stride=(1, 1, 1),
+        dilation=(1, 1, 1),
+        padding=(1, 1, 1),
+        groups=1,
+        first=False,
+    )
+    with pytest.raises(ValueError, match=f"LocalConv {field} must be"):
+        LocalConv(**{**good, field: value})  # type: ignore[arg-type]
