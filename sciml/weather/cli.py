@@ -113,9 +113,10 @@ def _register_train(sub: Subparsers) -> None:
         "train",
         help="train a post-processing model (EMOS, MLP, U-Net, mixed, pooled) on an ensemble "
         "with a truth",
-        description="The last --validation fraction of the start dates validates; test on "
-        "another file with 'sciml weather evaluate'. On SIGUSR1/SIGTERM a deep model "
-        "checkpoints and the command exits with 3; the same command resumes it.",
+        description="The last --validation fraction of the start dates validates a deep "
+        "model (EMOS fits on every date); test on another file with 'sciml weather "
+        "evaluate'. On SIGUSR1/SIGTERM a deep model checkpoints and the command exits with 3; "
+        "the same command resumes it.",
     )
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
     train.add_argument("--model", required=True, choices=MODELS, help="model to train")
@@ -131,7 +132,10 @@ def _register_train(sub: Subparsers) -> None:
         "first for the others)",
     )
     train.add_argument(
-        "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
+        "--validation",
+        type=positive_float,
+        default=0.2,
+        help="fraction of the last dates that validates a deep model (EMOS fits on all)",
     )
     train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
     train.add_argument(

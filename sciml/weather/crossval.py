@@ -114,8 +114,9 @@ def leave_one_date_out(
     """Hold out each start date in turn: train on the others, score the held-out date.
 
     Each fold trains ``model`` on the other dates with
-    :func:`~sciml.weather.train.train_postprocessor` (whose last ``validation`` share of
-    those dates validates: EMOS fits on the rest) into ``run_dir/date<i>``, and scores it with
+    :func:`~sciml.weather.train.train_postprocessor` (a deep model validates on the last
+    ``validation`` share of those dates, EMOS fits on all of them) into ``run_dir/date<i>``,
+    and scores it with
     :func:`~sciml.weather.evaluate.evaluate_runs` on the held-out date, the other dates
     defining the extreme-event climates.
 
@@ -124,7 +125,7 @@ def leave_one_date_out(
         run_dir: Folder of the folds' run folders.
         model: One of :data:`sciml.weather.train.MODELS`.
         members: Members the model sees (the first ones).
-        validation: Share of each fold's training dates that validates.
+        validation: Share of each fold's training dates that validates a deep model.
 
     Returns:
         The evaluation table of every fold, with a ``held_out`` column (the date scored).

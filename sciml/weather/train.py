@@ -1,11 +1,13 @@
 """Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
 
-``sciml weather train`` calls :func:`train_postprocessor`. The last ``validation``
-fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates` without a
-test part: test on another file); the rest trains. The run folder holds
+``sciml weather train`` calls :func:`train_postprocessor`. For the deep models the last
+``validation`` fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates`
+without a test part: test on another file) and the rest trains; EMOS, which has nothing to
+choose on validation dates, fits on every start date it is given (its run records
+``validation`` 0). The run folder holds
 ``weather_run.json`` (the model and data configuration), ``stats.json`` (the forecasts'
 channel statistics, from the training dates) and either ``emos.nc`` (EMOS coefficients,
-one fit per variable, level and lead time over all training dates and grid points, on the
+one fit per variable, level and lead time over all dates and grid points, on the
 first ``members`` members: per-point fits need many more dates than a toy set has, see
 :func:`sciml.weather.emos.fit_emos` for them) or
 :func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
@@ -170,7 +172,8 @@ def train_postprocessor(
         choice: ``"first"`` or ``"random"`` members per training sample (deep models;
             None: ``"random"`` for ``pooled``, which is meant for any members, else
             ``"first"``).
-        validation: Fraction of the last start dates used for validation.
+        validation: Fraction of the last start dates that validates a deep model (the
+            checkpoint kept is the best on them); EMOS fits on every date.
         epochs: Training epochs (deep models).
         batch_size: Samples per step (deep models).
         lr: Adam learning rate (deep models).
@@ -215,7 +218,7 @@ def train_postprocessor(
         static=tuple(fields),
         channel_dims=tuple(channel_dims),
         choice=choice,
-        validation=validation,
+        validation=0.0 if model == "emos" else validation,
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
@@ -225,7 +228,10 @@ def train_postprocessor(
         loss_scale=loss_scale,
     )
     run_dir = Path(run_dir)
-    train, val = split_validation(ds, validation=validation)
+    if model == "emos":
+        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
+    else:
+        train, val = split_validation(ds, validation=validation)
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """The run folder's files, written once (rank 0); EMOS is fitted there too."""
@@ -245,7 +251,7 @@ def train_postprocessor(
         return stats, scale
 
     stats, scale = on_rank0(prepare)
-    if model == "emos":
+    if val is None:
         return "completed"
     return _train_deep(
         train,

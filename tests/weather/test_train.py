@@ -86,6 +86,18 @@ def test_a_run_folder_of_the_earlier_format_is_refused(data: Path, tmp_path: Pat
         train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
 
 
+def test_emos_fits_every_date_and_refuses_a_folder_fitted_without_the_validation_dates(
+    data: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "emos"
+    train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+    assert read_run(run)[0].validation == 0
+    saved = json.loads((run / RUN_CONFIG).read_text())
+    (run / RUN_CONFIG).write_text(json.dumps({**saved, "validation": 0.2}))  # an older EMOS
+    with pytest.raises(ValueError, match=r"another configuration \(.*validation: 0.2 in the run"):
+        train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+
+
 def test_the_deep_models_need_a_lat_lon_grid(data: Path, tmp_path: Path) -> None:
     ds = xr.open_dataset(data).isel(lat=0)
     with pytest.raises(ValueError, match=r"need 2 spatial dims \(lat, lon\).*'psi' has \['lon'\]"):
