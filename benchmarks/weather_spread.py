@@ -2,23 +2,26 @@
 
 Usage: python benchmarks/weather_spread.py DATA [--members 5] [--epochs 8] [--temporal 1 3]
        [--losses l1] [--choice first|random] [--base-channels 16] [--score-on test|validation]
-       [--work DIR] [--out PATH]
+       [--seeds 0 1 2] [--work DIR] [--out PATH]
 
 DATA is a preset (or any ensemble with a truth). Its start dates are split with
 ``split_start_dates`` (60/20/20): the runs train on the first 60 % and validate on the next
 20 % (``train_spread`` holds out the last quarter of what it is given), and every score is on
 the last 20 %, never seen in training (``--score-on validation`` scores on the validation dates
 instead: make every choice of settings that way, then score the chosen ones once on the
-test dates). One run per ``--temporal`` value and loss. The
+test dates). One run per ``--temporal`` value, loss and seed. The
 baseline is the sample spread of the same first ``--members`` members. Prints the
 correlation with the full ensemble's spread and the RMSE against it, averaged over
-variables, levels and lead times, and by lead time; the training time and the peak
-resident memory of the process; writes every row as JSON.
+variables, levels and lead times, and by lead time (with several ``--seeds``: per run, then
+the mean and standard deviation over seeds of each configuration's means; the tables by
+lead time and by variable average over seeds); the training
+time and the peak resident memory of the process; writes every row as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import resource
 import time
 from pathlib import Path
@@ -27,11 +30,23 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import positive_int
+from sciml.cli import non_negative_int, positive_int
 from sciml.weather.data import split_start_dates
 from sciml.weather.spread import LOSSES
 from sciml.weather.spread_evaluate import evaluate_spread
 from sciml.weather.spread_train import train_spread
+
+
+def _config(table: pd.DataFrame) -> pd.Series:
+    """Each row's configuration: the baseline's model name, or a run's loss and lead times."""
+    run = table["loss"] + "_t" + table["history"].astype(str)
+    return table["model"].where(table["history"] == 0, run)
+
+
+def _over_seeds(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation over seeds of each configuration's mean scores."""
+    per_run = table.groupby(["config", "model"])[["corr", "rmse"]].mean()
+    return per_run.groupby("config").agg(["mean", "std", "count"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--score-on", choices=("test", "validation"), default="test", help="dates scored"
     )
-    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument(
+        "--seeds", type=non_negative_int, nargs="+", default=[0], help="training seeds"
+    )
     parser.add_argument("--work", default="weather_spread_runs", help="run folders here")
     parser.add_argument("--out", default="weather_spread.json", help="JSON report path")
     args = parser.parse_args(argv)
@@ -60,31 +77,31 @@ def main(argv: list[str] | None = None) -> int:
     seen = ds.sel(time=slice(None, val["time"].values[-1]))
     scored = test if args.score_on == "test" else val
     runs, timings = [], {}
-    for loss in args.losses:
-        for history in args.temporal:
-            name = f"spread_{args.members}_{loss}_t{history}_{args.choice}_w{args.base_channels}"
-            run = Path(args.work) / f"{name}_e{args.epochs}_seed{args.seed}"
-            start = time.perf_counter()
-            status = train_spread(
-                seen,
-                run_dir=run,
-                members=args.members,
-                history=history,
-                loss=loss,
-                choice=args.choice,
-                periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
-                validation=0.25,
-                epochs=args.epochs,
-                base_channels=args.base_channels,
-                seed=args.seed,
-                progress=False,
-            )
-            timings[run.name] = time.perf_counter() - start
-            print(f"{run.name}: {status} in {timings[run.name]:.0f} s", flush=True)
-            runs.append(run)
+    for loss, history, seed in itertools.product(args.losses, args.temporal, args.seeds):
+        name = f"spread_{args.members}_{loss}_t{history}_{args.choice}_w{args.base_channels}"
+        run = Path(args.work) / f"{name}_e{args.epochs}_seed{seed}"
+        start = time.perf_counter()
+        status = train_spread(
+            seen,
+            run_dir=run,
+            members=args.members,
+            history=history,
+            loss=loss,
+            choice=args.choice,
+            periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
+            validation=0.25,
+            epochs=args.epochs,
+            base_channels=args.base_channels,
+            seed=seed,
+            progress=False,
+        )
+        timings[run.name] = time.perf_counter() - start
+        print(f"{run.name}: {status} in {timings[run.name]:.0f} s", flush=True)
+        runs.append(run)
     start = time.perf_counter()
     table = evaluate_spread(runs, scored)
     timings["evaluate"] = time.perf_counter() - start
+    table["config"] = _config(table)
     summary = table.groupby("model")[["corr", "rmse"]].mean()
     with pd.option_context("display.width", 160):
         print(
@@ -92,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("mean over variables, levels and lead times:")
         print(summary.sort_values("rmse").round(4).to_string())
+        if len(args.seeds) > 1:
+            print(f"\nover seeds {args.seeds}: mean and standard deviation of those means:")
+            print(_over_seeds(table).round(4).to_string())
         for score in ("corr", "rmse"):
-            print(f"\n{score} by lead time (days), mean over variables and levels:")
-            by_lead = table.pivot_table(index="lead_days", columns="model", values=score)
+            print(f"\n{score} by lead time (days), mean over variables, levels and seeds:")
+            by_lead = table.pivot_table(index="lead_days", columns="config", values=score)
             print(by_lead.round(4).to_string())
-        print("\nby variable and level, mean over lead times:")
-        by_var = table.pivot_table(index=["variable", "level"], columns="model", values="rmse")
+        print("\nrmse by variable and level, mean over lead times and seeds:")
+        by_var = table.pivot_table(index=["variable", "level"], columns="config", values="rmse")
         print(by_var.round(4).to_string())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory {peak:.0f} MiB")
@@ -111,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         scored_on=args.score_on,
         scored_dates=int(scored.sizes["time"]),
         epochs=args.epochs,
+        seeds=args.seeds,
         choice=args.choice,
         base_channels=args.base_channels,
     )
