@@ -12,6 +12,8 @@ Gaussian head), :mod:`.mixed` (U-Net + :mod:`.locally_connected` output layer) a
 train`` / ``evaluate``; extreme events in :mod:`.extremes`, PIT histograms and the
 reliability index in :mod:`.reliability`, the written outputs in :mod:`.evaluate_report`);
 spread prediction in :mod:`.spread` (the 3-D U-Net and its losses), :mod:`.spread_data`,
-:mod:`.spread_train`, :mod:`.spread_evaluate` and :mod:`.spread_cli` (``sciml weather
-spread train|evaluate``); :mod:`.plots`.
+:mod:`.spread_config` (the run folder), :mod:`.spread_train`, :mod:`.spread_evaluate` and
+:mod:`.spread_cli` (``sciml weather spread train|evaluate``); cross-validation of a real sample
+without a truth in :mod:`.crossval`; ``sciml weather toy|preset`` in :mod:`.toy_cli`;
+:mod:`.plots`.
 """
