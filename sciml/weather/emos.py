@@ -112,7 +112,8 @@ def _fit_standardised(
         moved = done.clone()
         for _ in range(60):  # halvings of the step: 2**-60 is below float64's resolution
             trial = free + size[:, None] * step
-            better = ~moved & (_losses(trial, *data) <= loss + 1e-4 * size * slope)
+            # strictly lower: a step that only matches the loss at rounding level is none
+            better = ~moved & (_losses(trial, *data) < loss + 1e-4 * size * slope)
             free = torch.where(better[:, None], trial, free)
             moved |= better
             if moved.all():

@@ -10,7 +10,7 @@ import scipy.optimize
 import scipy.stats
 import xarray as xr
 
-from sciml.weather import metrics
+from sciml.weather import emos, metrics
 from sciml.weather.emos import emos_predict, fit_emos, pack_coefficients, unpack_coefficients
 
 TRUE = {"a": [0.5, -1.0, 2.0], "b": [0.8, 1.2, 0.3], "c": [0.3, 0.05, 1.0], "d": [1.5, 0.5, 2.0]}
@@ -220,3 +220,17 @@ def test_a_fit_that_has_not_converged_is_an_error() -> None:
     observations, forecasts = _standardised_fits(np.random.default_rng(9))
     with pytest.raises(RuntimeError, match=r"12 of 12 EMOS fits still improve after 1 Newton"):
         fit_emos(observations, forecasts, dim="time", max_iter=1)
+
+
+def test_a_fit_whose_loss_no_step_lowers_is_converged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit at its optimum to rounding is converged though its gradient stays above the
+    tolerance (a real sample's fit stopped at 7e-10): no step may count as progress unless
+    it lowers the loss; one that only repeats it at rounding level would loop to max_iter.
+    """
+    monkeypatch.setattr(emos, "GRADIENT_TOLERANCE", 0.0)  # out of reach: only stalling ends
+    observations, forecasts = _standardised_fits(np.random.default_rng(10))
+    stalled = fit_emos(observations, forecasts, dim="time")
+    monkeypatch.undo()
+    converged = fit_emos(observations, forecasts, dim="time")
+    for k in "abcd":  # some c sit on their bound 0, where both give ~1e-19
+        np.testing.assert_allclose(stalled[k], converged[k], rtol=1e-6, atol=1e-12)
