@@ -31,16 +31,14 @@ def test_measuring_convolutions_leaves_this_process_allocator_alone() -> None:
     )
     # a max pooling is measured too (its CPU kernel is far slower than a pass over memory);
     # its int64 indices are kept for backward, counted as activations, not as scratch
-    pool = LocalConv(
+    pool = replace(
+        conv,
         kind="MaxPool3d",
         in_shape=(1, 8, 32, 32, 32),
         out_channels=8,
         kernel=(2, 2, 2),
         stride=(2, 2, 2),
-        dilation=(1, 1, 1),
         padding=(0, 0, 0),
-        groups=1,
-        first=False,
     )
     # a convolution two ranks run at once is timed in two processes together (they
     # share memory bandwidth, caches and page faults), under a key of its own
