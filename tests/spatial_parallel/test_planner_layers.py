@@ -12,23 +12,25 @@ from sciml.spatial_parallel.planner_measure import DEFAULT_CACHE, cache_bytes, c
 from tests.spatial_parallel.test_planner_measure import mapped_bytes_of_a_tensor
 
 pytestmark = pytest.mark.xdist_group("planner_measure")
+#: A 3^3 convolution of a small block, padded to keep its size.
+SMALL_CONV = dict(
+    kind="Conv3d",
+    in_shape=(1, 2, 6, 6, 6),
+    out_channels=2,
+    kernel=(3, 3, 3),
+    stride=(1, 1, 1),
+    dilation=(1, 1, 1),
+    padding=(1, 1, 1),
+    groups=1,
+    first=False,
+)
 
 
 def test_measuring_convolutions_leaves_this_process_allocator_alone() -> None:
     # the scratch measurement needs every large allocation in a mapping of its own;
     # switched on in the caller it made every later tensor page-fault (and the
     # validation's steps slower than training)
-    conv = LocalConv(
-        kind="Conv3d",
-        in_shape=(1, 2, 6, 6, 6),
-        out_channels=2,
-        kernel=(3, 3, 3),
-        stride=(1, 1, 1),
-        dilation=(1, 1, 1),
-        padding=(1, 1, 1),
-        groups=1,
-        first=False,
-    )
+    conv = LocalConv(**SMALL_CONV)
     # a max pooling is measured too (its CPU kernel is far slower than a pass over memory);
     # its int64 indices are kept for backward, counted as activations, not as scratch
     pool = replace(
@@ -75,16 +77,5 @@ def test_one_thread_convolutions_are_timed_by_cpu_time() -> None:
 @pytest.mark.parametrize(("field", "value"), [("kind", "Linear"), ("ranks", 0), ("ranks", True)])
 def test_a_local_convolution_it_cannot_time_is_refused(field: str, value: object) -> None:
     # an unknown kind ran as a transposed convolution, whatever it was
-    good = dict(
-        kind="Conv3d",
-        in_shape=(1, 1, 4, 4, 4),
-        out_channels=1,
-        kernel=(3, 3, 3),
-        stride=(1, 1, 1),
-        dilation=(1, 1, 1),
-        padding=(1, 1, 1),
-        groups=1,
-        first=False,
-    )
     with pytest.raises(ValueError, match=f"LocalConv {field} must be"):
-        LocalConv(**{**good, field: value})  # type: ignore[arg-type]
+        LocalConv(**{**SMALL_CONV, field: value})  # type: ignore[arg-type]
