@@ -10,16 +10,25 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
   bandwidth);
 * halo exchanges between two local gloo processes, as a split layer makes
   them (each rank sends and receives at once, 1 KiB to 4 MiB each way; the
-  median blocking time, fitted as ``latency + bytes / bandwidth``),
+  mean blocking time, fitted as ``latency + bytes / bandwidth``),
   all-reduces, and the CPU time a split convolution adds per direction
   (a tiny one on two ranks: planning, packing, autograd);
 * reading a 64 MiB file just written (so from the page cache: an upper bound
   of what a file system gives).
 
 Each compute figure is the best of a few repeats, the least disturbed by
-other load; each network figure is the median of calls started together on
-both ranks: a step blocks on every exchange and all-reduce, and the typical
-wait is what it pays.
+other load. Latencies and bandwidths are medians of calls started together
+on both ranks (a barrier before each): the messages' own time. A step's
+ranks are not lined up so: each reaches an exchange or all-reduce after a
+layer's compute, the machine having slowed one or the other, and a rank that
+blocked must be woken. What that adds per synchronisation, the profile's
+``sync_wait``, is the mean blocking time of small exchanges and all-reduces
+each made after a convolution on every rank (:data:`GAP_SHAPE`), less their
+median back to back. A step pays the sum of its waits, so the mean, tail
+included. On the 2-core virtual machine of the package's validation a
+64-byte all-reduce blocked 0.5 ms at the median back to back and 1.0-2.3 ms
+on average after 0.5-8 ms of compute (exchanges 0.08 and 0.2-1.3 ms); a
+U-Net step's 41 all-reduces blocked about 1.7 ms each.
 
 The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
 named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`
@@ -47,6 +56,11 @@ CHANNELS = 16
 SMALL = 2**10  # bytes of a message that is all latency
 #: Bytes each way of the timed halo exchanges.
 EXCHANGE_SIZES = (2**10, 2**14, 2**18, 2**22)
+#: The input ``(N, C, D, H, W)`` of the ``Conv3d(C, C, 3)`` every rank computes
+#: before each timed network call (about 2 ms on one core: a layer of a small model).
+GAP_SHAPE = (1, 8, 16, 16, 16)
+#: Timed calls per network figure (their mean is the figure).
+NETWORK_CALLS = 300
 
 
 def _best_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
@@ -129,10 +143,8 @@ def _median_seconds(
 ) -> float:
     """The median of ``repeats`` calls, each started together on every rank (barrier).
 
-    A step blocks on every exchange and all-reduce it makes, waits for the
-    peer included, so the typical call prices it, not the fastest. ``clock``:
-    ``time.thread_time`` counts this thread's work only (not its waits, nor
-    time other processes took from it).
+    ``clock``: ``time.thread_time`` counts this thread's work only (not its
+    waits, nor time other processes took from it).
     """
     fn()  # warm-up: connections, buffers
     times = []
@@ -145,8 +157,37 @@ def _median_seconds(
     return statistics.median(times)
 
 
-def _exchange(nbytes: int) -> float:
-    """Seconds a rank blocks in a halo exchange with one peer: ``nbytes`` each way at once.
+def _blocking_seconds(
+    fn: Callable[[], object],
+    *,
+    calls: int = NETWORK_CALLS,
+    gap_shape: tuple[int, int, int, int, int] = GAP_SHAPE,
+) -> float:
+    """Mean seconds ``fn`` blocks when every rank calls it after a layer's compute.
+
+    Before each call every rank runs a ``Conv3d`` on ``gap_shape``, as a step
+    computes a layer between two synchronisations: equal work, not equal
+    time, so a rank the machine slowed arrives late and its peers wait, as in
+    a step. No barrier lines the calls up.
+    """
+    torch.manual_seed(0)
+    channels = gap_shape[1]
+    conv = nn.Conv3d(channels, channels, 3, padding=1)
+    x = torch.randn(gap_shape)
+    fn()  # warm-up: connections, buffers
+    dist.barrier()
+    total = 0.0
+    with torch.no_grad():
+        for _ in range(calls):
+            conv(x)
+            start = time.perf_counter()
+            fn()
+            total += time.perf_counter() - start
+    return total / calls
+
+
+def _exchange(nbytes: int) -> Callable[[], None]:
+    """A halo exchange with the other rank: ``nbytes`` each way at once.
 
     As a split layer does: one ``batch_isend_irecv`` of a send and a receive
     to the other rank, then wait for both.
@@ -159,12 +200,12 @@ def _exchange(nbytes: int) -> float:
         for request in dist.batch_isend_irecv(ops):
             request.wait()
 
-    return _median_seconds(once)
+    return once
 
 
-def _allreduce(nbytes: int) -> float:
+def _allreduce(nbytes: int) -> Callable[[], None]:
     buf = torch.zeros(nbytes // 4)
-    return _median_seconds(lambda: dist.all_reduce(buf))
+    return lambda: dist.all_reduce(buf)
 
 
 def _halo_overhead() -> float:
@@ -191,21 +232,35 @@ def _halo_overhead() -> float:
 
 
 def network_constants() -> dict[str, float]:
-    """Latency and bandwidth of halo exchanges and all-reduces (run on 2 ranks by ``spawn``).
+    """Network constants of two ranks (run on 2 ranks by ``spawn``; averaged over them).
 
-    ``latency + nbytes / bandwidth`` is fitted (least squares) to the blocking
-    time of two-way exchanges of :data:`EXCHANGE_SIZES`: the halo sizes of
-    small to large blocks.
+    ``latency + nbytes / bandwidth`` is fitted (least squares) to the median
+    blocking time of two-way exchanges of :data:`EXCHANGE_SIZES` (the halo
+    sizes of small to large blocks); ``allreduce_latency`` from a small
+    all-reduce's; ``sync_wait`` is what a small exchange and a small
+    all-reduce block beyond that on average, each made after a layer's
+    compute (:func:`_blocking_seconds`).
     """
-    times = [_exchange(n) for n in EXCHANGE_SIZES]
+    exchange, reduce = _exchange(SMALL), _allreduce(SMALL)
+    figures = torch.tensor(
+        [
+            *(_median_seconds(_exchange(n)) for n in EXCHANGE_SIZES),
+            _median_seconds(reduce),
+            _blocking_seconds(exchange) + _blocking_seconds(reduce),
+        ]
+    )
+    dist.all_reduce(figures)  # one profile for every rank
+    *times, reduce_small, after_compute = (figures / dist.get_world_size()).tolist()
     latency, bandwidth = _fit([float(n) for n in EXCHANGE_SIZES], times)
     # two ranks: a ring all-reduce is 2 steps of nbytes / 2 each
-    reduce_small = _allreduce(SMALL)
     reduce_latency = max(reduce_small / 2 - SMALL / 2 / bandwidth, 0.0)
     return {
         "latency": latency,
         "bandwidth": bandwidth,
         "allreduce_latency": reduce_latency,
+        "sync_wait": max(
+            (after_compute - times[EXCHANGE_SIZES.index(SMALL)] - reduce_small) / 2, 0.0
+        ),
         "halo_overhead": _halo_overhead(),
     }
 
@@ -248,6 +303,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         ranks_per_node=2**20,  # local processes: one node
         concurrency=concurrency(threads),
         allreduce_latency=net["allreduce_latency"],
+        sync_wait=net["sync_wait"],
         read_bw=read_bandwidth(),
         overlap=device == "cuda",
         source=f"measured by sciml spatial plan --calibrate on {device} "

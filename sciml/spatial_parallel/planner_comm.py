@@ -1,8 +1,9 @@
 """Communication in the planner's step time: halo messages, their overlap, the gradient all-reduce.
 
 Halo exchange: a fixed cost per split layer and direction (the profile's
-``halo_overhead``), then along each split dim in turn ``latency + bytes /
-bandwidth`` per neighbour (one or two), priced by the profile's point-to-point model
+``halo_overhead``, and its ``sync_wait`` for the peers), then along each
+split dim in turn ``latency + bytes / bandwidth`` per neighbour (one or two),
+priced by the profile's point-to-point model
 (inside or between nodes by the neighbour's rank distance); with overlap
 the interior computes while the messages travel and the boundary shells run
 after them. Without overlap a layer assembles its extended input (block and
@@ -11,7 +12,8 @@ block's: one pass over the block and halos each way (:func:`assembly_time`).
 
 Gradient all-reduce: buckets in the order the backward pass fills them, each
 issued when its last gradient is ready, serialised; only what outlasts the
-backward pass is exposed.
+backward pass is exposed, and the step's wait for them is one synchronisation
+(``sync_wait``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from sciml.spatial_parallel.planner_profile import Profile
 def exchange_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
     """Seconds of one layer's halo exchange, one direction, on the fullest rank."""
     strides = (grid[2] * grid[3], grid[3], 1)
-    seconds = profile.halo_overhead
+    seconds = profile.halo_overhead + profile.sync_wait
     for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
         if halo.received[k]:
             messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
@@ -100,4 +102,4 @@ def allreduce_exposed(
     end = 0.0
     for ready, nbytes in buckets:
         end = max(end, ready) + profile.allreduce(nbytes, ranks) * slow
-    return max(0.0, end - clock)
+    return max(0.0, end - clock) + profile.sync_wait * slow

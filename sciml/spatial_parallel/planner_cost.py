@@ -27,7 +27,8 @@ gradients: twice its forward FLOPs, once for the first layer whose input
 needs no gradient); the halo exchange (:mod:`planner_comm`), hidden behind
 the interior's compute when the profile overlaps and added to it, with the
 assembly of the extended input, otherwise, in both directions; two
-all-reduces forward and two backward per normalisation layer; the gradient
+all-reduces forward and two backward per normalisation layer, each a
+synchronisation (the profile's ``sync_wait``) as each exchange is; the gradient
 buckets' all-reduces, of which only what outlasts the backward is exposed;
 the optimizer's pass over the parameters; reading the rank's block, beyond
 what the rest of the step hides. When more ranks share a node than compute
@@ -301,7 +302,8 @@ def estimate(
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
-            norm += 4 * profile.allreduce(2 * layer.channels * 4.0, ranks) * slow
+            reduce = profile.allreduce(2 * layer.channels * 4.0, ranks) + profile.sync_wait
+            norm += 4 * reduce * slow
     saved, work = _activations(graph, grid, scratch, transient)
     compute = sum(forward) + sum(backward) - halo_time
     block = local_numel(graph.sample_shape, grid) * graph.layers[0].itemsize

@@ -64,6 +64,9 @@ class Profile:
         concurrency: Ranks of a node that compute at full speed at once (GPUs per
             node; on a CPU, cores per rank's threads): more ranks share the rate.
         allreduce_latency: Seconds per step of a ring all-reduce.
+        sync_wait: Mean seconds a rank blocks at each synchronisation (a halo
+            exchange, a blocking all-reduce) beyond the messages' own time: peers
+            that reach it later, and the rank's wake-up once they did.
         read_bw: Bytes/s at which one rank reads its block of a sample.
         overlap: Whether layers compute their interior while halos travel
             (``parallelize``'s default: on CUDA only).
@@ -85,6 +88,7 @@ class Profile:
     ranks_per_node: int
     concurrency: int
     allreduce_latency: float
+    sync_wait: float
     read_bw: float
     overlap: bool
     source: str
@@ -168,6 +172,7 @@ def _gpu(
         ranks_per_node=8,
         concurrency=8,
         allreduce_latency=10e-6,
+        sync_wait=0.0,  # assumed: NCCL work queues on the stream; GPUs' skew is not priced
         read_bw=2 * GB,  # per GPU from a parallel file system or node-local NVMe (assumed)
         overlap=True,
         source=source,
@@ -236,7 +241,9 @@ def load_profile(path: Path | str) -> Profile:
     if not isinstance(data, dict) or set(data) != names:
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise ValueError(
-            f"{path} is not a planner profile: expected the fields {sorted(names)}, got {got}"
+            f"{path} is not a planner profile of this version: expected the fields "
+            f"{sorted(names)}, got {got} (a calibration cache: run `sciml spatial plan "
+            f"--calibrate` again)"
         )
     return Profile(**data)
 

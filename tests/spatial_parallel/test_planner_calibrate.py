@@ -5,9 +5,14 @@ import resource
 import time
 
 import pytest
+import torch
+import torch.distributed as dist
 
+from sciml.distributed import spawn
 from sciml.spatial_parallel.planner_calibrate import (
     EXCHANGE_SIZES,
+    GAP_SHAPE,
+    _blocking_seconds,
     _fit,
     _median_seconds,
     concurrency,
@@ -54,3 +59,33 @@ def test_the_halo_overhead_clock_leaves_out_waiting() -> None:
     # bandwidth, and time other processes take from it is not the layer's
     assert _median_seconds(lambda: time.sleep(0.02), repeats=3, clock=time.thread_time) < 0.01
     assert _median_seconds(lambda: time.sleep(0.02), repeats=3) >= 0.02
+
+
+def _waits_beside_a_slower_peer() -> tuple[float, float, float]:
+    """Rank 0's blocking in an all-reduce after its layer while rank 1 computes a 27x larger one.
+
+    Also the blocking of the same all-reduce lined up by a barrier, and what the
+    larger layer's extra work takes on this rank alone.
+    """
+    n, c, d, h, w = GAP_SHAPE
+    big = (n, c, 3 * d, 3 * h, 3 * w)
+    conv = torch.nn.Conv3d(c, c, 3, padding=1)
+    with torch.no_grad():
+        extra = min(
+            _median_seconds(lambda: conv(torch.zeros(big)), repeats=1)
+            - _median_seconds(lambda: conv(torch.zeros(GAP_SHAPE)), repeats=1)
+            for _ in range(2)
+        )
+    buf = torch.zeros(4)
+    shape = GAP_SHAPE if dist.get_rank() == 0 else big
+    after_compute = _blocking_seconds(lambda: dist.all_reduce(buf), calls=3, gap_shape=shape)
+    lined_up = _median_seconds(lambda: dist.all_reduce(buf), repeats=3)
+    return after_compute, lined_up, extra
+
+
+def test_a_synchronisation_after_compute_waits_for_the_slower_peer() -> None:
+    # what a step pays: the rank that finished its layer first blocks until its peer has
+    # finished a larger one; a barrier before each call hides that wait
+    (after_compute, lined_up, extra), _ = spawn(_waits_beside_a_slower_peer, 2)
+    assert after_compute > extra / 2  # the peer is slowed by load at most as much as rank 0
+    assert lined_up < after_compute

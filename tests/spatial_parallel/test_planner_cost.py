@@ -36,6 +36,7 @@ PROFILE = Profile(
     ranks_per_node=64,
     concurrency=64,
     allreduce_latency=1e-5,
+    sync_wait=3e-4,
     read_bw=1e12,
     overlap=False,
     source="test",
@@ -70,16 +71,18 @@ def test_two_ranks_closed_form() -> None:
     est = estimate(CONV, (1, 2, 1, 1), PROFILE, optimizer="sgd")
     face = 2 * 8 * 8 * 4  # one plane of the 2-channel input
     block = 2 * 4 * 8 * 8 * 4
-    # layer overhead, one neighbour, one message each way, and the extended input
-    # assembled (read the block, write block and halo; its gradient split back alike)
-    exchange = 2e-4 + 1e-4 + face / 1e8 + (2 * block + face) / 1e9
+    # layer overhead, the wait for the peer, one neighbour, one message each way, and the
+    # extended input assembled (read the block, write block and halo; its gradient split
+    # back alike)
+    exchange = 2e-4 + 3e-4 + 1e-4 + face / 1e8 + (2 * block + face) / 1e9
     assert est.time["halo"] == pytest.approx(2 * exchange, rel=1e-12)  # forward and backward
     forward = 1e-3 + FLOPS / 2 / 1e9
     backward = 1e-3 + FLOPS / 2 / 5e8
     assert est.time["compute"] == pytest.approx(forward + backward, rel=1e-12)
-    # one bucket, ready when the backward ends: all exposed; ring on 2 ranks beats the tree
+    # one bucket, ready when the backward ends: all exposed, and waited for; ring on 2
+    # ranks beats the tree
     ring = 2 * (1e-5 + PARAMS * 4 / 2 / 1e8)
-    assert est.time["allreduce"] == pytest.approx(ring, rel=1e-12)
+    assert est.time["allreduce"] == pytest.approx(ring + 3e-4, rel=1e-12)
     # the model input stays alive, so the assembled copy (block + halo plane) is all extra
     assert est.memory["halos"] == block + face and est.memory["optimizer"] == 0
     # backward: output gradient + input gradient + the assembled input's gradient
@@ -193,6 +196,9 @@ def test_norm_time_is_its_passes_over_the_block() -> None:
         k * 1e-3 + p * block / 1e9 for k, p in zip(NORM_KERNELS, NORM_PASSES, strict=True)
     )
     assert est.time["compute"] == pytest.approx(compute, rel=1e-12)
+    # two all-reduces of (sum, channels) forward and two backward, each a synchronisation
+    reduce = min(2 * (1e-5 + 2 * 2 * 4 / 2 / 1e8), 2 * (1e-5 + 2 * 2 * 4 / 1e8))
+    assert est.time["norm"] == pytest.approx(4 * (reduce + 3e-4), rel=1e-12)
 
 
 def test_a_split_norm_forward_holds_its_input_and_temporaries() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -70,7 +71,12 @@ def test_cache_location_follows_the_environment(
 def test_a_file_that_is_not_a_profile_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text('{"name": "x"}')
-    with pytest.raises(ValueError, match="is not a planner profile: expected the fields"):
+    with pytest.raises(ValueError, match="is not a planner profile of this version: expected"):
+        load_profile(path)
+    # a cache calibrated before the profile had sync_wait
+    older = {k: v for k, v in dataclasses.asdict(PROFILE).items() if k != "sync_wait"}
+    path.write_text(json.dumps(older))
+    with pytest.raises(ValueError, match=r"got \[.*'source'\] .* run `sciml spatial plan"):
         load_profile(path)
     path.write_text("{")
     with pytest.raises(ValueError, match="cannot read the planner profile"):
