@@ -6,7 +6,7 @@ Usage: python benchmarks/spatial_plan_validation.py [--quick] [--case MODEL:SIZE
 For CosmoFlow and the 3D U-Net at two sizes each (global batch 2), every
 grid of 1, 2 and 4 local gloo processes in :data:`GRIDS` is priced by the
 planner (``sciml.spatial_parallel.planner``: a calibrated profile of this
-machine plus its measured local convolutions) and then run
+machine plus its local convolutions, measured just before) and then run
 (``planner_measure.time_step``: Adam steps, the best time of the slowest
 rank; ``planner_measure.step_memory``, in fresh processes of their own: peak
 memory growth of the fullest rank over a step). The script prints, per
@@ -90,11 +90,19 @@ def cases(specs: list[str]) -> dict[str, tuple[int, ...]]:
 def run_case(
     name: str, model: nn.Module, shape: tuple[int, ...], profile: Profile, repeats: int
 ) -> list[dict[str, Any]]:
-    """Predict, then measure, every grid of :data:`GRIDS` for one model and shape."""
+    """Predict, then measure, every grid of :data:`GRIDS` for one model and shape.
+
+    Each grid's local convolutions are timed just before its steps are: this
+    machine's speed drifted by up to 40% between minutes (in four runs within
+    an hour the 1-rank U-Net 32^3 step was predicted, from its convolutions
+    timed a few minutes before, at 170, 192, 188 and 234 ms, and took 173,
+    145, 142 and 163 ms), and a prediction from parts timed minutes earlier
+    measured the drift.
+    """
     graph = trace(model, shape)
-    costs = measure_costs(graph, GRIDS)
     rows = []
     for grid in GRIDS:
+        costs = measure_costs(graph, [grid])
         est = estimate(graph, grid, profile, costs=costs)  # type: ignore[arg-type]
         load_before = os.getloadavg()[0]
         mesh = dict(zip(("data", "depth", "height", "width"), grid, strict=True))
