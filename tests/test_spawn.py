@@ -48,9 +48,10 @@ def _train_with_a_loader_worker(run_dir: str) -> str:
 
 
 def test_a_rank_with_loader_workers_leaves_no_semaphore(tmp_path: Path) -> None:
-    # A rank's default start method is spawn, so a lock made in its loader worker is
-    # registered with the resource tracker; before, fit left the worker running and the
-    # rank's exit killed it before it could unregister the lock:
+    # A rank's default start method is its own (forkserver or spawn, not fork), so a
+    # lock made in its loader worker is registered with the resource tracker; before,
+    # fit left the worker running and the rank's exit killed it before it could
+    # unregister the lock:
     # "resource_tracker: There appear to be 1 leaked semaphore objects"
     code = (
         "from sciml.spawn import spawn\n"
