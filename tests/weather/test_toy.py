@@ -177,11 +177,14 @@ def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path: Path) ->
     """A real SIGUSR1 to ``sciml weather toy``: exit 3, nothing half-written, same file resumed.
 
     SIGTERM reaches the same ``PreemptionFlag`` handler; ``tests/test_training.py`` sends it
-    from outside a run, so a second 40 s generation here would test nothing new.
+    from outside a run, so a second generation here would test nothing new.
     """
     sig = signal.SIGUSR1
-    # 63 members: 4 start dates per batch, so 2 batches for 8 start dates
-    args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,1", "--spin-up", "1"]
+    # 63 members: 4 start dates per batch, so 2 batches for 8 start dates; half-day
+    # leads and intervals keep each batch a second or two long (the truth's run between
+    # start dates cost 17 of the 34 s at 2-day intervals)
+    args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,0.5", "--spin-up", "1"]
+    args += ["--interval", "0.5"]
     out = tmp_path / "toy.nc"
     partial = tmp_path / "toy.nc.partial"
     command = [sys.executable, "-m", "sciml.cli", "weather", "toy", "--quiet", "--out", str(out)]
@@ -204,6 +207,7 @@ def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path: Path) ->
     assert resumed.returncode == 0, resumed.stderr
     assert not partial.exists() and list(tmp_path.iterdir()) == [out]
     reference = tmp_path / "reference" / "toy.nc"
-    settings = {"members": 63, "start_dates": 8, "lead_times": (0, 1), "spin_up": 1.0}
+    settings = {"members": 63, "start_dates": 8, "lead_times": (0, 0.5), "spin_up": 1.0}
+    settings |= {"interval": 0.5}
     toy_module.write_toy_ensemble(reference, handle_signals=False, **settings)
     assert out.read_bytes() == reference.read_bytes()
