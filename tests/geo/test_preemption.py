@@ -1,4 +1,8 @@
-"""SIGUSR1/SIGTERM to the geo demo section and the experiment script: checkpoint, exit 3, resume."""
+"""SIGUSR1/SIGTERM to the geo demo section and the experiment script: checkpoint, exit 3, resume.
+
+The demo section's resumed run is checked as a whole (scores, figures, the
+probability map): it is the test of ``sciml demo --only geo`` at quick sizes.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +56,13 @@ def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path: Path) -> Non
     assert "## OSM road masks" in report and "Interrupted" not in report
     steps = _steps(run)
     assert steps == list(range(1, len(steps) + 1))  # resumed: every step once
+    # the resumed section is the whole one: both models' scores, figures and the map
+    section = report[report.index("## OSM road masks for tree segmentation") :]
+    assert "| masked |" in section and "| unmasked |" in section and "0.784" in section
+    for figure in ("geo/experiment.png", "geo/osbs.png"):
+        assert f"({figure})" in section
+        assert (tmp_path / figure).stat().st_size > 10_000
+    assert (tmp_path / "geo" / "osbs_probability.tif").exists()
 
 
 @pytest.mark.slow
