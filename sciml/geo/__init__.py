@@ -14,15 +14,39 @@ pixels), ``model`` (masked U-Net), ``losses`` (masked losses), ``training``
 (run folders, training and loading), ``scores`` (pixel metrics, AUC,
 thresholds), ``scene`` and ``experiment`` (synthetic Helsinki scene, masked
 vs unmasked; the OSBS study), ``plots``, ``cli``; the demo section is
-:mod:`sciml.demos.geo`. The torch-based modules are not imported here, so
-that ``import sciml.geo`` stays light.
+:mod:`sciml.demos.geo`. Each public name is imported from its module on first
+use, so that ``import sciml.geo`` (and the ``sciml`` command line, which
+registers ``sciml.geo.cli``) stays free of geopandas, rasterio and torch
+until a geo function is called.
 """
 
-from sciml.geo.grid import RasterGrid
-from sciml.geo.mask import rasterize_geometries, road_mask, road_polygons, write_road_mask
-from sciml.geo.osm import ROAD_CLASSES, load_roads, read_osm_layer
-from sciml.geo.trees import load_trees, tree_instances, tree_labels
-from sciml.geo.widths import WIDTH_TABLE, buffer_roads, road_widths, utm_crs
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sciml.geo.grid import RasterGrid
+    from sciml.geo.mask import (
+        rasterize_geometries,
+        road_mask,
+        road_polygons,
+        write_road_mask,
+    )
+    from sciml.geo.osm import ROAD_CLASSES, load_roads, read_osm_layer
+    from sciml.geo.trees import load_trees, tree_instances, tree_labels
+    from sciml.geo.widths import WIDTH_TABLE, buffer_roads, road_widths, utm_crs
+
+#: The module of each public name.
+_HOMES = {
+    "RasterGrid": "grid",
+    **dict.fromkeys(
+        ("rasterize_geometries", "road_mask", "road_polygons", "write_road_mask"), "mask"
+    ),
+    **dict.fromkeys(("ROAD_CLASSES", "load_roads", "read_osm_layer"), "osm"),
+    **dict.fromkeys(("load_trees", "tree_instances", "tree_labels"), "trees"),
+    **dict.fromkeys(("WIDTH_TABLE", "buffer_roads", "road_widths", "utm_crs"), "widths"),
+}
 
 __all__ = [
     "ROAD_CLASSES",
@@ -41,3 +65,17 @@ __all__ = [
     "utm_crs",
     "write_road_mask",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'sciml.geo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"sciml.geo.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet imported included."""
+    return sorted({*globals(), *_HOMES})
