@@ -143,20 +143,17 @@ def _environment_and_folder(name: str) -> tuple[str | None, str, int]:
     return os.environ.get(name), os.getcwd(), torch.get_num_threads()
 
 
-@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_ranks_see_the_callers_environment_and_folder_at_each_call(
-    start_method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a fork server started by an earlier call has the environment and folder of that
     # time: a rank must see the caller's of this call
     name = "SCIML_TEST_SPAWN_VALUE"
     monkeypatch.delenv(name, raising=False)
-    assert spawn(_environment_and_folder, 1, name, start_method=start_method) == [
-        (None, os.getcwd(), 1)
-    ]
+    assert spawn(_environment_and_folder, 1, name) == [(None, os.getcwd(), 1)]
     monkeypatch.setenv(name, "set after the first call")
     monkeypatch.chdir(tmp_path)
-    got = spawn(_environment_and_folder, 2, name, threads=2, start_method=start_method)
+    got = spawn(_environment_and_folder, 2, name, threads=2)
     assert got == [("set after the first call", str(tmp_path), 2)] * 2
 
 
