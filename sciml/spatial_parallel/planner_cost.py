@@ -302,8 +302,9 @@ def estimate(
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
-            reduce = profile.allreduce(2 * layer.channels * 4.0, ranks) + profile.sync_wait
-            norm += 4 * reduce * slow
+            if ranks > 1:  # one rank's statistics need no collective
+                reduce = profile.allreduce(2 * layer.channels * 4.0, ranks) + profile.sync_wait
+                norm += 4 * reduce * slow
     saved, work = _activations(graph, grid, scratch, transient)
     compute = sum(forward) + sum(backward) - halo_time
     block = local_numel(graph.sample_shape, grid) * graph.layers[0].itemsize

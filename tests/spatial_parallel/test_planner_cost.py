@@ -199,6 +199,11 @@ def test_norm_time_is_its_passes_over_the_block() -> None:
     # two all-reduces of (sum, channels) forward and two backward, each a synchronisation
     reduce = min(2 * (1e-5 + 2 * 2 * 4 / 2 / 1e8), 2 * (1e-5 + 2 * 2 * 4 / 1e8))
     assert est.time["norm"] == pytest.approx(4 * (reduce + 3e-4), rel=1e-12)
+    # one rank: no collective, nothing to wait for (a U-Net's 40 were 62 ms too many)
+    assert estimate(graph, (1, 1, 1, 1), PROFILE).time["norm"] == 0
+    group = trace(nn.GroupNorm(2, 2), (2, 2, 8, 8, 8))  # per sample: the spatial group only
+    assert estimate(group, (2, 1, 1, 1), PROFILE).time["norm"] == 0
+    assert estimate(group, (1, 2, 1, 1), PROFILE).time["norm"] > 0
 
 
 def test_a_split_norm_forward_holds_its_input_and_temporaries() -> None:
