@@ -171,8 +171,9 @@ def _activations(
     by itself, its output, its scratch and its transients (``transient``:
     inputs and temporaries alive only during its forward); its backward (which
     frees the tensors of the layers after it) those saved by layers ``0..i``,
-    its output and input gradients and its scratch. ``scratch`` is
-    ``(forward, backward)`` bytes per layer.
+    its output and input gradients (none for the first layer: the model's
+    input needs none) and its scratch. ``scratch`` is ``(forward, backward)``
+    bytes per layer.
     """
     kept = [0.0] * len(graph.layers)
     for s in graph.saved:
@@ -182,13 +183,14 @@ def _activations(
         if layer.kind in NORM_KINDS:
             kept[index] += SPLIT_NORM_EXTRA * local_numel(layer.out_shape, grid) * layer.itemsize
     total, running, peak = sum(kept), 0.0, 0.0
-    for layer, nbytes, (fwd, bwd), extra in zip(
-        graph.layers, kept, scratch, transient, strict=True
+    for index, (layer, nbytes, (fwd, bwd), extra) in enumerate(
+        zip(graph.layers, kept, scratch, transient, strict=True)
     ):
         out = local_numel(layer.out_shape, grid) * layer.itemsize
+        grad_in = local_numel(layer.in_shape, grid) * layer.itemsize if index else 0
         running += nbytes
         peak = max(peak, running + out + fwd + extra)
-        peak = max(peak, running + out + local_numel(layer.in_shape, grid) * layer.itemsize + bwd)
+        peak = max(peak, running + out + grad_in + bwd)
     return total, max(0.0, peak - total)
 
 
@@ -290,7 +292,8 @@ def estimate(
         if any(halo.received):
             extra = sum(halo_bytes(layer, grid, halo))
             halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
-            bwd_bytes += block_bytes + extra  # the extended input's gradient, before it is split
+            if index:  # the extended input's gradient, before it is split (not the model input's)
+                bwd_bytes += block_bytes + extra
             # the input block lives on until the extended copy is built and used
             passing += 0.0 if layer.input_kept else block_bytes
         if layer.kind in NORM_KINDS:

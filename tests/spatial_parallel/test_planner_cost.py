@@ -62,7 +62,7 @@ def test_one_rank_closed_form() -> None:
         "input": 2 * 8**3 * 4,
         "activations": 0,
         "halos": 0,
-        "workspace": (4 + 2) * 8**3 * 4,  # the output and input gradients
+        "workspace": 4 * 8**3 * 4,  # the output gradient: the model's input needs none
         "reserved": 0,
     }
 
@@ -85,10 +85,24 @@ def test_two_ranks_closed_form() -> None:
     assert est.time["allreduce"] == pytest.approx(ring + 3e-4, rel=1e-12)
     # the model input stays alive, so the assembled copy (block + halo plane) is all extra
     assert est.memory["halos"] == block + face and est.memory["optimizer"] == 0
-    # backward: output gradient + input gradient + the assembled input's gradient
+    # backward: the output gradient only; the model's input needs no gradient, nor does
+    # its assembled copy
     out = 4 * 4 * 8 * 8 * 4
-    assert est.memory["workspace"] == out + block + (block + face)
+    assert est.memory["workspace"] == out
     assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
+
+
+def test_a_later_split_layer_holds_its_input_gradients_in_backward() -> None:
+    graph = trace(
+        nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.Conv3d(4, 4, 3, padding=1)),
+        (1, 2, 8, 8, 8),
+    )
+    est = estimate(graph, (1, 2, 1, 1), PROFILE)
+    block = 4 * 4 * 8 * 8 * 4  # the second layer's input block (and its output's)
+    face = 4 * 8 * 8 * 4  # one halo plane of it
+    # the second layer's backward: output gradient, input gradient, and the gradient of
+    # its assembled input, beyond what the two layers keep
+    assert est.memory["workspace"] == block + block + (block + face)
 
 
 def test_ranks_sharing_cores_slow_every_term_but_the_read() -> None:
