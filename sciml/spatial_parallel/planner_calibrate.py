@@ -10,7 +10,7 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
   bandwidth);
 * halo exchanges between two local gloo processes, as a split layer makes
   them (each rank sends and receives at once, 1 KiB to 4 MiB each way; the
-  mean blocking time, fitted as ``latency + bytes / bandwidth``),
+  median blocking time, fitted as ``latency + bytes / bandwidth``),
   all-reduces, and the CPU time a split convolution adds per direction
   (a tiny one on two ranks: planning, packing, autograd);
 * reading a 64 MiB file just written (so from the page cache: an upper bound
@@ -28,7 +28,8 @@ median back to back. A step pays the sum of its waits, so the mean, tail
 included. On the 2-core virtual machine of the package's validation a
 64-byte all-reduce blocked 0.5 ms at the median back to back and 1.0-2.3 ms
 on average after 0.5-8 ms of compute (exchanges 0.08 and 0.2-1.3 ms); a
-U-Net step's 41 all-reduces blocked about 1.7 ms each.
+U-Net step's 41 all-reduces blocked about 1.7 ms each
+(``benchmarks/spatial_sync_wait.py``).
 
 The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
 named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`

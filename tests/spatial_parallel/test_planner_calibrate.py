@@ -12,6 +12,7 @@ from sciml.distributed import spawn
 from sciml.spatial_parallel.planner_calibrate import (
     EXCHANGE_SIZES,
     GAP_SHAPE,
+    _best_seconds,
     _blocking_seconds,
     _fit,
     _median_seconds,
@@ -71,10 +72,8 @@ def _waits_beside_a_slower_peer() -> tuple[float, float, float]:
     big = (n, c, 3 * d, 3 * h, 3 * w)
     conv = torch.nn.Conv3d(c, c, 3, padding=1)
     with torch.no_grad():
-        extra = min(
-            _median_seconds(lambda: conv(torch.zeros(big)), repeats=1)
-            - _median_seconds(lambda: conv(torch.zeros(GAP_SHAPE)), repeats=1)
-            for _ in range(2)
+        extra = _best_seconds(lambda: conv(torch.zeros(big)), repeats=2) - _best_seconds(
+            lambda: conv(torch.zeros(GAP_SHAPE)), repeats=2
         )
     buf = torch.zeros(4)
     shape = GAP_SHAPE if dist.get_rank() == 0 else big
