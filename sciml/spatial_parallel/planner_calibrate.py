@@ -26,10 +26,10 @@ blocked must be woken. What that adds per synchronisation, the profile's
 each made after a convolution on every rank (:data:`GAP_SHAPE`), less their
 median back to back. A step pays the sum of its waits, so the mean, tail
 included. On the 2-core virtual machine of the package's validation a
-64-byte all-reduce blocked 0.5 ms at the median back to back and 1.0-2.3 ms
-on average after 0.5-8 ms of compute (exchanges 0.08 and 0.2-1.3 ms); a
-U-Net step's 41 all-reduces blocked about 1.7 ms each
-(``benchmarks/spatial_sync_wait.py``).
+1 KiB all-reduce blocked 0.39 ms at the median back to back and 1.1-3.8 ms
+on average after 0.3-16 ms of compute (exchanges 0.24 and 0.5-2.9 ms); the
+41 all-reduces of a U-Net step split on 2 ranks blocked 1.2-1.6 ms each, on
+4 ranks 4.5 ms (``benchmarks/spatial_sync_wait.py``).
 
 The result is a :class:`~sciml.spatial_parallel.planner_profile.Profile`
 named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner_profile.save_profile`

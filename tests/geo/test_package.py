@@ -9,6 +9,10 @@ import pytest
 import sciml.geo
 
 
+def test_the_public_names_are_those_with_a_home() -> None:
+    assert sorted(sciml.geo.__all__) == sorted(sciml.geo._HOMES)
+
+
 @pytest.mark.parametrize("name", sciml.geo.__all__)
 def test_each_public_name_is_its_modules_object(name: str) -> None:
     home = importlib.import_module(f"sciml.geo.{sciml.geo._HOMES[name]}")
