@@ -60,6 +60,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sciml.checkpoint import save_checkpoint
+from sciml.cpu_allocator import keep_freed_memory
 from sciml.distributed import PreemptionFlag, all_reduce_sums, gather_objects, world
 from sciml.run_dir import RunDirError, lock_run_dir
 from sciml.run_log import open_metrics_log
@@ -330,6 +331,11 @@ def fit(
 ) -> TrainResult:
     """Train ``model`` and return what happened.
 
+    On the CPU the process keeps the memory tensors free from then on
+    (:func:`sciml.cpu_allocator.keep_freed_memory`), as a GPU's caching
+    allocator does: a step reuses what the last one freed instead of faulting
+    it in again.
+
     Args:
         model: The model; batches are moved to the device of its first parameter.
         optimizer: Optimiser over the model's parameters.
@@ -382,6 +388,8 @@ def fit(
         collate_fn=collate_fn,
         replica=replica,
     )
+    if setup.device.type == "cpu":
+        keep_freed_memory()  # steps reuse the memory the last one freed: no page faults
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
         return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from sciml.cpu_allocator import keep_freed_memory, mmap_large_allocations
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_graph import Layer
@@ -39,7 +40,6 @@ from sciml.spatial_parallel.planner_halo import Grid, largest
 from sciml.spatial_parallel.planner_measure import (
     cache_bytes,
     clock,
-    mmap_large_allocations,
     reset_peak,
     status_bytes,
 )
@@ -275,7 +275,12 @@ def _scratch(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
 
 
 def _all_seconds(convs: list[LocalConv], repeats: int) -> list[tuple[float, float]]:
-    """:func:`_seconds` of each convolution (a rank function: a fresh process, plain allocator)."""
+    """:func:`_seconds` of each convolution (a rank function: a fresh process, freed memory kept).
+
+    Under :func:`keep_freed_memory`, as in training: a convolution pays no page
+    faults for the scratch and outputs the one before it freed.
+    """
+    keep_freed_memory()
     return [_seconds(conv, repeats=repeats) for conv in convs]
 
 
@@ -294,7 +299,8 @@ def measure_convs(
     convolution of ``ranks`` > 1 is timed in that many processes at once, and
     the slowest one's time kept. Times
     and scratch are measured in fresh processes (:func:`sciml.spawn.spawn`):
-    the scratch needs :func:`mmap_large_allocations`, under which every large
+    the times are taken as training runs (:func:`keep_freed_memory`), the
+    scratch needs :func:`mmap_large_allocations`, under which every large
     tensor page-faults afresh and runs slower than in training, and a heap that
     earlier work left behind would hide part of the scratch.
     """

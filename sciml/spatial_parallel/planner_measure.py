@@ -7,22 +7,24 @@ median) step time, the second the memory a step adds to what it starts with.
 On CUDA the peak is the allocator's (``torch.cuda.max_memory_allocated``); on
 the CPU it is the growth of the resident set over one step (Linux
 ``/proc/self/status``, reset through ``/proc/self/clear_refs``), which follows
-the live tensors because :func:`mmap_large_allocations` sends every
-allocation over 64 KiB to its own mapping, returned when freed.
+the live tensors because :func:`sciml.cpu_allocator.mmap_large_allocations`
+sends every allocation over 64 KiB to its own mapping, returned when freed.
 
-On the CPU the two run in separate fresh processes. Under
-:func:`mmap_large_allocations` every page of every activation faults on first
-touch, which on this 2-core virtual machine slowed a CosmoFlow 48^3 step
-from 60 to 95 ms on one rank and doubled each rank's CPU time on two
-(concurrent page faults contend): steps timed under it priced the page
-faults, not the step. Switched on after timing instead, the heap the timed
-steps left behind is reused and fragments, and the growth came out 30% high.
+On the CPU the two run in separate fresh processes, each under its own
+allocator policy. :func:`time_step` times steps as :func:`sciml.training.fit`
+runs them, under :func:`sciml.cpu_allocator.keep_freed_memory` (freed memory
+is reused, no page faults after the first step: the steady state the planner
+prices). Under ``mmap_large_allocations`` every page of every activation
+faults on first touch, which on this 2-core virtual machine slowed a
+CosmoFlow 48^3 step from 60 to 95 ms on one rank and doubled each rank's CPU
+time on two (concurrent page faults contend). Switched on after timing
+instead, the heap the timed steps left behind is reused and fragments, and
+the growth came out 30% high.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import resource
 import statistics
 import time
@@ -33,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sciml.cpu_allocator import keep_freed_memory, mmap_large_allocations
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import parallelize
 from sciml.spatial_parallel.sharding import shard
@@ -62,19 +65,6 @@ def clock() -> Callable[[], float]:
     time is the kernel's time on a core of its own, even on a loaded machine.
     """
     return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-
-
-def mmap_large_allocations() -> None:
-    """Route C allocations over 64 KiB through mmap (glibc), so freed tensors leave RSS.
-
-    The free memory the heap already holds is returned too (``malloc_trim``), so
-    that the resident set holds live memory only. Every later large allocation
-    page-faults: time nothing under it.
-    """
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: RSS is then an upper bound
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 65536)  # M_MMAP_THRESHOLD
-        libc.malloc_trim(0)
 
 
 def status_bytes(field: str) -> float:
@@ -144,15 +134,16 @@ def time_step(
     *,
     repeats: int = 3,
     device: str = "cpu",
+    keep_freed: bool = True,
 ) -> dict[str, float]:
     """Best and median seconds of an Adam step of ``model`` on this rank's block.
 
     ``cpu_seconds`` is this thread's CPU time in the best step: well below
     ``seconds`` when the rank waited for others or was descheduled (a loaded
     machine); ``system_seconds`` and ``page_faults`` are its kernel part and its
-    minor page faults (memory the allocator gave back and took again).
-    Run it in a process whose allocator is as training leaves it (not after
-    :func:`mmap_large_allocations`).
+    minor page faults (memory the allocator gave back and took again). On the
+    CPU it keeps freed memory first, as training does
+    (:func:`sciml.cpu_allocator.keep_freed_memory`): run it in a fresh process.
 
     Args:
         model: The single-device model (parallelised here for ``mesh_shape``).
@@ -160,8 +151,14 @@ def time_step(
         sample_shape: Global batch ``(N, C, D, H, W)`` (random normal values).
         repeats: Timed steps after one warm-up step.
         device: ``"cpu"`` or ``"cuda"`` (this rank's current device).
+        keep_freed: On the CPU, keep freed memory as training does; ``False``
+            leaves glibc's default policy (``benchmarks/cpu_allocator.py``
+            measures the difference).
     """
-    step = _trainer(model, mesh_shape, sample_shape, torch.device(device))
+    where = torch.device(device)
+    if where.type == "cpu" and keep_freed:
+        keep_freed_memory()
+    step = _trainer(model, mesh_shape, sample_shape, where)
     step()  # warm-up: gradients, optimizer state, buckets, library workspaces
     times = [step() for _ in range(repeats)]
     best = min(times)
@@ -186,7 +183,8 @@ def step_memory(
     The growth over the memory held between steps (parameters, gradients,
     optimizer state, buckets, the input block): what the step itself allocates,
     to compare with the planner's activations, halos and workspace. On the CPU
-    it switches :func:`mmap_large_allocations` on first: run it in a fresh process.
+    it switches :func:`sciml.cpu_allocator.mmap_large_allocations` on first:
+    run it in a fresh process.
 
     Args:
         model: The single-device model (parallelised here for ``mesh_shape``).

@@ -1,12 +1,12 @@
 """Measuring a step for the planner: times under the allocator training runs with, memory apart."""
 
-import ctypes
 import mmap
 
 import pytest
 import torch
 from torch import nn
 
+from sciml.cpu_allocator import mapped_bytes
 from sciml.distributed import spawn
 from sciml.spatial_parallel.planner_measure import _thread_usage, step_memory, time_step
 
@@ -15,29 +15,20 @@ pytestmark = pytest.mark.xdist_group("planner_measure")
 SHAPE = (1, 1, 8, 8, 8)
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks")
-        + ("fsmblks", "uordblks", "fordblks", "keepcost")
-    ]
-
-
 def mapped_bytes_of_a_tensor() -> int:
     """Bytes of a live 4 MiB tensor that glibc put in a mapping of its own.
 
-    The allocator as training runs it raises its mmap threshold once a block of
-    that size was freed and serves the next from the heap (0 bytes); under
-    ``mmap_large_allocations`` every such tensor is a fresh mapping whose pages all fault.
+    Under ``keep_freed_memory``, as training runs, it comes from the heap (0
+    bytes); under ``mmap_large_allocations`` every such tensor is a fresh
+    mapping whose pages all fault.
     """
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
     torch.ones(2**20)
-    before = libc.mallinfo2().hblkhd
+    before = mapped_bytes()
     tensor = torch.ones(2**20)
-    mapped = libc.mallinfo2().hblkhd - before
+    mapped = mapped_bytes()
     del tensor
-    return int(mapped)
+    assert before is not None and mapped is not None, "these tests need glibc 2.33 or later"
+    return mapped - before
 
 
 def timed_then_mapped() -> tuple[dict[str, float], int]:
