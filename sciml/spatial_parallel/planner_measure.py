@@ -184,7 +184,10 @@ def step_memory(
     optimizer state, buckets, the input block): what the step itself allocates,
     to compare with the planner's activations, halos and workspace. On the CPU
     it switches :func:`sciml.cpu_allocator.mmap_large_allocations` on first:
-    run it in a fresh process.
+    run it in a fresh process. It then counts blocks of 64 KiB and more: the
+    smaller ones come from a heap the warm-up step already grew. A U-Net with
+    blocks of 8-32 KiB measured 18% above its prediction on 2 ranks, and
+    within 4% with blocks of 64-256 KiB.
 
     Args:
         model: The single-device model (parallelised here for ``mesh_shape``).
