@@ -15,8 +15,11 @@ one more), the assembled (extended) input every split window layer keeps
 largest working set on top of them: a layer's output and input gradients,
 the extended input's gradient of a split layer, the scratch of measured
 convolutions, and a forward's transients (a split window layer's input block
-next to its extended copy, a split normalisation's input and scaled block:
-:data:`NORM_TRANSIENT`).
+next to its extended copy, and over the later layers the model's code runs
+while it still holds that block (``Layer.input_held``: the first layer of a
+block called on it); a layer's output that autograd does not keep, over the
+later layers the code runs while it holds it (``Layer.output_held``); a
+split normalisation's input and scaled block: :data:`NORM_TRANSIENT`).
 
 Step time (seconds): per layer, forward and backward compute, measured for
 the rank's local convolutions and poolings where a calibration has them
@@ -278,6 +281,7 @@ def estimate(
     halo_mem = halo_time = norm = 0.0
     spatial = math.prod(grid[1:])
     slow = profile.contention(math.prod(grid))
+    held: list[tuple[int, float]] = []  # (last layer, bytes) of input blocks the code holds
     for index, (layer, halo) in enumerate(zip(graph.layers, halos, strict=True)):
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
@@ -288,16 +292,21 @@ def estimate(
             exchange += assembly_time(layer, grid, halo, profile)
             exchange *= slow
         block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
-        passing = 0.0  # alive during this layer's forward only
+        passing = sum(nbytes for last, nbytes in held if last >= index)  # this forward only
         if any(halo.received):
             extra = sum(halo_bytes(layer, grid, halo))
             halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
             if index:  # the extended input's gradient, before it is split (not the model input's)
                 bwd_bytes += block_bytes + extra
-            # the input block lives on until the extended copy is built and used
-            passing += 0.0 if layer.input_kept else block_bytes
+            if not layer.input_kept:
+                # the input block lives on next to the extended copy while the code holds it
+                passing += block_bytes
+                held.append((index + layer.input_held, block_bytes))
         if layer.kind in NORM_KINDS:
             passing += NORM_TRANSIENT * local_numel(layer.out_shape, grid) * layer.itemsize
+        if layer.output_held:  # an output autograd does not keep, held by the code
+            out_bytes = local_numel(layer.out_shape, grid) * layer.itemsize
+            held.append((index + layer.output_held, out_bytes))
         scratch.append((fwd_bytes, bwd_bytes))
         transient.append(passing)
         forward.append(overlapped(fwd, exchange, layer, halo, grid, profile))

@@ -18,7 +18,9 @@ shape propagation and autograd's saved tensors.
 from __future__ import annotations
 
 import copy
+import gc
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -69,6 +71,13 @@ class Layer:
         input_kept: Whether its input stays alive for backward anyway (the model
             input, or a tensor another layer keeps): a split window layer that
             assembles halos then keeps a second, extended copy.
+        input_held: Later layers whose forward runs while the model's code still
+            holds this layer's input (the first layer of a block called on it,
+            ``y = block(x)``, runs the whole block before ``x`` is let go).
+        output_held: Later layers whose forward runs while the model's code
+            still holds this layer's output, which autograd does not keep (0
+            when it does): ``x = up(x); y = block(cat([x, skip]))`` holds the
+            upsampled ``x`` through ``block``.
     """
 
     name: str
@@ -82,6 +91,8 @@ class Layer:
     itemsize: int
     groups: int = 1
     input_kept: bool = False
+    input_held: int = 0
+    output_held: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,6 +184,44 @@ def _check_supported(model: nn.Module) -> None:
             )
 
 
+def _held(meta: nn.Module, x: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Per leaf layer, the later layers that start before its input, and its output, are let go.
+
+    A forward pass of ``meta`` on ``x`` without autograd (which would keep
+    the tensors it saves) in which nothing outside the model holds a layer's
+    tensors: a finalizer on each input and output counts the layers started
+    by the time the model's code lets it go.
+    """
+    started = [0]
+    last: dict[tuple[str, int], int] = {}
+
+    def count(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        started[0] += 1
+
+    def died(key: tuple[str, int]) -> None:
+        last[key] = started[0]
+
+    def watch(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        index = started[0] - 1
+        for role, tensor in (("input", args[0]), ("output", out)):
+            weakref.finalize(tensor, died, (role, index))
+
+    leaves = [m for m in meta.modules() if not list(m.children())]
+    handles = [m.register_forward_pre_hook(count) for m in leaves]
+    handles += [m.register_forward_hook(watch) for m in leaves]
+    try:
+        with torch.no_grad():
+            meta(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    gc.collect()
+    return tuple(  # type: ignore[return-value]
+        [last.get((role, i), started[0]) - 1 - i for i in range(started[0])]
+        for role in ("input", "output")
+    )
+
+
 def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     """The layers of ``model`` on a global input of ``sample_shape`` ``(N, C, D, H, W)``.
 
@@ -203,6 +252,7 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     saved: dict[int, Saved] = {}
     savers: dict[int, set[int]] = {x.untyped_storage()._cdata: {-1}}  # -1: the loader
     inputs: list[int] = []
+    outputs: list[int] = []
     keep: list[torch.Tensor] = []  # storages stay alive, so their addresses stay unique
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -218,8 +268,9 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     def record(name: str):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             x = args[0]
-            keep.append(x)
+            keep.extend((x, out))
             inputs.append(x.untyped_storage()._cdata)
+            outputs.append(out.untyped_storage()._cdata)
             layers.append(
                 Layer(
                     name=name,
@@ -253,5 +304,16 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
         for handle in handles:
             handle.remove()
     kept = [bool(savers.get(key, set()) - {index}) for index, key in enumerate(inputs)]
-    layers = [replace(layer, input_kept=k) for layer, k in zip(layers, kept, strict=True)]
+    inputs_held, outputs_held = _held(meta, torch.empty(shape, device="meta", dtype=dtype))
+    layers = [
+        replace(
+            layer,
+            input_kept=k,
+            input_held=held_in,
+            output_held=0 if out in saved else held_out,
+        )
+        for layer, k, held_in, held_out, out in zip(
+            layers, kept, inputs_held, outputs_held, outputs, strict=True
+        )
+    ]
     return Graph(shape, tuple(layers), tuple(saved.values()))

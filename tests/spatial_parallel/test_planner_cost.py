@@ -24,6 +24,7 @@ from sciml.spatial_parallel.planner_halo import GridError
 from sciml.spatial_parallel.planner_layers import ConvCost, conv_of
 from sciml.spatial_parallel.planner_measure import step_memory
 from sciml.spatial_parallel.planner_profile import Profile
+from tests.spatial_parallel.planner_models import pool_then_block
 
 PROFILE = Profile(
     name="test",
@@ -297,3 +298,19 @@ def test_step_memory_matches_measured_peaks(case: str, grid: tuple[int, int, int
     mesh = dict(zip(("data", "depth", "height", "width"), grid, strict=True))
     measured = max(spawn(step_memory, math.prod(grid), model, mesh, shape))
     assert measured == pytest.approx(predicted, rel=0.15)
+
+
+def test_a_split_layer_whose_input_the_code_holds_keeps_it_next_to_its_extended_copy() -> None:
+    # split, the block's first convolution keeps an extended copy of its input;
+    # called as a block, the caller still holds the input block itself until the
+    # block returns, and the last layer's forward (the peak) runs beside it
+    def workspace(nested: bool, grid: tuple[int, int, int, int]) -> float:
+        return estimate(trace(pool_then_block(nested), (1, 2, 16, 16, 16)), grid, PROFILE).memory[
+            "workspace"
+        ]
+
+    held_block = 8 * 4 * 8 * 8 * 4.0  # the pooled volume's block on 2 depth ranks
+    extra = workspace(True, (1, 2, 1, 1)) - workspace(False, (1, 2, 1, 1))
+    assert 0 < extra <= held_block
+    # on one rank the convolution keeps the input itself: nothing to add
+    assert workspace(True, (1, 1, 1, 1)) == workspace(False, (1, 1, 1, 1))

@@ -7,8 +7,10 @@ import math
 import pytest
 from torch import nn
 
+from sciml.models import UNet
 from sciml.spatial_parallel.partition import Window
 from sciml.spatial_parallel.planner_graph import trace
+from tests.spatial_parallel.planner_models import pool_then_block
 
 
 def test_one_convolution_closed_form() -> None:
@@ -73,3 +75,27 @@ def test_a_float64_model_is_priced_in_float64() -> None:
     graph = trace(nn.Sequential(nn.Conv3d(1, 2, 3), nn.ReLU()).double(), (1, 1, 5, 5, 5))
     assert {layer.itemsize for layer in graph.layers} == {8}
     assert [s.itemsize for s in graph.saved] == [8]
+
+
+def test_a_block_holds_its_input_until_its_last_layer() -> None:
+    # Sequential.forward lets each input go once the next layer has it; a block's
+    # caller holds the block's input until the block returns
+    flat, nested = (trace(pool_then_block(n), (1, 2, 16, 16, 16)) for n in (False, True))
+    assert [layer.input_held for layer in flat.layers][1:] == [0, 0, 0, 0]
+    assert [layer.input_held for layer in nested.layers][1:] == [0, 2, 0, 0]
+    # the first convolution's output, unsaved, lives on through the ReLU that takes it
+    assert [layer.output_held for layer in flat.layers] == [0, 0, 1, 0, 0]
+
+
+def test_the_unet_holds_each_upsampled_volume_through_its_decoder_block() -> None:
+    # x = up(x); x = block(cat([x, skip])): the upsampled x and the concatenation
+    # live through the whole decoder block
+    model = UNet(2, 2, base_channels=4, depth=2)
+    graph = trace(model, (1, 2, 16, 16, 16))
+    names = [layer.name for layer in graph.layers]
+    block = len([m for m in model.decoder[1].modules() if not list(m.children())])
+    up = names.index("up.1")
+    assert graph.layers[up].output_held == block
+    assert graph.layers[up + 1].name == "decoder.1.0"
+    assert graph.layers[up + 1].input_held == block - 1
+    assert graph.layers[names.index("head")].input_held == 0
