@@ -81,7 +81,7 @@ def test_kept_memory_is_reused_without_faulting_its_pages_in_again() -> None:
     # pages fault again; kept, once the heap has grown to a step's needs (two steps
     # here) the steps land on pages the process holds: the heap grows again only
     # where a freed block lies a few bytes short of an aligned request, at most
-    # once in four steps in 12 runs (where the block sits depends on ASLR)
+    # once in four steps in each of 6 runs (where the block sits depends on ASLR)
     default, kept = (spawn(_faults_under, 1, policy)[0] for policy in ("default", "keep"))
     assert min(default) >= COLUMN_PAGES
     assert sum(kept[2:]) < min(default)
