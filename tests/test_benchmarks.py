@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -38,3 +39,32 @@ def test_every_benchmark_writes_its_json_through_write_report(script: Path) -> N
     }
     assert "write_report" in calls
     assert "atomic_write_text" not in calls and "machine_info" not in calls
+
+
+def _validation_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    path = BENCHMARKS / "spatial_plan_validation.py"
+    spec = importlib.util.spec_from_file_location("spatial_plan_validation", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_validations_kendall_tau_is_scipys(monkeypatch: pytest.MonkeyPatch) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    validation = _validation_module(monkeypatch)
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 8):
+        for _ in range(20):
+            x, y = rng.permutation(n).tolist(), rng.permutation(n).tolist()
+            # no ties: scipy's tau-b is tau-a
+            expected = stats.kendalltau(x, y).statistic
+            assert validation.kendall_tau(x, y) == pytest.approx(expected, abs=1e-12)
+
+
+def test_misordered_counts_only_pairs_measured_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    misordered = _validation_module(monkeypatch).misordered
+    measured = [1.0, 1.1, 2.0, 4.0]  # pairs apart by more than 15%: all but (1.0, 1.1)
+    assert misordered([1.0, 0.9, 2.0, 4.0], measured) == (0, 5)  # the near-tie swapped
+    assert misordered([1.0, 1.1, 5.0, 4.0], measured) == (1, 5)
+    assert misordered([4.0, 3.0, 2.0, 1.0], measured) == (5, 5)
