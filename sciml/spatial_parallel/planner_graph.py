@@ -8,7 +8,9 @@ and output shapes, the sliding-window geometry of each spatial dim (the
 with), its forward FLOPs and its parameters. Tensors that autograd keeps for
 the backward pass are caught with :func:`torch.autograd.graph.saved_tensors_hooks`
 and counted once per storage (an in-place ReLU's output is its input), so the
-activation memory follows PyTorch itself rather than a table.
+activation memory follows PyTorch itself rather than a table. A second pass,
+without autograd, finds how long the model's own code holds each layer's
+input and output (``Layer.input_held``, ``Layer.output_held``).
 
 The walk uses only public things: module types and hyper-parameters (the
 tables of :mod:`~sciml.spatial_parallel.parallelize` say which layers split),
