@@ -9,7 +9,9 @@ Two tables, on local gloo processes:
    random data; per step and rank: wall and thread CPU time, the time spent
    waiting for halo messages (:class:`~sciml.spatial_parallel.exchange.HaloTimer`)
    and blocking in ``dist.all_reduce`` (normalisation statistics and gradient
-   buckets), with the number of each. The median step of the slowest rank.
+   buckets), with the number of each, per call, and for the U-Net's
+   normalisation pairs the first call against the second (which follows
+   next to no compute). The median step of the slowest rank.
 2. **The calibration's view.** A 1 KiB two-way exchange and a 1 KiB
    all-reduce on 2 ranks: the median back to back with a barrier before each
    call (what latency and bandwidth are fitted to) against the mean after a
@@ -52,6 +54,8 @@ STEP_CASES = [
     ("unet", 32, (1, 2, 1, 1)),
     ("unet", 32, (1, 4, 1, 1)),
     ("cosmoflow", 48, (1, 1, 1, 2)),
+    ("cosmoflow", 48, (1, 2, 1, 1)),
+    ("cosmoflow", 48, (1, 2, 2, 1)),
     ("cosmoflow", 48, (1, 4, 1, 1)),
 ]
 #: Convolution inputs computed before each timed call (about 0.3, 2 and 16 ms on one core).
@@ -67,14 +71,15 @@ def _timed_steps(name: str, size: int, grid: tuple[int, ...], steps: int) -> lis
     pmodel = parallelize(model, mesh)
     x = shard(torch.randn(2, channels, size, size, size), mesh)
     optimizer = torch.optim.Adam(pmodel.parameters(), lr=1e-6)
-    reduce = {"seconds": 0.0, "calls": 0}
+    reduce: dict[str, Any] = {"seconds": 0.0, "calls": 0, "each": []}
     exchanges = {"calls": 0}
     all_reduce, batch = dist.all_reduce, dist.batch_isend_irecv
 
     def timed_all_reduce(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         out = all_reduce(*args, **kwargs)
-        reduce["seconds"] += time.perf_counter() - start
+        reduce["each"].append(time.perf_counter() - start)
+        reduce["seconds"] += reduce["each"][-1]
         reduce["calls"] += 1
         return out
 
@@ -87,7 +92,7 @@ def _timed_steps(name: str, size: int, grid: tuple[int, ...], steps: int) -> lis
     try:
         for step in range(steps + 1):  # the first is a warm-up
             dist.barrier()
-            reduce.update(seconds=0.0, calls=0)
+            reduce.update(seconds=0.0, calls=0, each=[])
             exchanges["calls"] = 0
             with HaloTimer() as timer:
                 wall, cpu = time.perf_counter(), time.thread_time()
@@ -96,6 +101,9 @@ def _timed_steps(name: str, size: int, grid: tuple[int, ...], steps: int) -> lis
                 optimizer.step()
                 wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
             if step:
+                # a normalisation's all-reduces come in pairs (forward and backward), the
+                # second right after the first; the last call is the gradient bucket's
+                pairs = reduce["each"][: (len(reduce["each"]) - 1) // 2 * 2]
                 rows.append(
                     {
                         "wall_s": wall,
@@ -104,6 +112,9 @@ def _timed_steps(name: str, size: int, grid: tuple[int, ...], steps: int) -> lis
                         "exchanges": exchanges["calls"],
                         "allreduce_s": reduce["seconds"],
                         "allreduces": reduce["calls"],
+                        "first_of_pair_s": sum(pairs[0::2]),
+                        "second_of_pair_s": sum(pairs[1::2]),
+                        "pairs": len(pairs) // 2,
                     }
                 )
     finally:
@@ -132,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     print(
-        f"{'case':>22} {'wall ms':>8} {'cpu ms':>7} {'halo ms':>8} {'exch':>5} "
-        f"{'allred ms':>9} {'calls':>5} {'ms/allred':>9}"
+        f"{'case':>22} {'wall ms':>8} {'cpu ms':>7} {'halo ms':>8} {'exch':>5} {'ms/exch':>7} "
+        f"{'allred ms':>9} {'calls':>5} {'ms/allred':>9} {'1st/2nd of pair ms':>18}"
     )
     for name, size, grid in STEP_CASES:
         ranks = spawn(
@@ -143,11 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         row = {key: statistics.median(s[key] for s in steps) for key in steps[0]}
         rows.append({"table": "steps", "model": name, "size": size, "grid": grid, **row})
         per_call = row["allreduce_s"] / max(row["allreduces"], 1)
+        per_exchange = row["halo_wait_s"] / max(row["exchanges"], 1)
+        pairs = max(row["pairs"], 1)
+        first, second = row["first_of_pair_s"] / pairs, row["second_of_pair_s"] / pairs
         print(
             f"{name + ' ' + str(size) + ' ' + str(grid):>22} {row['wall_s'] * 1e3:>8.1f} "
             f"{row['cpu_s'] * 1e3:>7.1f} {row['halo_wait_s'] * 1e3:>8.1f} "
-            f"{row['exchanges']:>5.0f} {row['allreduce_s'] * 1e3:>9.1f} "
-            f"{row['allreduces']:>5.0f} {per_call * 1e3:>9.2f}",
+            f"{row['exchanges']:>5.0f} {per_exchange * 1e3:>7.2f} {row['allreduce_s'] * 1e3:>9.1f} "
+            f"{row['allreduces']:>5.0f} {per_call * 1e3:>9.2f} "
+            f"{first * 1e3:>9.2f}/{second * 1e3:<8.2f}",
             flush=True,
         )
     view = spawn(_calibration_view, 2, args.calls)
