@@ -389,7 +389,7 @@ def fit(
         replica=replica,
     )
     if setup.device.type == "cpu":
-        keep_freed_memory()  # steps reuse the memory the last one freed: no page faults
+        keep_freed_memory()  # steps reuse the memory the last one freed: next to no page faults
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
         return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()

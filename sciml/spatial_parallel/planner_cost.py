@@ -281,7 +281,7 @@ def estimate(
     halo_mem = halo_time = norm = 0.0
     spatial = math.prod(grid[1:])
     slow = profile.contention(math.prod(grid))
-    held: list[tuple[int, float]] = []  # (last layer, bytes) of input blocks the code holds
+    held: list[tuple[int, float]] = []  # (last layer, bytes) of blocks the code holds on to
     for index, (layer, halo) in enumerate(zip(graph.layers, halos, strict=True)):
         fwd, bwd, fwd_bytes, bwd_bytes = _layer_costs(
             layer, grid, halo, profile, costs or {}, first=index == 0
