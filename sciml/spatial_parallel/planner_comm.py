@@ -1,8 +1,10 @@
 """Communication in the planner's step time: halo messages, their overlap, the gradient all-reduce.
 
 Halo exchange: a fixed cost per split layer and direction (the profile's
-``halo_overhead``, and its ``sync_wait`` for the peers), then along each
-split dim in turn ``latency + bytes / bandwidth`` per neighbour (one or two),
+``halo_overhead``, and its ``sync_wait`` for the peers), then
+``latency + bytes / bandwidth`` per neighbour the worst rank receives from
+(faces, and the edges and corners of a split along several dims from the
+diagonal neighbours: :func:`~sciml.spatial_parallel.planner_halo.halo_messages`),
 priced by the profile's point-to-point model
 (inside or between nodes by the neighbour's rank distance); with overlap
 the interior computes while the messages travel and the boundary shells run
@@ -21,18 +23,22 @@ from __future__ import annotations
 import math
 
 from sciml.spatial_parallel.planner_graph import Graph, Layer
-from sciml.spatial_parallel.planner_halo import Grid, Halo, halo_bytes, largest, local_numel
+from sciml.spatial_parallel.planner_halo import (
+    Grid,
+    Halo,
+    halo_bytes,
+    halo_messages,
+    largest,
+    local_numel,
+)
 from sciml.spatial_parallel.planner_profile import Profile
 
 
 def exchange_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> float:
     """Seconds of one layer's halo exchange, one direction, on the fullest rank."""
-    strides = (grid[2] * grid[3], grid[3], 1)
     seconds = profile.halo_overhead + profile.sync_wait
-    for k, nbytes in enumerate(halo_bytes(layer, grid, halo)):
-        if halo.received[k]:
-            messages = 2 if grid[1 + k] > 2 else 1  # one neighbour on each side, or one
-            seconds += messages * profile.p2p(nbytes / messages, stride=strides[k])
+    for message in halo_messages(layer, grid, halo):
+        seconds += message.senders * profile.p2p(message.nbytes, stride=message.distance)
     return seconds
 
 
@@ -47,7 +53,7 @@ def assembly_time(layer: Layer, grid: Grid, halo: Halo, profile: Profile) -> flo
     if profile.overlap or not any(halo.received):
         return 0.0
     block = local_numel(layer.in_shape, grid) * layer.itemsize
-    return (2 * block + sum(halo_bytes(layer, grid, halo))) / profile.mem_bw
+    return (2 * block + halo_bytes(layer, grid, halo)) / profile.mem_bw
 
 
 def overlapped(

@@ -294,7 +294,7 @@ def estimate(
         block_bytes = local_numel(layer.in_shape, grid) * layer.itemsize
         passing = sum(nbytes for last, nbytes in held if last >= index)  # this forward only
         if any(halo.received):
-            extra = sum(halo_bytes(layer, grid, halo))
+            extra = halo_bytes(layer, grid, halo)
             halo_mem += extra + (block_bytes if layer.input_kept else 0.0)
             if index:  # the extended input's gradient, before it is split (not the model input's)
                 bwd_bytes += block_bytes + extra

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from types import SimpleNamespace
+
 import pytest
 from torch import nn
 
 from sciml.models import UNet
-from sciml.spatial_parallel.partition import Window, block_bounds
+from sciml.spatial_parallel.halo_plan import build_halo_plan
+from sciml.spatial_parallel.partition import Window, block_bounds, window_plan
 from sciml.spatial_parallel.planner_graph import trace
 from sciml.spatial_parallel.planner_halo import (
     GridError,
     halo_bytes,
+    halo_messages,
     largest,
     layer_halo,
     local_numel,
@@ -43,15 +49,87 @@ def test_halo_of_every_layer_matches_the_partition_maths(grid: tuple[int, int, i
             assert halo.received[k] == expected, (layer.name, k)
 
 
-def test_halo_bytes_closed_form() -> None:
+def test_halo_bytes_and_messages_closed_form() -> None:
     graph = trace(nn.Conv3d(3, 3, 3, padding=1), (1, 3, 8, 8, 8))
     grid = (1, 2, 2, 1)
     halo = layer_halo(graph.layers[0], grid)
-    assert halo.received == (1, 1, 0)
-    # blocks 4 x 4 x 8; depth sends a 1 x 4 x 8 face, height a (4 + 1) x 1 x 8 face
-    assert halo_bytes(graph.layers[0], grid, halo) == [3 * 4 * 32, 3 * 4 * 40, 0]
-    # together: the assembled block minus the own block
-    assert sum(halo_bytes(graph.layers[0], grid, halo)) == 3 * 4 * (5 * 5 * 8 - 4 * 4 * 8)
+    assert halo.received == (1, 1, 0) and halo.peers == (1, 1, 0)
+    # blocks 4 x 4 x 8: the assembled block minus the own block
+    assert halo_bytes(graph.layers[0], grid, halo) == 3 * 4 * (5 * 5 * 8 - 4 * 4 * 8)
+    # a 1 x 4 x 8 face from the depth neighbour (2 ranks on), a 4 x 1 x 8 face from the
+    # height neighbour (1 on) and a 1 x 1 x 8 edge from the diagonal one
+    messages = halo_messages(graph.layers[0], grid, halo)
+    assert sorted(messages) == [(1, 3 * 4 * 8, 3), (1, 3 * 4 * 32, 1), (1, 3 * 4 * 32, 2)]
+
+
+def _plan_messages(
+    layer: object, grid: tuple[int, int, int, int], rank: int
+) -> tuple[Counter[int], dict[int, int]]:
+    """Elements rank ``rank`` receives from each peer, by the layers' own halo plans."""
+    shape = grid
+    coords = tuple(int(c) for c in _unravel(rank, shape))
+    mesh = SimpleNamespace(  # what build_halo_plan reads of a SpatialMesh
+        spatial_coords=coords[1:],
+        data_index=coords[0],
+        rank_of=lambda *c: _ravel(c, shape),
+        halo_group=None,
+    )
+    axes = tuple(2 + k for k in range(3) if grid[1 + k] > 1)
+    plans = tuple(
+        window_plan(
+            layer.windows[a - 2],  # type: ignore[attr-defined]
+            layer.in_shape[a],  # type: ignore[attr-defined]
+            grid[a - 1],
+            layer="layer",
+            dim="dim",
+        )
+        for a in axes
+    )
+    plan = build_halo_plan(mesh, axes, plans)  # type: ignore[arg-type]
+    received: Counter[int] = Counter()
+    for region in plan.regions:
+        if region.kind == "recv":
+            received[region.peer] += math.prod(hi - lo for lo, hi in region.box)
+    distance = {peer: abs(peer - rank) for peer in received}
+    return received, distance
+
+
+def _unravel(rank: int, shape: tuple[int, ...]) -> list[int]:
+    coords = []
+    for size in reversed(shape):
+        coords.append(rank % size)
+        rank //= size
+    return coords[::-1]
+
+
+def _ravel(coords: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    index = 0
+    for size, coord in zip(shape, coords, strict=True):
+        index = index * size + coord
+    return index
+
+
+@pytest.mark.parametrize(
+    ("grid", "kernel"),
+    [((1, 2, 2, 1), 3), ((1, 4, 1, 1), 3), ((1, 3, 2, 2), 3), ((2, 1, 3, 3), 5), ((1, 2, 1, 4), 2)],
+)
+def test_messages_are_those_of_the_worst_rank_of_the_halo_plans(
+    grid: tuple[int, int, int, int], kernel: int
+) -> None:
+    shape = (2, 3, 13, 12, 11)  # odd sizes: blocks differ by one
+    graph = trace(nn.Conv3d(3, 3, kernel, padding=kernel // 2), shape)
+    layer = graph.layers[0]
+    halo = layer_halo(layer, grid)
+    messages = halo_messages(layer, grid, halo)
+    per_rank = [_plan_messages(layer, grid, rank) for rank in range(math.prod(grid))]
+    face = largest(shape[0], grid[0]) * shape[1] * layer.itemsize
+    # as many messages as the busiest rank receives, at most as many bytes as the largest
+    assert sum(m.senders for m in messages) == max(len(r) for r, _ in per_rank)
+    planned_bytes = [face * max(r.values()) for r, _ in per_rank if r]
+    assert max(m.nbytes for m in messages) >= max(planned_bytes)
+    assert sum(m.senders * m.nbytes for m in messages) == pytest.approx(halo_bytes(layer, grid, halo))
+    # the farthest peer of any rank is as far as the farthest message says
+    assert max(m.distance for m in messages) == max(max(d.values(), default=0) for _, d in per_rank)
 
 
 def test_interior_ranks_receive_both_sides() -> None:
