@@ -127,7 +127,9 @@ def test_messages_are_those_of_the_worst_rank_of_the_halo_plans(
     assert sum(m.senders for m in messages) == max(len(r) for r, _ in per_rank)
     planned_bytes = [face * max(r.values()) for r, _ in per_rank if r]
     assert max(m.nbytes for m in messages) >= max(planned_bytes)
-    assert sum(m.senders * m.nbytes for m in messages) == pytest.approx(halo_bytes(layer, grid, halo))
+    assert sum(m.senders * m.nbytes for m in messages) == pytest.approx(
+        halo_bytes(layer, grid, halo)
+    )
     # the farthest peer of any rank is as far as the farthest message says
     assert max(m.distance for m in messages) == max(max(d.values(), default=0) for _, d in per_rank)
 
