@@ -68,3 +68,13 @@ def test_misordered_counts_only_pairs_measured_apart(monkeypatch: pytest.MonkeyP
     assert misordered([1.0, 0.9, 2.0, 4.0], measured) == (0, 5)  # the near-tie swapped
     assert misordered([1.0, 1.1, 5.0, 4.0], measured) == (1, 5)
     assert misordered([4.0, 3.0, 2.0, 1.0], measured) == (5, 5)
+
+
+def test_the_validation_keeps_each_grids_median_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    median_sample = _validation_module(monkeypatch).median_sample
+    rounds = [{"s": 3.0, "cpu": "a"}, {"s": 1.0, "cpu": "b"}, {"s": 2.0, "cpu": "c"}]
+    assert median_sample(rounds, key=lambda r: r["s"]) == {"s": 2.0, "cpu": "c"}  # one sample
+    assert median_sample([4.0, 1.0, 3.0, 2.0], key=float) == 2.0  # the lower middle
+    assert median_sample([5.0], key=float) == 5.0
+    with pytest.raises(ValueError, match="at least one sample"):
+        median_sample([], key=float)
