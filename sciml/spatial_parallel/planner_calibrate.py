@@ -50,6 +50,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sciml.cores import usable_cores
+from sciml.spatial_parallel.planner_measure import cache_evictor
 from sciml.spatial_parallel.planner_profile import Profile
 
 SIZES = (12, 20, 28)
@@ -64,11 +65,18 @@ GAP_SHAPE = (1, 8, 16, 16, 16)
 NETWORK_CALLS = 300
 
 
-def _best_seconds(fn: Callable[[], object], *, repeats: int = 5) -> float:
-    """The fastest of ``repeats`` timed calls after a warm-up (the least disturbed by load)."""
+def _best_seconds(
+    fn: Callable[[], object], *, repeats: int = 5, before: Callable[[], object] | None = None
+) -> float:
+    """The fastest of ``repeats`` timed calls after a warm-up (the least disturbed by load).
+
+    ``before`` runs untimed ahead of every call (to evict the caches, say).
+    """
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -119,14 +127,26 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
 def memory_bandwidth(*, device: str = "cpu") -> float:
     """Bytes/s of ``y = 2 x`` on 32 MiB (one read, one write) into a ``y`` allocated once.
 
-    A new 32 MiB output per call is a fresh mapping on the CPU (glibc maps
-    blocks that large), whose page faults made the figure 5-15x lower than the
-    bandwidth elementwise layers reach on the tensors they reuse.
+    On the CPU each timed call starts from cold caches
+    (:func:`~sciml.spatial_parallel.planner_measure.cache_evictor`), as the
+    local convolutions are timed: a step's activations stream through the
+    cache, and on the 2-core virtual machine of the package's validation
+    (480 MiB of last-level cache) 32 MiB timed hot ran at 26 GB/s and cold at
+    13 GB/s, where a split CosmoFlow step's ``LeakyReLU`` backward ran at
+    7 GB/s. A new 32 MiB output per call is a fresh mapping on the CPU (glibc
+    maps blocks that large), whose page faults made the figure 5-15x lower
+    than the bandwidth elementwise layers reach on the tensors they reuse.
     """
     x = torch.ones(2**23, device=device)
     y = torch.empty_like(x)
-    seconds = _best_seconds(lambda: torch.mul(x, 2.0, out=y))
-    return 2 * x.numel() * 4 / seconds
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def double() -> None:
+        torch.mul(x, 2.0, out=y)
+        sync()
+
+    evict = cache_evictor() if device == "cpu" else None
+    return 2 * x.numel() * 4 / _best_seconds(double, before=evict)
 
 
 def read_bandwidth() -> float:

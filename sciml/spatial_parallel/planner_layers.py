@@ -12,7 +12,7 @@ bandwidth a roofline would price it at (8 ms against 0.7 ms for a
 Dryden et al.'s performance model, :func:`measure_convs` times the very
 convolutions the ranks run (:func:`local_conv`: the largest block with its
 halos, the native padding left on unsplit dims) forward and backward, each
-from cold caches (:func:`cache_bytes`: activations stream in a step), and
+from cold caches (:func:`cache_evictor`: activations stream in a step), and
 the resident-set growth beyond their outputs (each in a fresh process: see
 :func:`measure_convs`); the planner uses these
 :class:`ConvCost` entries instead of the roofline where it has them.
@@ -38,7 +38,7 @@ from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_graph import Layer
 from sciml.spatial_parallel.planner_halo import Grid, largest
 from sciml.spatial_parallel.planner_measure import (
-    cache_bytes,
+    cache_evictor,
     clock,
     reset_peak,
     status_bytes,
@@ -209,17 +209,17 @@ def _seconds(conv: LocalConv, *, repeats: int) -> tuple[float, float]:
     which time another process takes from it does not inflate.
     """
     x, weight, grad = _tensors(conv)
-    evict = torch.empty(2 * cache_bytes() // 4)
+    evict = cache_evictor()
     timer = clock()
     fwd, bwd = [], []
     for _ in range(repeats + 1):
         if dist.is_initialized():
             dist.barrier()  # the ranks of a measurement run it together
-        evict.fill_(1.0)
+        evict()
         start = timer()
         y = _run(conv, x, weight)
         fwd.append(timer() - start)
-        evict.fill_(1.0)
+        evict()
         start = timer()
         y.backward(grad)
         bwd.append(timer() - start)

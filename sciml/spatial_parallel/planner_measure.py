@@ -58,6 +58,20 @@ def cache_bytes(*, root: Path | str = "/sys/devices/system/cpu/cpu0/cache") -> i
     return max(sizes, default=DEFAULT_CACHE)
 
 
+def cache_evictor() -> Callable[[], None]:
+    """A function that writes a buffer twice the last-level cache (:func:`cache_bytes`).
+
+    Called before a timed kernel, it leaves the kernel to read its operands from
+    memory, as a training step's activations stream through the cache.
+    """
+    buffer = torch.empty(2 * cache_bytes() // 4)
+
+    def evict() -> None:
+        buffer.fill_(1.0)
+
+    return evict
+
+
 def clock() -> Callable[[], float]:
     """This thread's CPU time when torch computes on this thread alone, else wall time.
 
