@@ -7,7 +7,7 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
   rate without the fixed cost), and a tiny kernel forward and backward through
   autograd (the per-call overhead);
 * an elementwise multiply on 32 MiB into a preallocated output (read + write
-  bandwidth);
+  bandwidth), from cold caches and from warm ones;
 * halo exchanges between two local gloo processes, as a split layer makes
   them (each rank sends and receives at once, 1 KiB to 4 MiB each way; the
   median blocking time, fitted as ``latency + bytes / bandwidth``),
@@ -124,10 +124,10 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
     return {"conv_rate": rate, "conv_bwd_rate": bwd_rate, "op_overhead": overhead}
 
 
-def memory_bandwidth(*, device: str = "cpu") -> float:
+def memory_bandwidth(*, device: str = "cpu", cold: bool = True) -> float:
     """Bytes/s of ``y = 2 x`` on 32 MiB (one read, one write) into a ``y`` allocated once.
 
-    On the CPU each timed call starts from cold caches
+    With ``cold``, on the CPU each timed call starts from cold caches
     (:func:`~sciml.spatial_parallel.planner_measure.cache_evictor`), as the
     local convolutions are timed: a step's activations stream through the
     cache, and on the 2-core virtual machine of the package's validation
@@ -136,6 +136,8 @@ def memory_bandwidth(*, device: str = "cpu") -> float:
     7 GB/s. A new 32 MiB output per call is a fresh mapping on the CPU (glibc
     maps blocks that large), whose page faults made the figure 5-15x lower
     than the bandwidth elementwise layers reach on the tensors they reuse.
+    Without ``cold``, the operands stay in cache between calls: the rate of a
+    normalisation's later passes over its block.
     """
     x = torch.ones(2**23, device=device)
     y = torch.empty_like(x)
@@ -145,7 +147,7 @@ def memory_bandwidth(*, device: str = "cpu") -> float:
         torch.mul(x, 2.0, out=y)
         sync()
 
-    evict = cache_evictor() if device == "cpu" else None
+    evict = cache_evictor() if device == "cpu" and cold else None
     return 2 * x.numel() * 4 / _best_seconds(double, before=evict)
 
 
@@ -305,6 +307,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
     with torch_threads(threads):
         conv = conv_constants(device=device)
         mem_bw = memory_bandwidth(device=device)
+        cache_bw = memory_bandwidth(device=device, cold=False)
     net = spawn(network_constants, 2)[0]
     pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     memory = float(torch.cuda.get_device_properties(0).total_memory) if device == "cuda" else None
@@ -313,6 +316,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         conv_rate=conv["conv_rate"],
         conv_bwd_rate=conv["conv_bwd_rate"],
         mem_bw=mem_bw,
+        cache_bw=cache_bw,
         op_overhead=conv["op_overhead"],
         halo_overhead=net["halo_overhead"],
         memory=memory if memory is not None else float(pages),

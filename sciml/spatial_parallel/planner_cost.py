@@ -25,11 +25,12 @@ Step time (seconds): per layer, forward and backward compute, measured for
 the rank's local convolutions and poolings where a calibration has them
 (:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
 bytes / bandwidth)`` (a split normalisation's bytes are its
-:data:`NORM_PASSES` over the block; a convolution's backward does its data and weight
-gradients: twice its forward FLOPs, once for the first layer whose input
-needs no gradient); the halo exchange (:mod:`planner_comm`), hidden behind
-the interior's compute when the profile overlaps and added to it, with the
-assembly of the extended input, otherwise, in both directions; two
+:data:`NORM_PASSES` over the block, most of them in cache; a convolution's
+backward does its data and weight gradients: twice its forward FLOPs, once
+for the first layer whose input needs no gradient); the halo exchange
+(:mod:`planner_comm`), hidden behind the interior's compute when the profile
+overlaps and added to it, with the assembly of the extended input,
+otherwise, in both directions; two
 all-reduces forward and two backward per normalisation layer, each a
 synchronisation (the profile's ``sync_wait``) as each exchange is; the gradient
 buckets' all-reduces, of which only what outlasts the backward is exposed;
@@ -79,6 +80,11 @@ SPLIT_NORM_EXTRA = 1
 #: block-sized tensors they read or write (sum, centring, squares, scaling, weight
 #: and bias are kernels of their own; the fused kernel passes about 4 and 8 times).
 NORM_KERNELS, NORM_PASSES = (7, 14), (12, 31)
+#: Of those passes, the reads from memory: the input forward; the output gradient and
+#: the two kept blocks backward. The others re-read or write blocks still in cache
+#: (``Profile.cache_bw``): priced all at ``mem_bw``, the U-Net 32^3's normalisations
+#: came out at 37 ms of a 1-rank step whose kernels took 20 ms (``torch.profiler``).
+NORM_FROM_MEMORY = (1, 3)
 #: Blocks a split normalisation's forward holds beyond what it keeps and its
 #: output: its input, and the scaled block before the bias is added.
 NORM_TRANSIENT = 2
@@ -95,7 +101,9 @@ def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, fir
     moved = (local_numel(layer.in_shape, grid) + out) * layer.itemsize
     if layer.kind in NORM_KINDS:
         kernels, passes = NORM_KERNELS[backward], NORM_PASSES[backward]
-        return kernels * profile.op_overhead + passes * out * layer.itemsize / profile.mem_bw
+        cold = NORM_FROM_MEMORY[backward]
+        seconds = cold / profile.mem_bw + (passes - cold) / profile.cache_bw
+        return kernels * profile.op_overhead + seconds * out * layer.itemsize
     if layer.kind in CONV_KINDS:
         flops = layer.flops * out / math.prod(layer.out_shape)
         if backward:

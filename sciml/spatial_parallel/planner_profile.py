@@ -49,7 +49,10 @@ class Profile:
         name: Short name (``"h100"``, ``"calibrated"``...).
         conv_rate: Achieved FLOP/s of a large convolution, forward.
         conv_bwd_rate: Achieved FLOP/s of a convolution's backward (data and weight).
-        mem_bw: Achieved bytes/s of elementwise kernels (activations, pooling, norms).
+        mem_bw: Achieved bytes/s of elementwise kernels on data from memory
+            (activations streaming through a step).
+        cache_bw: Achieved bytes/s of elementwise kernels on data in cache (a
+            normalisation's passes over a block it has just read or written).
         op_overhead: Seconds per kernel call (launch, dispatch), forward or backward.
         halo_overhead: Seconds a split layer adds per direction beyond its messages
             (planning, packing, autograd bookkeeping, synchronisation).
@@ -77,6 +80,7 @@ class Profile:
     conv_rate: float
     conv_bwd_rate: float
     mem_bw: float
+    cache_bw: float
     op_overhead: float
     halo_overhead: float
     memory: float | None
@@ -161,6 +165,7 @@ def _gpu(
         conv_rate=tf32 * CONV_EFFICIENCY,
         conv_bwd_rate=tf32 * CONV_EFFICIENCY,
         mem_bw=hbm * BANDWIDTH_EFFICIENCY,
+        cache_bw=hbm * BANDWIDTH_EFFICIENCY,  # blocks of GBs do not fit a GPU's L2
         op_overhead=10e-6,
         halo_overhead=50e-6,  # assumed: Python and NCCL launch per exchange
         memory=memory,

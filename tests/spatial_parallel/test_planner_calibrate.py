@@ -114,3 +114,5 @@ def test_memory_bandwidth_starts_each_timed_call_from_cold_caches(
     )
     assert memory_bandwidth() > 0
     assert len(evictions) == 5
+    assert memory_bandwidth(cold=False) > 0  # a normalisation's passes over a cached block
+    assert len(evictions) == 5

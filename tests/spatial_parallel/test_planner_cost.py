@@ -14,6 +14,7 @@ from sciml.distributed import spawn
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel.planner import measure_costs
 from sciml.spatial_parallel.planner_cost import (
+    NORM_FROM_MEMORY,
     NORM_KERNELS,
     NORM_PASSES,
     NORM_TRANSIENT,
@@ -31,6 +32,7 @@ PROFILE = Profile(
     conv_rate=1e9,
     conv_bwd_rate=5e8,
     mem_bw=1e9,
+    cache_bw=2e9,
     op_overhead=1e-3,
     halo_overhead=2e-4,
     memory=None,
@@ -212,8 +214,10 @@ def test_norm_time_is_its_passes_over_the_block() -> None:
     graph = trace(nn.BatchNorm3d(2), (2, 2, 8, 8, 8))
     est = estimate(graph, (1, 2, 1, 1), PROFILE)
     block = 2 * 2 * 4 * 8 * 8 * 4  # bytes of the largest block
+    # reads from memory at mem_bw (1e9 B/s), the other passes in cache at cache_bw (2e9 B/s)
     compute = sum(
-        k * 1e-3 + p * block / 1e9 for k, p in zip(NORM_KERNELS, NORM_PASSES, strict=True)
+        k * 1e-3 + (cold / 1e9 + (p - cold) / 2e9) * block
+        for k, p, cold in zip(NORM_KERNELS, NORM_PASSES, NORM_FROM_MEMORY, strict=True)
     )
     assert est.time["compute"] == pytest.approx(compute, rel=1e-12)
     # two all-reduces of (sum, channels) forward and two backward, each a synchronisation
