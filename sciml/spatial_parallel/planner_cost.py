@@ -30,7 +30,8 @@ backward does its data and weight gradients: twice its forward FLOPs, once
 for the first layer whose input needs no gradient); the halo exchange
 (:mod:`planner_comm`), hidden behind the interior's compute when the profile
 overlaps and added to it, with the assembly of the extended input,
-otherwise, in both directions; two
+otherwise, in both directions (forward only for the first layer: the model's
+input needs no gradient, so no halo gradient travels back); two
 all-reduces forward and two backward per normalisation layer, each a
 synchronisation (the profile's ``sync_wait``) as each exchange is; the gradient
 buckets' all-reduces, of which only what outlasts the backward is exposed;
@@ -318,7 +319,8 @@ def estimate(
         scratch.append((fwd_bytes, bwd_bytes))
         transient.append(passing)
         forward.append(overlapped(fwd, exchange, layer, halo, grid, profile))
-        backward.append(overlapped(bwd, exchange, layer, halo, grid, profile))
+        # the model's input needs no gradient: the first layer sends no halo gradient back
+        backward.append(overlapped(bwd, exchange if index else 0.0, layer, halo, grid, profile))
         halo_time += forward[-1] - fwd + backward[-1] - bwd
         if layer.kind in NORM_KINDS:
             ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial

@@ -127,3 +127,19 @@ def untraceable(mesh_kwargs: dict[str, int]) -> dict[str, object]:
         "collectives": len(log.collectives),
         "calls": 2 if float(model.conv(x).sum()) > 0 else 1,
     }
+
+
+def exchanges_per_step(
+    mesh_kwargs: dict[str, int], model: nn.Module, shape: tuple[int, ...]
+) -> int:
+    """Halo exchanges (``batch_isend_irecv`` calls) of one training step on this rank.
+
+    The model's input needs no gradient, as in training.
+    """
+    torch.manual_seed(0)
+    mesh = SpatialMesh(**mesh_kwargs)
+    pmodel = parallelize(model, mesh)
+    x = shard(torch.randn(shape), mesh)
+    with CommLog() as log:
+        pmodel(x).square().sum().backward()
+    return len(log.batches)

@@ -25,6 +25,7 @@ from sciml.spatial_parallel.planner_halo import GridError
 from sciml.spatial_parallel.planner_layers import ConvCost, conv_of
 from sciml.spatial_parallel.planner_measure import step_memory
 from sciml.spatial_parallel.planner_profile import Profile
+from tests.spatial_parallel.comm_workers import exchanges_per_step
 from tests.spatial_parallel.planner_models import pool_then_block
 
 PROFILE = Profile(
@@ -83,7 +84,8 @@ def test_two_ranks_closed_form() -> None:
     # extended input assembled (read the block, write block and halo; its gradient split
     # back alike)
     exchange = 2e-4 + 3e-4 + 1e-4 + face / 1e8 + (2 * block + face) / 1e9
-    assert est.time["halo"] == pytest.approx(2 * exchange, rel=1e-12)  # forward and backward
+    # forward only: the model's input needs no gradient, so none travels back
+    assert est.time["halo"] == pytest.approx(exchange, rel=1e-12)
     forward = 1e-3 + FLOPS / 2 / 1e9
     backward = 1e-3 + FLOPS / 2 / 5e8
     assert est.time["compute"] == pytest.approx(forward + backward, rel=1e-12)
@@ -98,6 +100,40 @@ def test_two_ranks_closed_form() -> None:
     out = 4 * 4 * 8 * 8 * 4
     assert est.memory["workspace"] == out
     assert est.mesh == {"data": 1, "depth": 2, "height": 1, "width": 1}
+
+
+@pytest.mark.parametrize(
+    ("case", "grid"),
+    [
+        ("CosmoFlow", (1, 2, 1, 1)),
+        ("CosmoFlow", (1, 4, 1, 1)),
+        ("U-Net", (1, 1, 2, 1)),
+        ("U-Net", (1, 2, 1, 2)),
+    ],
+)
+def test_the_exchanges_priced_are_those_a_training_step_makes(
+    case: str, grid: tuple[int, int, int, int]
+) -> None:
+    # each exchange priced at 1 s and everything else free: the halo term counts the
+    # exchanges of the worst rank, forward and backward, against the batches a real
+    # step posts (the first layer's backward sends none: the input needs no gradient)
+    counting = Profile(
+        **{
+            **PROFILE.__dict__,
+            "halo_overhead": 1.0,
+            "sync_wait": 0.0,
+            "intra_latency": 0.0,
+            "intra_bw": 1e30,
+            "mem_bw": 1e30,
+        }
+    )
+    build, shape = EXCHANGE_CASES[case]
+    model = build()
+    priced = estimate(trace(model, shape), grid, counting).time["halo"]
+    mesh = dict(zip(("data", "depth", "height", "width"), grid, strict=True))
+    made = spawn(exchanges_per_step, math.prod(grid), mesh, model, shape)
+    assert priced == pytest.approx(max(made), abs=1e-6)
+    assert max(made) > 0
 
 
 def test_a_later_split_layer_holds_its_input_gradients_in_backward() -> None:
@@ -129,11 +165,16 @@ def test_ranks_sharing_cores_slow_every_term_but_the_read() -> None:
 
 
 def test_overlap_hides_the_halo_behind_the_interior() -> None:
-    slow = Profile(**{**PROFILE.__dict__, "overlap": True, "conv_rate": 1e6})
-    est = estimate(trace(nn.Conv3d(2, 4, 3, padding=1), (1, 2, 16, 8, 8)), (1, 2, 1, 1), slow)
+    slow = Profile(**{**PROFILE.__dict__, "overlap": True, "conv_rate": 1e6, "conv_bwd_rate": 1e6})
+    # a pointwise convolution first (no halo), so that the split one's input needs a
+    # gradient and its halo travels both ways
+    model = nn.Sequential(nn.Conv3d(2, 2, 1), nn.Conv3d(2, 4, 3, padding=1))
+    est = estimate(trace(model, (1, 2, 16, 8, 8)), (1, 2, 1, 1), slow)
     # the interior (6 of 8 output planes) outlasts the message: only the two boundary
     # shells' calls show, forward and backward
     assert est.time["halo"] == pytest.approx(2 * 2 * 1e-3, rel=1e-12)
+    first = estimate(trace(model[1], (1, 2, 16, 8, 8)), (1, 2, 1, 1), slow)
+    assert first.time["halo"] == pytest.approx(2 * 1e-3, rel=1e-12)  # forward only
 
 
 def test_more_replicas_than_samples_is_refused() -> None:
@@ -200,6 +241,14 @@ def _norm_passes() -> dict[str, tuple[tuple[int, int], tuple[int, int]]]:
             (backward.kernels, backward.passes),
         )
     return counts
+
+
+#: Models whose halo exchanges are counted (odd blocks on 4 ranks: the last pooling
+#: of CosmoFlow needs a halo there).
+EXCHANGE_CASES = {
+    "CosmoFlow": (lambda: CosmoFlow(4, 4, base_filters=4, n_conv=3), (1, 4, 24, 16, 16)),
+    "U-Net": (lambda: UNet(2, 2, base_channels=4, depth=2), (1, 2, 16, 16, 16)),
+}
 
 
 @pytest.mark.xdist_group("planner_measure")
