@@ -105,7 +105,6 @@ def test_two_ranks_closed_form() -> None:
 @pytest.mark.parametrize(
     ("case", "grid"),
     [
-        ("CosmoFlow", (1, 2, 1, 1)),
         ("CosmoFlow", (1, 4, 1, 1)),
         ("U-Net", (1, 1, 2, 1)),
         ("U-Net", (1, 2, 1, 2)),
