@@ -20,7 +20,7 @@ import torch
 
 from sciml.io_utils import atomic_write_text
 
-__all__ = ["machine_info", "write_report"]
+__all__ = ["cpu_times", "machine_info", "steal_fraction", "write_report"]
 
 
 def machine_info() -> dict[str, Any]:
@@ -37,6 +37,35 @@ def machine_info() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def cpu_times(*, stat: Path | str = "/proc/stat") -> tuple[int, int] | None:
+    """Clock ticks of every CPU so far: ``(stolen, total)``, from the ``cpu`` line of ``stat``.
+
+    Stolen ticks are those a virtual machine's CPUs were ready to run but the
+    host ran something else (Linux's ``steal`` column). ``None`` where the file
+    cannot be read (not Linux).
+    """
+    try:
+        with open(stat) as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        raise ValueError(f"{stat}: expected a 'cpu' line with at least 8 counters, got {fields}")
+    ticks = [int(value) for value in fields[1:]]
+    # guest and guest_nice (the 9th and 10th counters) are already counted in user and nice
+    return ticks[7], sum(ticks[:8])
+
+
+def steal_fraction(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the CPU ticks between two :func:`cpu_times` readings that the host took.
+
+    ``None`` when either reading is unknown, or no tick passed between them.
+    """
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def write_report(path: Path | str, name: str, rows: list[dict[str, Any]], **extra: Any) -> Path:

@@ -22,7 +22,9 @@ its best step (far below its wall time when the rank waited or was
 descheduled), with its kernel part and minor page faults (memory the
 allocator returned and faulted in again: not priced by the planner). The
 claims: tau >= 0.8, memory within 15 %, step time within 30 %. On a shared
-machine the timings are noisy: the JSON keeps the load average of every row.
+machine the timings are noisy: the JSON keeps the load average of every row,
+and the share of the CPUs' time the host took while each round's steps ran
+(``steal``: other guests of a virtual machine), which the table prints in %.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from _report import write_report
+from _report import cpu_times, steal_fraction, write_report
 from torch import nn
 
 from sciml.distributed import spawn
@@ -137,15 +139,34 @@ def _sample(
     """One grid's prediction from its convolutions timed now, then its steps timed.
 
     Returns the estimate and the slowest rank's :func:`time_step` figures, with
-    the load average before and after the steps.
+    the load average before and after the steps and the share of the CPUs'
+    time the host took meanwhile (``steal_fraction``: on a virtual machine,
+    what other guests took; ``None`` off Linux).
     """
     est = estimate(graph, grid, profile, costs=measure_costs(graph, [grid]))
-    load_before = os.getloadavg()[0]
+    load_before, ticks = os.getloadavg()[0], cpu_times()
     timed = spawn(
         functools.partial(time_step, repeats=repeats), math.prod(grid), model, _mesh(grid), shape
     )
     slowest = max(timed, key=lambda r: r["seconds"])
-    return est, {**slowest, "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0]}
+    return est, {
+        **slowest,
+        "load_avg_before": load_before,
+        "load_avg_after": os.getloadavg()[0],
+        "steal_fraction": steal_fraction(ticks, cpu_times()),
+    }
+
+
+def _most(fractions: list[float | None]) -> float | None:
+    """The largest of ``fractions``, ``None`` when any is unknown (or there are none)."""
+    known = [f for f in fractions if f is not None]
+    return max(known) if known and len(known) == len(fractions) else None
+
+
+def _percent(fractions: list[float | None]) -> str:
+    """:func:`_most` in %, ``"?"`` when unknown."""
+    most = _most(fractions)
+    return "?" if most is None else f"{100 * most:.1f}"
 
 
 def _mesh(grid: Grid) -> dict[str, int]:
@@ -219,6 +240,8 @@ def run_case(
                 "predicted_memory_terms_bytes": est.memory,
                 "load_avg_before": slowest["load_avg_before"],
                 "load_avg_after": slowest["load_avg_after"],
+                "steal_fraction": slowest["steal_fraction"],
+                "steal_rounds": [t["steal_fraction"] for _, t in samples[grid]],
             }
         )
         row = rows[-1]
@@ -228,7 +251,7 @@ def run_case(
             f"{row['measured_cpu_s'] * 1e3:>8.1f} {row['time_ratio']:>6.2f} "
             f"{est.step_memory / 2**20:>8.1f} {peak / 2**20:>8.1f} "
             f"{row['memory_ratio']:>6.2f} {slowest['page_faults']:>7.0f} "
-            f"{slowest['load_avg_before']:>5.1f}",
+            f"{slowest['load_avg_before']:>5.1f} {_percent(row['steal_rounds']):>6}",
             flush=True,
         )
     return rows, profiles
@@ -270,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profile: {profile}")
     head = f"{'model':>9} {'shape':>14} {'grid':>14} {'pred ms':>9} {'meas ms':>9} {'cpu ms':>8}"
     head += f" {'ratio':>6}"
-    print(f"{head} {'pred MiB':>8} {'meas MiB':>8} {'ratio':>6} {'faults':>7} {'load':>5}")
+    head += f" {'pred MiB':>8} {'meas MiB':>8} {'ratio':>6} {'faults':>7} {'load':>5}"
+    print(f"{head} {'steal':>6}")
     rows: list[dict[str, Any]] = []
     summary = []
     profiles: dict[str, list[dict[str, Any]]] = {}
@@ -297,12 +321,14 @@ def main(argv: list[str] | None = None) -> int:
                     "of_them_misordered": wrong,
                     "worst_time_error": worst_time,
                     "worst_memory_error": worst_memory,
+                    "most_steal": _most([f for r in case for f in r["steal_rounds"]]),
                 }
             )
             print(
                 f"  {name} {size}^3: Kendall tau {tau:.2f} ({wrong} of {apart} pairs measured "
                 f"15% apart misordered), worst step-time error {worst_time:.0%}, worst memory "
-                f"error {worst_memory:.0%}"
+                f"error {worst_memory:.0%}, the host took at most "
+                f"{_percent([f for r in case for f in r['steal_rounds']])}% of the CPUs' time"
             )
     write_report(
         args.out,

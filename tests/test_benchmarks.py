@@ -78,3 +78,23 @@ def test_the_validation_keeps_each_grids_median_round(monkeypatch: pytest.Monkey
     assert median_sample([5.0], key=float) == 5.0
     with pytest.raises(ValueError, match="at least one sample"):
         median_sample([], key=float)
+
+
+def test_steal_is_the_share_of_ticks_the_host_took(tmp_path: Path) -> None:
+    report = _report_module()
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 40 0\ncpu0 50 0 25 400 5 0 2 18 20 0\n")
+    before = report.cpu_times(stat=stat)
+    assert before == (35, 1000)
+    stat.write_text("cpu  400 0 80 1300 10 0 5 105 300 0\n")
+    after = report.cpu_times(stat=stat)
+    assert report.steal_fraction(before, after) == pytest.approx(70 / 900, rel=1e-15)
+    assert report.steal_fraction(after, after) is None  # no tick passed
+    assert report.steal_fraction(None, after) is None
+    assert report.cpu_times(stat=tmp_path / "absent") is None
+    stat.write_text("intr 1 2 3\n")
+    with pytest.raises(ValueError, match="expected a 'cpu' line"):
+        report.cpu_times(stat=stat)
+    live = report.cpu_times()  # this machine's, where Linux has one
+    assert live is None or 0 <= live[0] <= live[1]
