@@ -312,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             wrong, apart = misordered(predicted, measured)
             worst_time = max(abs(r["time_ratio"] - 1) for r in case)
             worst_memory = max(abs(r["memory_ratio"] - 1) for r in case)
+            steals = [f for r in case for f in r["steal_rounds"]]
             summary.append(
                 {
                     "model": name,
@@ -321,14 +322,14 @@ def main(argv: list[str] | None = None) -> int:
                     "of_them_misordered": wrong,
                     "worst_time_error": worst_time,
                     "worst_memory_error": worst_memory,
-                    "most_steal": _most([f for r in case for f in r["steal_rounds"]]),
+                    "most_steal": _most(steals),
                 }
             )
             print(
                 f"  {name} {size}^3: Kendall tau {tau:.2f} ({wrong} of {apart} pairs measured "
                 f"15% apart misordered), worst step-time error {worst_time:.0%}, worst memory "
                 f"error {worst_memory:.0%}, the host took at most "
-                f"{_percent([f for r in case for f in r['steal_rounds']])}% of the CPUs' time"
+                f"{_percent(steals)}% of the CPUs' time"
             )
     write_report(
         args.out,
