@@ -11,13 +11,10 @@ import numbers
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from sciml import io_utils  # noqa: E402
+from sciml import io_utils
 
 __all__ = ["markdown_table", "save_figure"]
 
