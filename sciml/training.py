@@ -50,6 +50,7 @@ this docstring: the driver's steps read best in one place.)
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,9 @@ class _Trainer:
         s.optimizer.zero_grad(set_to_none=True)
         where = f"at step {state.global_step}"
         values = self.runner.backward(
-            parts, sizes, where=f"at epoch {state.epoch}, step {state.global_step}"
+            parts,
+            sizes,
+            where=f"at epoch {state.epoch}, step {state.global_step} of the run in {s.run_dir}",
         )
         scale = self.runner.scale()
         scaled = {name: value * scale for name, value in values.items()}
@@ -237,6 +240,7 @@ class _Trainer:
                 f"TrainConfig.monitor={s.monitor!r} is not among the epoch metrics that fit "
                 f"logs for this loss_fn: {sorted(metrics)}"
             )
+        self.check_finite(metrics)
         self.log.log(tagged("epoch", metrics), state.global_step)
         bytes_read = getattr(s.train_dataset, "bytes_read", None)
         figures = self.clock.figures(s.device, bytes_read)
@@ -256,6 +260,25 @@ class _Trainer:
         if improved:
             self.checkpoint(self.best_path)
         return s.config.patience is not None and state.bad_epochs >= s.config.patience
+
+    def check_finite(self, metrics: dict[str, float]) -> None:
+        """Refuse a non-finite validation loss or monitored metric before it is logged or kept.
+
+        ``nan`` compares false with everything: a run that went on would keep ``best.pt``
+        at the last finite epoch and never stop early.
+
+        Raises:
+            FloatingPointError: Naming the metric, the epoch (counted from 0, as the
+                training loss's error counts it) and the run folder.
+        """
+        s = self.s
+        for name in dict.fromkeys(["val_loss", s.monitor]):
+            value = metrics.get(name)
+            if value is not None and not math.isfinite(value):
+                raise FloatingPointError(
+                    f"{name} is {value} at epoch {self.state.epoch} of the run in {s.run_dir}; "
+                    "lower the learning rate or check the validation data"
+                )
 
     def checkpoint(self, path: Path) -> None:
         """Save the run on rank 0 (collective: every rank calls it)."""
@@ -371,6 +394,9 @@ def fit(
         RunDirError: If another process trains in ``run_dir``, or its checkpoint
             was written by a run with another configuration (see the module docstring).
         sciml.checkpoint.CheckpointError: If ``last.pt`` cannot be read.
+        FloatingPointError: If a training loss, the validation loss or the monitored
+            metric is not finite (naming the epoch and ``run_dir``); that epoch's end is
+            neither logged nor checkpointed, so ``best.pt`` never holds a non-finite one.
     """
     if preempt_after is not None and (
         isinstance(preempt_after, bool) or not isinstance(preempt_after, int) or preempt_after < 1

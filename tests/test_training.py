@@ -162,6 +162,40 @@ def test_non_finite_loss_is_reported(tmp_path: Path) -> None:
         )
 
 
+def test_a_non_finite_validation_loss_stops_the_run_with_its_epoch_and_folder(
+    tmp_path: Path,
+) -> None:
+    model, train, val = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    evaluations = {"n": 0}
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        loss = mse(model, batch)
+        if not model.training:  # validation: finite at epoch 0, nan from epoch 1 on
+            evaluations["n"] += 1
+            if evaluations["n"] > 2:  # 8 validation samples in 2 batches of 5 per epoch
+                return loss * float("nan")
+        return loss
+
+    run = tmp_path / "run"
+    with pytest.raises(FloatingPointError) as caught:
+        fit(
+            model,
+            optimizer,
+            train,
+            loss_fn,
+            run_dir=run,
+            config=TrainConfig(**CONFIG),
+            val_dataset=val,
+        )
+    assert f"val_loss is nan at epoch 1 of the run in {run}" in str(caught.value)
+    # the nan epoch is neither logged nor kept: best.pt is the finite epoch 0
+    logged = [row for row in _rows(run) if row["metric"] == "val_loss"]
+    assert [row["epoch"] for row in logged] == ["0"]
+    best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)["state"]
+    assert best["epoch"] == 1 and best["best"] == float(logged[0]["value"])
+
+
 def _train_ddp(run_dir: str) -> dict[str, torch.Tensor]:
     model, train, _ = make_problem()
     model[2].p = 0.0  # dropout draws differ between replicas; switch it off
