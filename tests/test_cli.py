@@ -72,11 +72,12 @@ def test_demo_spine_section_writes_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["demo", "--quick", "--only", "spine", "--out", str(tmp_path)]) == 0
-    report = (tmp_path / "report.md").read_text()
+    folder = tmp_path / "only-spine"
+    report = (folder / "report.md").read_text()
     assert "## Spine" in report and "validation RMSE" in report
-    assert (tmp_path / "spine_training.png").stat().st_size > 10_000
-    assert (tmp_path / "spine-quick" / "checkpoints" / "last.pt").exists()
-    assert str(tmp_path / "report.md") in capsys.readouterr().out
+    assert (folder / "spine_training.png").stat().st_size > 10_000
+    assert (folder / "spine-quick" / "checkpoints" / "last.pt").exists()
+    assert str(folder / "report.md") in capsys.readouterr().out
 
 
 def _train_steps(run_dir: Path) -> int:
@@ -88,7 +89,8 @@ def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) ->
     cmd = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "spine"]
     cmd += ["--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    run_dir = tmp_path / "spine-quick"
+    folder = tmp_path / "only-spine"
+    run_dir = folder / "spine-quick"
     deadline = time.monotonic() + 120
     while _train_steps(run_dir) < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -99,12 +101,12 @@ def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) ->
     checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     stopped_at = checkpoint["state"]["global_step"]
     assert 1 <= stopped_at < 8  # 2 epochs of 4 steps
-    report = (tmp_path / "report.md").read_text()
+    report = (folder / "report.md").read_text()
     assert "**Interrupted**" in report and "## Spine" not in report
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    report = (tmp_path / "report.md").read_text()
+    report = (folder / "report.md").read_text()
     assert "## Spine" in report and "Interrupted" not in report
     assert "optimiser steps: 8, status: completed" in report
     rows = (run_dir / "metrics.csv").read_text().splitlines()
@@ -215,3 +217,34 @@ def test_demo_section_failing_after_a_signal_counts_as_interrupted(
     monkeypatch.setattr(demos, "SECTIONS", {"spawning": "fake_spawning"})
     assert main(["demo", "--out", str(tmp_path)]) == EXIT_REQUEUE
     assert "**Interrupted**" in (tmp_path / "report.md").read_text()
+
+
+def test_demo_only_writes_its_own_report_and_keeps_the_full_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from sciml import demos
+
+    def section(title: str) -> Callable[..., str]:
+        def demo(outdir: Path, *, quick: bool) -> str:
+            (outdir / f"{title}.png").write_text(title)
+            return f"## {title}"
+
+        return demo
+
+    for name in ("first", "second"):
+        module = types.SimpleNamespace(demo=section(name))
+        monkeypatch.setitem(sys.modules, f"fake_{name}", module)
+    monkeypatch.setattr(demos, "SECTIONS", {"first": "fake_first", "second": "fake_second"})
+    full = demos.run_demo(tmp_path)
+    assert full == tmp_path / "report.md"
+    text = full.read_text()
+    assert "## first" in text and "## second" in text
+
+    partial = demos.run_demo(tmp_path, only=["second", "second"])
+    assert partial == tmp_path / "only-second" / "report.md"
+    assert "## second" in partial.read_text() and "## first" not in partial.read_text()
+    assert (tmp_path / "only-second" / "second.png").exists()
+    assert full.read_text() == text  # the full report and its figures stay as they were
+    assert demos.run_demo(tmp_path, only=["second", "first"]) == full

@@ -1,11 +1,12 @@
 """``sciml demo``: every workflow end to end on the bundled data, one report.
 
 Each section is a module of this package (``spine``, ``spatial``, ``weather``,
-``geo``) with ``demo(outdir: Path, *, quick: bool) -> str`` that writes its
+``geo``, ``volumes``) with ``demo(outdir: Path, *, quick: bool) -> str`` that writes its
 figures under ``outdir`` and returns the Markdown of its part of ``report.md``
 (figures linked by paths relative to ``outdir``; tables and figures through
 :mod:`sciml.demos.report`). The sections sit on top of the library: no
-library module imports them.
+library module imports them. ``sciml demo --only SECTION`` writes its report,
+figures and runs to a folder of its own (:func:`report_folder`).
 
 Preemption (SIGUSR1/SIGTERM, as Slurm sends them): :func:`run_demo` records
 the signal for the whole run, and :func:`sciml.training.fit` inside a section
@@ -37,7 +38,7 @@ from sciml.io_utils import atomic_write_text
 if TYPE_CHECKING:
     from sciml.training import TrainResult
 
-__all__ = ["SECTIONS", "DemoInterrupted", "run_demo", "stop_if_interrupted"]
+__all__ = ["SECTIONS", "DemoInterrupted", "report_folder", "run_demo", "stop_if_interrupted"]
 
 #: Section name -> module providing ``demo(outdir, *, quick)``.
 SECTIONS: dict[str, str] = {
@@ -77,20 +78,38 @@ def stop_if_interrupted(result: TrainResult, section: str) -> None:
 
 
 def _sections(only: Sequence[str] | None) -> list[str]:
-    names = list(SECTIONS) if not only else list(only)
+    names = list(SECTIONS) if not only else list(dict.fromkeys(only))
     unknown = [name for name in names if name not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown demo section(s) {unknown}; available: {sorted(SECTIONS)}")
     return names
 
 
+def report_folder(outdir: Path | str, only: Sequence[str] | None = None) -> Path:
+    """The folder :func:`run_demo` writes its report, figures and runs to.
+
+    Every section: ``outdir`` itself. Some sections: their own folder
+    ``outdir/only-<section>[-<section>...]``, so that a partial run never
+    overwrites the full run's report or the figures it links.
+
+    Raises:
+        ValueError: For an unknown section name.
+    """
+    names = _sections(only)
+    if set(names) == set(SECTIONS):
+        return Path(outdir)
+    return Path(outdir) / "only-{}".format("-".join(names))
+
+
 def run_demo(
     outdir: Path | str = "runs/demo", *, quick: bool = False, only: Sequence[str] | None = None
 ) -> Path:
-    """Run the demo sections and write ``outdir/report.md``.
+    """Run the demo sections and write ``report.md`` in :func:`report_folder`.
 
     Args:
-        outdir: Folder for the report and figures (created if needed).
+        outdir: Folder for the report and figures (created if needed); a run
+            of some sections only writes to its own subfolder
+            (:func:`report_folder`).
         quick: Smallest sizes, for smoke tests.
         only: Names of the sections to run (default: all of :data:`SECTIONS`).
 
@@ -103,7 +122,7 @@ def run_demo(
             checkpointed and the partial report was written.
     """
     names = _sections(only)
-    outdir = Path(outdir)
+    outdir = report_folder(outdir, names)
     outdir.mkdir(parents=True, exist_ok=True)
     report = outdir / "report.md"
     parts = ["# sciml demo report", ""]

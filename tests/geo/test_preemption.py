@@ -42,6 +42,7 @@ def _interrupt(command: list[str], run: Path, signum: int) -> subprocess.Complet
 def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "geo"]
     command += ["--out", str(tmp_path)]
+    tmp_path = tmp_path / "only-geo"  # a partial demo writes to a folder of its own
     run = tmp_path / "geo" / "runs-quick" / "masked"
     stopped = _interrupt(command, run, signal.SIGUSR1)
     assert stopped.returncode == EXIT_REQUEUE, stopped.stderr
