@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.halo import add_into, halo_finish, halo_start
 from sciml.spatial_parallel.halo_plan import HaloPlan
 from sciml.spatial_parallel.layers.base import autocast_dtype
+from sciml.spatial_parallel.layers.kernel import ConvGeometry, convolution
 from sciml.spatial_parallel.layers.window import WindowLayer
 from sciml.spatial_parallel.overlap import additive_overlap
 from sciml.spatial_parallel.partition import Boundary, Window, same_padding
@@ -49,8 +49,23 @@ class SpatialConv3d(WindowLayer, nn.Conv3d):
     def _boundary(self) -> Boundary:
         return _BOUNDARIES[self.padding_mode]
 
+    def _geometry(self, padding: tuple[int, int, int]) -> ConvGeometry:
+        return ConvGeometry(
+            tuple(self.weight.shape),
+            self.stride,  # type: ignore[arg-type]
+            padding,
+            self.dilation,  # type: ignore[arg-type]
+            self.groups,
+        )
+
+    def _conv(
+        self, x: torch.Tensor, bias: torch.Tensor | None, padding: tuple[int, int, int]
+    ) -> torch.Tensor:
+        """The local convolution, on the CPU kernel the unsplit layer gets (:mod:`.kernel`)."""
+        return convolution(x, self.weight, bias, self._geometry(padding), unsplit=self._unsplit)
+
     def _op(self, x: torch.Tensor, padding: tuple[int, int, int]) -> torch.Tensor:
-        return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+        return self._conv(x, self.bias, padding)
 
     def _additive(self, halo: HaloPlan) -> bool:
         """Whether the convolution is additive in the halos.
@@ -87,16 +102,13 @@ class SpatialConv3d(WindowLayer, nn.Conv3d):
         windows = self._windows()
         padding = tuple(windows[k].pad_lo if k + 2 in halo.axes else native[k] for k in range(3))
         alias, token, exchange = halo_start(x, halo)
-        out = F.conv3d(alias, self.weight, self.bias, 1, padding, self.dilation, self.groups)
+        out = self._conv(alias, self.bias, padding)  # type: ignore[arg-type]
         geometry = additive_overlap([windows[a - 2] for a in halo.axes], halo.plans, halo.coords)
         inputs = halo_finish(token, exchange, list(geometry.shell_inputs), halo_only=True)
         if not inputs:
             return out
         halo_padding = native_only(native, halo.axes)
-        corrections = [
-            F.conv3d(inp, self.weight, None, 1, halo_padding, self.dilation, self.groups)
-            for inp in inputs
-        ]
+        corrections = [self._conv(inp, None, halo_padding) for inp in inputs]
         return add_into(out, halo.axes, list(geometry.shells), corrections)
 
     def _channels(self, x: torch.Tensor) -> int:

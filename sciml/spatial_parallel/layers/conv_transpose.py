@@ -9,6 +9,7 @@ from torch import nn
 from sciml.spatial_parallel.halo import halo_extend
 from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
 from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.layers.kernel import ConvGeometry, convolution
 from sciml.spatial_parallel.partition import DIM_NAMES, TransposeWindow, block_bounds, plan_dim
 
 
@@ -60,7 +61,8 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
         if output_size is not None:
             raise ValueError(f"{self._label()}: output_size= is not supported on a split volume")
         self._check_input(x)
-        halo = self._plan(self._global_shape(x))
+        shape = self._global_shape(x)
+        halo = self._plan(shape)
         padding = [int(p) for p in self.padding]
         output_padding = [int(p) for p in self.output_padding]
         for axis in halo.axes:
@@ -76,16 +78,18 @@ class SpatialConvTranspose3d(SpatialLayer, nn.ConvTranspose3d):
         if 0 in x_ext.shape[2:]:
             y = x_ext.sum() + x_ext.new_zeros(out_shape)  # keeps the exchange in the graph
         else:
-            y = F.conv_transpose3d(
-                x_ext,
-                self.weight,
-                None,
-                self.stride,
-                padding,
-                output_padding,
+            geometry = ConvGeometry(
+                tuple(self.weight.shape),
+                self.stride,  # type: ignore[arg-type]
+                tuple(padding),  # type: ignore[arg-type]
+                self.dilation,  # type: ignore[arg-type]
                 self.groups,
-                self.dilation,
+                transposed=True,
+                output_padding=tuple(output_padding),  # type: ignore[arg-type]
             )
+            # on the CPU kernel the unsplit layer gets
+            unsplit = (x.shape[0], x.shape[1], *shape)
+            y = convolution(x_ext, self.weight, None, geometry, unsplit=unsplit)
             for axis, plan, coord in zip(halo.axes, halo.plans, halo.coords, strict=True):
                 window = self._window(axis - 2)
                 origin = plan.needs[coord][0] * window.stride - window.padding

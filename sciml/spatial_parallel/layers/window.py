@@ -91,7 +91,10 @@ class WindowLayer(SpatialLayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to this rank's block, exchanging the halos it reads."""
         self._check_input(x)
-        halo, native = self._plan(self._global_shape(x))
+        shape = self._global_shape(x)
+        #: This call's input as the unsplit layer would see it (the kernel it would get).
+        self._unsplit = (x.shape[0], x.shape[1], *shape)
+        halo, native = self._plan(shape)
         plans = dict(zip(halo.axes, halo.plans, strict=True))
         if not halo.axes:
             return self._op(x, native)

@@ -1,0 +1,208 @@
+"""The CPU convolution kernel a block gets, and a layout that gives it the unsplit layer's.
+
+PyTorch's CPU convolution runs on oneDNN only where a heuristic on the input
+shape holds (``use_mkldnn`` in ``aten/src/ATen/native/Convolution.cpp``): in
+float32, a batch-1 input with ``groups == 1`` and a kernel of at most 3 along
+one of its last two dims needs ``N * C * D * H > 20480``, ``W`` ignored;
+otherwise it falls back to the native ``vol2col`` kernel (``Slow3d``), about ten
+times slower per voxel. A split block, thinner than the whole tensor, can fall
+below the threshold where the unsplit layer did not. A permutation of the
+three spatial axes, applied alike to the input, the weight and the
+geometry, is the same convolution; :func:`fast_layout` picks one under which
+the block gets the unsplit layer's kernel, and :func:`convolution` applies it.
+CUDA tensors, float64 (never oneDNN) and bfloat16 (always oneDNN where the CPU
+supports it) keep their layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sciml.spatial_parallel.layers.base import autocast_dtype
+
+Triple = tuple[int, int, int]
+#: Spatial axes in their own order.
+IDENTITY: Triple = (0, 1, 2)
+_NAMES = {int(value): name for name, value in torch._C._ConvBackend.__members__.items()}
+# PyTorch's Python enum leaves MkldnnTranspose, declared right after Mkldnn, unnamed
+_NAMES.setdefault(int(torch._C._ConvBackend.Mkldnn) + 1, "MkldnnTranspose")
+#: The names :func:`cpu_backend` gives oneDNN's convolutions.
+ONEDNN = frozenset({"Mkldnn", "MkldnnTranspose"})
+#: What :func:`cpu_backend` answers for a shape the convolution rejects (a kernel
+#: larger than the padded input).
+INVALID = "Invalid"
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A 3D convolution's parameters, as ``torch.nn.functional`` takes them.
+
+    ``weight`` is the weight's shape: ``(out, in / groups, kD, kH, kW)``, or
+    ``(in, out / groups, kD, kH, kW)`` when ``transposed``.
+    """
+
+    weight: tuple[int, ...]
+    stride: Triple
+    padding: Triple
+    dilation: Triple
+    groups: int
+    transposed: bool = False
+    output_padding: Triple = (0, 0, 0)
+
+    def permuted(self, perm: Triple) -> ConvGeometry:
+        """The same convolution with its spatial axes in the order ``perm``."""
+
+        def move(values: Triple) -> Triple:
+            return (values[perm[0]], values[perm[1]], values[perm[2]])
+
+        return ConvGeometry(
+            weight=(*self.weight[:2], *move(self.weight[2:])),  # type: ignore[arg-type]
+            stride=move(self.stride),
+            padding=move(self.padding),
+            dilation=move(self.dilation),
+            groups=self.groups,
+            transposed=self.transposed,
+            output_padding=move(self.output_padding),
+        )
+
+
+def _dims(perm: Triple) -> tuple[int, int, int, int, int]:
+    """The tensor dims that put the spatial axes in the order ``perm``."""
+    return (0, 1, perm[0] + 2, perm[1] + 2, perm[2] + 2)
+
+
+def _inverse(perm: Triple) -> Triple:
+    inverse = [0, 0, 0]
+    for position, axis in enumerate(perm):
+        inverse[axis] = position
+    return (inverse[0], inverse[1], inverse[2])
+
+
+@functools.lru_cache(maxsize=1024)
+def _select(
+    shape: tuple[int, ...], dtype: torch.dtype, geometry: ConvGeometry, threads: int, onednn: bool
+) -> str:
+    # zero-stride stand-ins: the selector reads only shapes, dtypes and the device
+    x = torch.empty((), dtype=dtype).expand(shape)
+    weight = torch.empty((), dtype=dtype).expand(geometry.weight)
+    try:
+        backend = torch._C._select_conv_backend(
+            x,
+            weight,
+            None,
+            list(geometry.stride),
+            list(geometry.padding),
+            list(geometry.dilation),
+            geometry.transposed,
+            list(geometry.output_padding),
+            geometry.groups,
+            None,
+        )
+    except RuntimeError:  # a shape the convolution itself rejects, with its own message
+        return INVALID
+    return _NAMES.get(int(backend), str(backend))
+
+
+def cpu_backend(shape: Sequence[int], dtype: torch.dtype, geometry: ConvGeometry) -> str:
+    """The kernel PyTorch's CPU convolution runs on an input of ``shape`` (``"Slow3d"``...).
+
+    Asks PyTorch's own selector, under this process's intra-op threads and
+    ``torch.backends.mkldnn`` setting (both enter the choice); :data:`INVALID`
+    where the convolution would raise.
+    """
+    return _select(
+        tuple(int(s) for s in shape),
+        dtype,
+        geometry,
+        torch.get_num_threads(),
+        bool(torch.backends.mkldnn.enabled),
+    )
+
+
+def fast_layout(
+    block: Sequence[int], unsplit: Sequence[int], dtype: torch.dtype, geometry: ConvGeometry
+) -> Triple:
+    """The order of the spatial axes in which ``block`` gets the kernel ``unsplit`` would.
+
+    ``block`` is the input a rank convolves (with its halos), ``unsplit`` the
+    layer's whole input on one device. Only a move onto oneDNN is made; the
+    identity when the block already gets the unsplit layer's kernel, when that
+    is not oneDNN, or when no order reaches it. Among the orders that reach it,
+    the one with the largest ``D * H`` (the heuristic's factor), ties in the
+    block's own order.
+    """
+    own = cpu_backend(block, dtype, geometry)
+    if own in ONEDNN or cpu_backend(unsplit, dtype, geometry) not in ONEDNN:
+        return IDENTITY
+    orders = sorted(
+        itertools.permutations(range(3)), key=lambda p: -block[p[0] + 2] * block[p[1] + 2]
+    )
+    for perm in orders:
+        moved = tuple(block[d] for d in _dims(perm))  # type: ignore[arg-type]
+        if cpu_backend(moved, dtype, geometry.permuted(perm)) in ONEDNN:  # type: ignore[arg-type]
+            return perm  # type: ignore[return-value]
+    return IDENTITY
+
+
+def _call(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geometry: ConvGeometry
+) -> torch.Tensor:
+    if geometry.transposed:
+        return F.conv_transpose3d(
+            x,
+            weight,
+            bias,
+            geometry.stride,
+            geometry.padding,
+            geometry.output_padding,
+            geometry.groups,
+            geometry.dilation,
+        )
+    return F.conv3d(
+        x, weight, bias, geometry.stride, geometry.padding, geometry.dilation, geometry.groups
+    )
+
+
+def permuted_convolution(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    geometry: ConvGeometry,
+    perm: Triple,
+) -> torch.Tensor:
+    """The convolution of ``x``, computed with the spatial axes in the order ``perm``.
+
+    The result is in ``x``'s own order (a permuted view), with autograd
+    through both permutations.
+    """
+    if perm == IDENTITY:
+        return _call(x, weight, bias, geometry)
+    dims = _dims(perm)
+    y = _call(x.permute(dims), weight.permute(dims), bias, geometry.permuted(perm))
+    return y.permute(_dims(_inverse(perm)))
+
+
+def convolution(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    geometry: ConvGeometry,
+    *,
+    unsplit: Sequence[int],
+) -> torch.Tensor:
+    """``x``'s convolution on the kernel the unsplit input (shape ``unsplit``) would get.
+
+    On the CPU, in the layout of :func:`fast_layout` (under ``torch.autocast``,
+    for the dtype it computes in); elsewhere as given.
+    """
+    if x.device.type != "cpu":
+        return _call(x, weight, bias, geometry)
+    dtype = autocast_dtype(x) or x.dtype
+    perm = fast_layout(tuple(x.shape), tuple(unsplit), dtype, geometry)
+    return permuted_convolution(x, weight, bias, geometry, perm)
