@@ -3,7 +3,10 @@
 A volume file holds a variable ``(sample, channel, z, y, x)`` (chunked so
 that a rank's block is a few whole chunks) and a target: a vector per sample
 ``(sample, k)`` (CosmoFlow's parameters) or a label volume
-``(sample, z, y, x)`` (a segmentation). For a spatial mesh,
+``(sample, z, y, x)`` (a segmentation). Dimensions are found by name, in any
+order, under the names of :data:`DIM_NAMES` (channels last as other CosmoFlow
+data sets, ``x, y, z``, ``n``/``batch``, ``c``/``channels``, ...), and read
+as ``(sample, channel, z, y, x)``; each rank still reads only its block. For a spatial mesh,
 :class:`ShardedVolumes` gives sample ``i`` as *this rank's block* of the
 volume (widened by ``halo`` voxels where asked, clipped at the edges) and
 the target (the whole vector, or the label block)::
@@ -21,7 +24,10 @@ Prefetch, as HDMLP/NoPFS do: the order of every epoch follows from the seed
 (``TrainConfig.num_workers``, persistent across epochs) read the blocks of
 the next batches in that order, at most two batches per worker ahead.
 
-Reading: the file is opened lazily in each process (and reopened after a
+Reading: a Zarr store's chunk inventory is checked when it is opened, and
+each chunk's checksum as it is read (:mod:`sciml.xrstore`): a missing or
+damaged chunk is an error naming the store, the array and the chunk, never
+zeros. The file is opened lazily in each process (and reopened after a
 ``fork``), without Dask, so a ``DataLoader`` worker never inherits a thread
 pool or a file handle from its parent. Zarr stores are read through a store
 that counts the bytes it fetches (:attr:`ShardedVolumes.bytes_read`, summed
@@ -34,6 +40,7 @@ them in the run folder.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -49,11 +56,23 @@ from sciml.distributed import all_reduce_cpu, check_replica, world
 from sciml.spatial_parallel.partition import block_bounds
 from sciml.xrchannels import NormStats
 from sciml.xrdata import open_dataset
+from sciml.xrstore import StoreError, StoreInventory, check_store
 
 if TYPE_CHECKING:
     from sciml.spatial_parallel.mesh import SpatialMesh
 
-__all__ = ["ShardedVolumes", "block_slices", "block_stats", "run_stats"]
+__all__ = ["DIM_NAMES", "ShardedVolumes", "block_slices", "block_stats", "run_stats"]
+
+#: The names a store may give each dimension (compared in lower case), by the one it is read as.
+DIM_NAMES = {
+    "sample": ("sample", "samples", "n", "batch", "index"),
+    "channel": ("channel", "channels", "c", "redshift", "redshifts"),
+    "z": ("z", "depth", "d"),
+    "y": ("y", "height", "h"),
+    "x": ("x", "width", "w"),
+}
+#: A volume's dimensions as it is read.
+VOLUME_DIMS = tuple(DIM_NAMES)
 
 #: Transforms applied on read, named by a volume's ``transform`` attribute.
 TRANSFORMS = ("log1p",)
@@ -91,18 +110,47 @@ def block_slices(
     return tuple(slices)
 
 
-def _zarr_counted(path: Path, count: Callable[[int], None]) -> Any:
-    """A Zarr store at ``path`` that passes the bytes of every read to ``count``."""
+def _dims_by_name(dims: Sequence[Any], wanted: Sequence[str], *, what: str) -> dict[str, str]:
+    """The store's name of each of the ``wanted`` dims, found by :data:`DIM_NAMES`.
+
+    Args:
+        dims: The dims of a variable in the store, in its order.
+        wanted: The dims it must have, in the order they are read.
+        what: The variable and the file, for the error message.
+
+    Raises:
+        ValueError: If a wanted dim is not there, is there twice (under two of
+            its names), or the variable has other dims; naming the dims found
+            and the ones expected.
+    """
+    found: dict[str, list[str]] = {name: [] for name in wanted}
+    others: list[str] = []
+    for dim in map(str, dims):
+        role = next((r for r in wanted if dim.lower() in DIM_NAMES[r]), None)
+        (found[role] if role is not None else others).append(dim)
+    if others or any(len(names) != 1 for names in found.values()):
+        names = "; ".join(f"{role}: {', '.join(DIM_NAMES[role])}" for role in wanted)
+        raise ValueError(
+            f"{what} has dims {tuple(map(str, dims))}, expected ({', '.join(wanted)}) in any "
+            f"order, each under one of its names ({names})"
+        )
+    return {role: names[0] for role, names in found.items()}
+
+
+def _zarr_counted(path: Path, count: Callable[[int], None], inventory: StoreInventory) -> Any:
+    """A Zarr store at ``path`` that counts the bytes of every read and checks whole chunks."""
     from zarr.storage import LocalStore, WrapperStore
 
-    class CountingStore(WrapperStore[LocalStore]):
+    class CheckedStore(WrapperStore[LocalStore]):
         async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
             buffer = await super().get(key, prototype, byte_range)
             if buffer is not None:
                 count(len(buffer))
+                if byte_range is None:
+                    inventory.verify(key, buffer.as_numpy_array())
             return buffer
 
-    return CountingStore(LocalStore(path, read_only=True))
+    return CheckedStore(LocalStore(path, read_only=True))
 
 
 class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -151,6 +199,8 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         # they start (fork or spawn: a shared-memory tensor pickles by handle)
         self._counts = torch.zeros(COUNTER_SLOTS, dtype=torch.int64).share_memory_()
         self._opened: tuple[int, xr.Dataset] | None = None
+        # every chunk there, with its size, before any value is read
+        self.inventory = check_store(self.path) if self.path.is_dir() else None
         self._check_layout(self._dataset())
 
     def _check_layout(self, ds: xr.Dataset) -> None:
@@ -161,40 +211,49 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
                     f"no variable {name!r} {where}; it has {sorted(map(str, ds.data_vars))}"
                 )
         volume, target = ds[self.variable], ds[self.target]
-        if volume.ndim != 5:
-            raise ValueError(
-                f"{self.variable!r} {where} must be (sample, channel, z, y, x), got dims "
-                f"{volume.dims}"
-            )
-        self.sample_dim, self.spatial_dims = volume.dims[0], volume.dims[2:]
-        depth, height, width = (int(s) for s in volume.shape[2:])
+        #: The store's name of each dim of the volume, in the order it is read.
+        self.dims = _dims_by_name(volume.dims, VOLUME_DIMS, what=f"{self.variable!r} {where}")
+        self.sample_dim = self.dims["sample"]
+        self.spatial_dims = tuple(self.dims[d] for d in ("z", "y", "x"))
+        depth, height, width = (int(volume.sizes[d]) for d in self.spatial_dims)
         self.shape = (depth, height, width)
-        if target.dims[0] != self.sample_dim or target.shape[0] != volume.shape[0]:
+        #: The volume's dtype in the file (before the transform).
+        self.file_dtype = str(volume.dtype)
+        samples = int(volume.sizes[self.sample_dim])
+        if self.sample_dim not in target.dims or target.sizes[self.sample_dim] != samples:
             raise ValueError(
-                f"target {self.target!r} {where} has dims {dict(target.sizes)}; its first dim "
-                f"must be the {volume.shape[0]} samples of {self.sample_dim!r}"
+                f"target {self.target!r} {where} has dims {dict(target.sizes)}; one of them "
+                f"must be the {samples} samples of {self.sample_dim!r}"
             )
         self.split_target = target.ndim == 4
-        #: A target's shape without the sample dim (``(k,)`` or the whole label volume).
-        self.target_shape = tuple(int(n) for n in target.shape[1:])
-        if self.split_target and target.dims[1:] != self.spatial_dims:
-            raise ValueError(
-                f"label target {self.target!r} {where} has spatial dims {target.dims[1:]}, "
-                f"expected those of {self.variable!r}: {self.spatial_dims}"
+        if self.split_target:
+            label = (self.sample_dim, *self.spatial_dims)
+            if set(target.dims) != set(label):
+                raise ValueError(
+                    f"label target {self.target!r} {where} has dims {target.dims}, expected "
+                    f"those of {self.variable!r} in any order: {label}"
+                )
+            self.target_dims = label
+        elif target.ndim == 2:
+            self.target_dims = (
+                self.sample_dim,
+                *(str(d) for d in target.dims if d != self.sample_dim),
             )
-        if not self.split_target and target.ndim != 2:
+        else:
             raise ValueError(
                 f"target {self.target!r} {where} must be (sample, k) or (sample, z, y, x), "
                 f"got dims {target.dims}"
             )
+        #: A target's shape without the sample dim (``(k,)`` or the whole label volume).
+        self.target_shape = tuple(int(target.sizes[d]) for d in self.target_dims[1:])
         small = [
             d for d, n, p in zip(self.spatial_dims, self.shape, self.grid, strict=True) if n < p
         ]
         if small:
             sizes = dict(zip(self.spatial_dims, self.shape, strict=True))
             raise ValueError(
-                f"{self.variable!r} {where} has {sizes} voxels, fewer than the mesh's "
-                f"{self.grid} blocks along {small}"
+                f"{self.variable!r} {where} has {sizes} voxels, fewer than the blocks of the "
+                f"mesh's (depth, height, width) grid {self.grid} along {small}"
             )
         self.transform = volume.attrs.get("transform")
         if self.transform is not None and self.transform not in TRANSFORMS:
@@ -202,7 +261,7 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
                 f"{self.variable!r} {where} asks for transform {self.transform!r}; "
                 f"known: {TRANSFORMS}"
             )
-        self.length = int(volume.shape[0])
+        self.length = samples
         self.set_stats(self.stats)
 
     def set_stats(self, stats: NormStats | None) -> None:
@@ -221,10 +280,10 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def channels(self, ds: xr.Dataset | None = None) -> tuple[str, ...]:
         """Channel names: the channel coordinate's values, else ``<variable>[<i>]``."""
         volume = (ds if ds is not None else self._dataset())[self.variable]
-        dim = volume.dims[1]
+        dim = self.dims["channel"]
         if dim in volume.coords:
             return tuple(str(v) for v in volume[dim].values)
-        return tuple(f"{self.variable}[{i}]" for i in range(volume.shape[1]))
+        return tuple(f"{self.variable}[{i}]" for i in range(volume.sizes[dim]))
 
     @property
     def bytes_read(self) -> int:
@@ -245,8 +304,8 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def _dataset(self) -> xr.Dataset:
         """The file, opened once per process (no Dask: lazily indexed arrays)."""
         if self._opened is None or self._opened[0] != os.getpid():
-            if self.path.is_dir():
-                store = _zarr_counted(self.path, self._count)
+            if self.inventory is not None:
+                store = _zarr_counted(self.path, self._count, self.inventory)
                 ds = xr.open_zarr(store, chunks=None)
             else:
                 ds = open_dataset(self.path, chunks=None)
@@ -268,17 +327,52 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     def read_volume(self, index: int) -> np.ndarray:
         """This rank's block of volume ``index`` ``(C, d, h, w)``, transformed, as float64."""
-        raw = self._read(self.variable, (index, slice(None), *self.block()))
+        dims = tuple(self.dims[d] for d in VOLUME_DIMS)
+        raw = self._read(
+            self.variable, dict(zip(dims, (index, slice(None), *self.block()), strict=True))
+        )
         values = raw.astype(np.float64)
         if self.transform == "log1p":
             values = np.log1p(values)
         return values
 
-    def _read(self, name: str, key: tuple[int | slice, ...]) -> np.ndarray:
-        values = np.asarray(self._dataset()[name].variable[key].values)
-        if not self.path.is_dir():
+    def _read(self, name: str, key: dict[str, int | slice]) -> np.ndarray:
+        """``name`` at ``key`` (by the store's dim names), its dims in ``key``'s order."""
+        variable = self._dataset()[name].variable
+        order = [d for d, k in key.items() if not isinstance(k, int)]
+        try:
+            values = np.asarray(variable.isel(key).transpose(*order).values)
+        except StoreError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a chunk that does not decode, named
+            raise StoreError(
+                f"{self._bad_chunk(name, key)} cannot be read: {type(err).__name__}: {err}"
+            ) from err
+        if self.inventory is None:
             self._count(values.nbytes)
         return values
+
+    def _bad_chunk(self, name: str, key: dict[str, int | slice]) -> str:
+        """The file, array and (Zarr) first chunk of ``name`` at ``key`` that fails to read."""
+        variable = self._dataset()[name].variable
+        chunks = variable.encoding.get("chunks")
+        if self.inventory is None or chunks is None:
+            return f"{self.path}: variable {name!r}"
+        ranges = []
+        for dim, size, edge in zip(variable.dims, variable.shape, chunks, strict=True):
+            part = key.get(str(dim), slice(None))
+            lo, hi, _ = (part, part + 1, 1) if isinstance(part, int) else part.indices(size)
+            ranges.append(range(lo // edge, (hi - 1) // edge + 1))
+        for index in itertools.product(*ranges):
+            region = {
+                d: slice(i * edge, (i + 1) * edge)
+                for d, i, edge in zip(variable.dims, index, chunks, strict=True)
+            }
+            try:
+                variable.isel(region).load()
+            except Exception:  # noqa: BLE001 - the first chunk that fails is the one named
+                return f"{self.path}: array {name!r}, chunk {index}"
+        return f"{self.path}: variable {name!r}"
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's block of volume ``index`` and its target."""
@@ -294,9 +388,12 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
             values = (values - mean) / std
         volume = _as_tensor(values, self.dtype)
         if self.split_target:
-            label = self._read(self.target, (index, *self.block(halo=0)))
-            return volume, torch.from_numpy(label.astype(np.int64))
-        vector = self._read(self.target, (index, slice(None)))
+            key: dict[str, int | slice] = dict(
+                zip(self.target_dims, (index, *self.block(halo=0)), strict=True)
+            )
+            return volume, torch.from_numpy(self._read(self.target, key).astype(np.int64))
+        key = dict(zip(self.target_dims, (index, slice(None)), strict=True))
+        vector = self._read(self.target, key)
         return volume, _as_tensor(vector.astype(np.float64), self.dtype)
 
     def block_sums(self, indices: Sequence[int]) -> np.ndarray:

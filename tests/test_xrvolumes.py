@@ -170,13 +170,18 @@ def test_run_stats_are_computed_once_and_cached(cosmo: Path, seg: Path, tmp_path
 def test_bad_inputs_name_what_is_wrong(cosmo: Path, seg: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no variable 'density'"):
         ShardedVolumes(cosmo, variable="density")
-    with pytest.raises(ValueError, match="'params' .* must be \\(sample, channel, z, y, x\\)"):
+    with pytest.raises(
+        ValueError,
+        match="'params' .* has dims \\('sample', 'param'\\), expected \\(sample, channel, z, y, x",
+    ):
         ShardedVolumes(cosmo, variable="params")
-    with pytest.raises(ValueError, match="first dim must be the 3 samples of 'sample'"):
+    with pytest.raises(ValueError, match="one of them must be the 3 samples of 'sample'"):
         ShardedVolumes(cosmo, target="channel")
     with pytest.raises(ValueError, match="halo must be an integer >= 0"):
         ShardedVolumes(cosmo, halo=-1)
-    with pytest.raises(ValueError, match="fewer than the mesh's \\(32, 1, 1\\) blocks along"):
+    with pytest.raises(
+        ValueError, match="fewer than the blocks of the mesh's .* grid \\(32, 1, 1\\) along"
+    ):
         ShardedVolumes(cosmo, mesh=_mesh((32, 1, 1), (0, 0, 0)))
     with pytest.raises(ValueError, match="statistics are for channels \\('a',\\)"):
         ShardedVolumes(cosmo, stats=NormStats(("a",), (0.0,), (1.0,)))
@@ -197,3 +202,79 @@ def test_bad_inputs_name_what_is_wrong(cosmo: Path, seg: Path, tmp_path: Path) -
         data[3]
     with pytest.raises(TypeError, match="sample index must be an integer"):
         data[1.0]  # type: ignore[index]
+
+
+# Layouts of other data sets, as their own tools write them: (volume dims, label dims).
+LAYOUTS = {
+    "channels last": (("sample", "z", "y", "x", "channel"), ("sample", "z", "y", "x")),
+    "n c x y z": (("n", "c", "x", "y", "z"), ("n", "x", "y", "z")),
+    "batch x y z channels": (("batch", "x", "y", "z", "channels"), ("batch", "z", "x", "y")),
+}
+_RENAMES = {
+    "n": {"sample": "n", "channel": "c"},
+    "batch": {"sample": "batch", "channel": "channels"},
+}
+
+
+def _relaid(
+    seg: Path, path: Path, volume_dims: tuple[str, ...], label_dims: tuple[str, ...]
+) -> Path:
+    """``seg`` written by plain xarray with its dims renamed and reordered (4-voxel chunks)."""
+    ds = xr.open_zarr(seg).load().drop_encoding().rename(_RENAMES.get(volume_dims[0], {}))
+    ds["volume"] = ds["volume"].transpose(*volume_dims)
+    ds["label"] = ds["label"].transpose(*label_dims)
+    chunks = {volume_dims[0]: 1, "z": 4, "y": 4, "x": 4}
+    encoding = {
+        name: {
+            "chunks": tuple(chunks.get(d, ds.sizes[d]) for d in ds[name].dims),
+            "compressors": None,
+        }
+        for name in ("volume", "label")
+    }
+    ds.to_zarr(path, encoding=encoding, write_empty_chunks=True)
+    return path
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_store_laid_out_another_way_is_read_by_dim_name(
+    seg: Path, tmp_path: Path, layout: str
+) -> None:
+    # Before: the dims were taken by position, so channels last trained on (x, channel) as
+    # (z, y, x) and x, y, z order on transposed volumes, without a word.
+    other = _relaid(seg, tmp_path / "other.zarr", *LAYOUTS[layout])
+    for mesh in _meshes((2, 1, 2)):
+        canonical = ShardedVolumes(seg, mesh=mesh, target="label", halo=1)
+        relaid = ShardedVolumes(other, mesh=mesh, target="label", halo=1)
+        assert relaid.shape == canonical.shape and relaid.channels() == canonical.channels()
+        before = canonical.bytes_read, relaid.bytes_read
+        for i in range(len(canonical)):
+            for got, want in zip(relaid[i], canonical[i], strict=True):
+                assert torch.equal(got, want), (layout, mesh.spatial_coords, i)
+        # each rank reads its block only: the same chunks' bytes as in the canonical layout
+        assert relaid.bytes_read - before[1] == canonical.bytes_read - before[0]
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            ("sample", "channel", "dim_2", "dim_3", "dim_4"),
+            "'volume' in .* has dims \\('sample', 'channel', 'dim_2', 'dim_3', 'dim_4'\\), "
+            "expected \\(sample, channel, z, y, x\\) in any order",
+        ),
+        (
+            ("sample", "c", "channel", "y", "x"),
+            "has dims \\('sample', 'c', 'channel', 'y', 'x'\\), expected \\(sample, channel, "
+            "z, y, x\\) in any order, each under one of its names \\(sample: sample, samples",
+        ),
+    ],
+)
+def test_a_store_whose_dims_are_not_known_by_name_is_refused(
+    tmp_path: Path, dims: tuple[str, ...], message: str
+) -> None:
+    # Before: any 5-D variable was read by position.
+    values = np.zeros((2, 1, 4, 4, 4), dtype=np.float32)
+    ds = xr.Dataset({"volume": (dims, values), "params": (("sample", "k"), np.zeros((2, 3)))})
+    ds.to_zarr(tmp_path / "unnamed.zarr")
+    with pytest.raises(ValueError, match=message):
+        ShardedVolumes(tmp_path / "unnamed.zarr")

@@ -17,6 +17,8 @@ rest).
 
 Both write an uncompressed Zarr (v2, consolidated) store chunked as
 ``(1, C, chunks, chunks, chunks)`` (so a rank's block is read as whole chunks),
+every chunk written (empty ones too) and inventoried in the store's manifest
+(:func:`sciml.xrstore.write_manifest`, checked when the store is opened),
 atomically (a temporary name, then a rename). Sample ``i`` depends only on ``(seed, i)``.
 """
 
@@ -31,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
+from sciml.xrstore import write_manifest
 
 __all__ = ["PARAMS", "RANGES", "gaussian_field", "write_cosmology", "write_segmentation"]
 
@@ -105,7 +109,15 @@ def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        ds.to_zarr(partial, mode="w", encoding=encoding, consolidated=True, zarr_format=2)
+        ds.to_zarr(
+            partial,
+            mode="w",
+            encoding=encoding,
+            consolidated=True,
+            zarr_format=2,
+            write_empty_chunks=True,
+        )
+        write_manifest(partial)
         os.rename(partial, path)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
