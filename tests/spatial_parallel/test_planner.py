@@ -81,7 +81,7 @@ def test_recommend_traces_any_module() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("80GiB", 80 * 2**30), ("40GB", 40e9), ("512 MiB", 512 * 2**20), ("1.5tb", 1.5e12)],
+    [("80GiB", 80 * 2**30), ("40GB", 40e9), ("512 MiB", 512 * 2**20), ("1.5tB", 1.5e12)],
 )
 def test_parse_memory(text: str, expected: float) -> None:
     assert parse_memory(text) == expected
@@ -90,6 +90,12 @@ def test_parse_memory(text: str, expected: float) -> None:
 @pytest.mark.parametrize("text", ["80", "-1GiB", "0GB", "nanGB", "80 parsecs", "", "1e400GB"])
 def test_parse_memory_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="memory must be"):
+        parse_memory(text)
+
+
+@pytest.mark.parametrize("text", ["80Gb", "1.5tb", "512 Mib", "8b"])
+def test_parse_memory_refuses_bits(text: str) -> None:
+    with pytest.raises(ValueError, match="must be in bytes .* lower-case b means bits"):
         parse_memory(text)
 
 
