@@ -1,10 +1,12 @@
 """The Gaussian forecast of a trained post-processing run on new data (EMOS or a deep model).
 
-:func:`predict_run` rebuilds a run from its folder (:func:`sciml.weather.train.read_run`) and
-returns, for every variable of the run, ``(mu, sigma)`` on the data's own dims and
-coordinates, in the data's units (the deep models' normalised outputs are scaled back with
-the run's channel statistics). Each variable keeps its own dims: a surface field beside
-levelled ones has no ``level`` in its forecast.
+:func:`predict_run` rebuilds a run from its folder (:func:`sciml.weather.train.read_run`),
+puts the data on the grid the run was trained on (:func:`sciml.weather.grid.align_to_run`:
+latitudes, longitude convention, levels and dim order aligned by label, another grid
+refused) and returns, for every variable of the run, ``(mu, sigma)`` on the data's own
+dims, order and coordinates, in the data's units (the deep models' normalised outputs are
+scaled back with the run's channel statistics). Each variable keeps its own dims: a
+surface field beside levelled ones has no ``level`` in its forecast.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import xarray as xr
 from torch.utils.data import DataLoader
 
 from sciml.weather.emos import emos_predict, unpack_coefficients
-from sciml.weather.train import RunConfig, load_postprocessor, read_run
+from sciml.weather.grid import align_to_run
+from sciml.weather.train import RunConfig, load_postprocessor, read_data_record, read_run
 
 __all__ = ["Forecast", "labelled_like_truth", "predict_run"]
 
@@ -31,8 +34,6 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
 
     _, stats = read_run(run_dir)
     model = load_postprocessor(run_dir)
-    if config.model == "mixed":
-        _check_grid(config, test)
     data = EnsembleDataset(
         test,
         list(config.variables),
@@ -62,18 +63,6 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
         )
         start += count
     return out
-
-
-def _check_grid(config: RunConfig, test: xr.Dataset) -> None:
-    """The mixed model has weights per grid point: the test grid must be the training grid."""
-    var = test[config.variables[0]]
-    spatial = [d for d in var.dims if d not in ("member", *SAMPLE_DIMS, *config.channel_dims)]
-    grid = tuple(test.sizes[d] for d in spatial)
-    if grid != config.grid:
-        raise ValueError(
-            f"the mixed model has weights per grid point and was trained on a {config.grid} "
-            f"grid; the test data's {spatial} are {grid}"
-        )
 
 
 def labelled_like_truth(
@@ -112,20 +101,38 @@ def _own_coefficients(
     return coef
 
 
-def predict_run(run_dir: Path | str, test: xr.Dataset) -> Forecast:
+def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data") -> Forecast:
     """The Gaussian forecast ``(mu, sigma)`` of every variable of a run, on ``test``.
+
+    Args:
+        run_dir: The run folder.
+        test: The data, on the run's grid in any order (see the module docstring).
+        data: How error messages name ``test`` (e.g. ``"the test data (test.nc)"``).
 
     Raises:
         FileNotFoundError: Not a run folder, or its model file is missing.
-        ValueError: A mixed run on another grid than it was trained on, an EMOS run
-            whose ``emos.nc`` has the older layout (refit it) or whose variables have
-            other channel dims in ``test`` than in training.
+        sciml.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+            on, or with levels or lead times it never saw (both sides named).
+        ValueError: An EMOS run whose ``emos.nc`` has the older layout (refit it) or
+            whose variables have other channel dims in ``test`` than in training.
         KeyError: A variable of the run is missing from ``test``.
     """
     run_dir = Path(run_dir)
     config, _ = read_run(run_dir)
-    if config.model != "emos":
-        return _deep_forecast(run_dir, config, test)
+    aligned = align_to_run(test, read_data_record(run_dir), run=str(run_dir), data=data)
+    if config.model == "emos":
+        forecast = _emos_forecast(run_dir, config, aligned.data)
+    else:
+        forecast = _deep_forecast(run_dir, config, aligned.data)
+    own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables}
+    return {
+        var: (aligned.restore(mu, own[var]), aligned.restore(sigma, own[var]))
+        for var, (mu, sigma) in forecast.items()
+    }
+
+
+def _emos_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+    """EMOS's ``(mu, sigma)`` of every variable, from ``emos.nc``."""
     path = run_dir / "emos.nc"
     with xr.open_dataset(path) as stored:
         packed = stored.load()

@@ -5,7 +5,8 @@
 without a test part: test on another file) and the rest trains; EMOS, which has nothing to
 choose on validation dates, fits on every start date it is given (its run records
 ``validation`` 0). The run folder holds
-``weather_run.json`` (the model and data configuration), ``stats.json`` (the forecasts'
+``weather_run.json`` (the model and data configuration, and the data's grid:
+:func:`sciml.weather.grid.data_record`), ``stats.json`` (the forecasts'
 channel statistics, from the training dates) and either ``emos.nc`` (EMOS coefficients,
 one fit per variable, level and lead time over all dates and grid points, on the
 first ``members`` members: per-point fits need many more dates than a toy set has, see
@@ -18,6 +19,11 @@ default, train on the CRPS relative to the raw ensemble's per channel and lead t
 convolutions wrap around in longitude when the grid closes the circle
 (:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
 :data:`RUN_VERSION`; folders of another version are refused (retrain in a new folder).
+
+Every check happens before the first byte is written: a rerun in a folder that holds
+another configuration, or was trained on other data (another grid, other levels, lead
+times, start dates or ensemble size), is refused and leaves the folder as it was; a
+resumed run reads the folder's statistics and loss scale instead of writing them again.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.run_dir import RunLock, differences
 from sciml.weather.emos import fit_emos, pack_coefficients
+from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
 from sciml.weather.mixed import MixedPostProcessor
 from sciml.weather.periodic import is_periodic_lon
@@ -51,6 +58,7 @@ __all__ = [
     "RunConfig",
     "forecast_variables",
     "load_postprocessor",
+    "read_data_record",
     "read_run",
     "split_validation",
     "static_variables",
@@ -60,8 +68,11 @@ __all__ = [
 DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
 MODELS = ("emos", *DEEP_MODELS)
 RUN_CONFIG = "weather_run.json"
-#: Format of ``weather_run.json``; 2: the deep models read the lead time (4-output head).
-RUN_VERSION = 2
+#: Format of ``weather_run.json``; 3: it records the training data's grid, lead times and
+#: start dates (2: the deep models read the lead time, a 4-output head).
+RUN_VERSION = 3
+#: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
+DATA_KEY = "data"
 SAMPLE_DIMS = ("time", "lead_time")
 
 
@@ -84,10 +95,6 @@ class RunConfig:
     periodic: bool = False
     loss_scale: str = "none"
     version: int = RUN_VERSION
-
-    def to_json(self) -> str:
-        """The configuration as JSON text."""
-        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
@@ -120,17 +127,30 @@ def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, 
     return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
 
 
-def _check_config(run_dir: Path, config: RunConfig) -> None:
+def _run_text(config: RunConfig, data: dict[str, Any]) -> str:
+    """The text of ``weather_run.json``: the configuration and the training data's record."""
+    return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
+
+
+def _check_run(run_dir: Path, text: str) -> bool:
+    """Whether ``run_dir`` already holds this run; an error if it holds another one.
+
+    Raises:
+        ValueError: The folder's run has another configuration or was trained on other
+            data (each difference named, run side first).
+    """
     path = run_dir / RUN_CONFIG
     if not path.exists():
-        return
-    saved = json.loads(path.read_text())
-    changed = differences(saved, json.loads(config.to_json()))
+        return False
+    changed = differences(json.loads(path.read_text()), json.loads(text))
     if changed:
+        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
         raise ValueError(
-            f"{run_dir} holds a weather run with another configuration ({'; '.join(changed)}); "
-            "give this run another --run-dir"
+            f"--run-dir {run_dir} holds a weather run with another configuration "
+            f"({'; '.join(changed[:8])}{more}; data.*: the training data); nothing was "
+            "written: give this run another --run-dir"
         )
+    return True
 
 
 def train_postprocessor(
@@ -233,21 +253,36 @@ def train_postprocessor(
     else:
         train, val = split_validation(ds, validation=validation)
 
+    text = _run_text(config, data_record(ds, chosen, channel_dims=channel_dims))
+
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
-        """The run folder's files, written once (rank 0); EMOS is fitted there too."""
+        """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
         with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-            _check_config(run_dir, config)
-            atomic_write_text(run_dir / RUN_CONFIG, config.to_json())
-        stats = compute_stats(train, chosen, channel_dims=channel_dims)
-        stats.to_json(run_dir / "stats.json")
-        if model == "emos":
-            _train_emos(train, config, run_dir)
-            return stats, None
-        if loss_scale == "none":
-            return stats, None
-        scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
-        with atomic_path(run_dir / "crps_scale.nc", suffix=".nc") as tmp:
-            scale.to_netcdf(tmp)
+            resumed = _check_run(run_dir, text) and model != "emos"  # EMOS refits
+            stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
+            if resumed and stats_path.exists():
+                stats = NormStats.from_json(stats_path)
+            else:
+                stats = compute_stats(train, chosen, channel_dims=channel_dims)
+            scale = None
+            if model != "emos" and loss_scale != "none":
+                if resumed and scale_path.exists():
+                    with xr.open_dataarray(scale_path) as stored:
+                        scale = stored.load()
+                else:
+                    scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
+            coefficients = _fit_emos(train, config) if model == "emos" else None
+            # every check and computation is done: only now is the folder written
+            if not (run_dir / RUN_CONFIG).exists():
+                atomic_write_text(run_dir / RUN_CONFIG, text)
+            if not (resumed and stats_path.exists()):
+                stats.to_json(stats_path)
+            if scale is not None and not (resumed and scale_path.exists()):
+                with atomic_path(scale_path, suffix=".nc") as tmp:
+                    scale.to_netcdf(tmp)
+            if coefficients is not None:
+                with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
+                    coefficients.to_netcdf(tmp)
         return stats, scale
 
     stats, scale = on_rank0(prepare)
@@ -266,23 +301,20 @@ def train_postprocessor(
     )
 
 
-def _train_emos(train: xr.Dataset, config: RunConfig, run_dir: Path) -> None:
-    """One EMOS fit per variable, level and lead time (pooled over dates and grid); ``emos.nc``."""
+def _fit_emos(train: xr.Dataset, config: RunConfig) -> xr.Dataset:
+    """One EMOS fit per variable, level and lead time (pooled over dates and grid), packed."""
     fits = {}
     for var in config.variables:
         truth = train[f"{var}_truth"]
         pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
         forecasts = train[var].isel(member=slice(config.members))
         fits[var] = fit_emos(truth, forecasts, dim=pooled)
-    coefficients = pack_coefficients(fits)
-    with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
-        coefficients.to_netcdf(tmp)
+    return pack_coefficients(fits)
 
 
 def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> tuple[int, ...]:
     """The (lat, lon) sizes of the forecasts: the dims beside members, samples and channels."""
-    var = ds[variables[0]]
-    spatial = [d for d in var.dims if d not in ("member", *SAMPLE_DIMS, *channel_dims)]
+    spatial = spatial_dims(ds[variables[0]], channel_dims)
     if len(spatial) != 2:
         raise ValueError(
             f"the deep models need 2 spatial dims (lat, lon) besides member, {SAMPLE_DIMS} "
@@ -358,13 +390,8 @@ def _train_deep(
     return result.status
 
 
-def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
-    """The configuration and channel statistics of a weather run folder.
-
-    Raises:
-        FileNotFoundError: Not a weather run folder.
-    """
-    run_dir = Path(run_dir)
+def _read(run_dir: Path) -> dict[str, Any]:
+    """``weather_run.json`` of a run folder of this format, as plain data."""
     path = run_dir / RUN_CONFIG
     if not path.exists():
         raise FileNotFoundError(f"{path} not found; is {run_dir} a 'sciml weather train' run?")
@@ -372,13 +399,37 @@ def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
     if raw.get("version") != RUN_VERSION:
         raise ValueError(
             f"{run_dir} holds a weather run of format {raw.get('version', 1)}; this version of "
-            f"sciml reads format {RUN_VERSION} (the deep models now read the lead time): "
-            "retrain it in a new --run-dir"
+            f"sciml reads format {RUN_VERSION} (a run now records the grid, lead times and "
+            "start dates it was trained on): retrain it in a new --run-dir"
         )
+    return raw
+
+
+def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
+    """The configuration and channel statistics of a weather run folder.
+
+    Raises:
+        FileNotFoundError: Not a weather run folder.
+        ValueError: A run folder of another format.
+    """
+    run_dir = Path(run_dir)
+    raw = _read(run_dir)
+    raw.pop(DATA_KEY, None)
     for key in ("variables", "static", "channel_dims", "grid"):
         raw[key] = tuple(raw[key])
     config = RunConfig(**raw)
     return config, NormStats.from_json(run_dir / "stats.json")
+
+
+def read_data_record(run_dir: Path | str) -> dict[str, Any]:
+    """What a weather run recorded of its training data (:func:`sciml.weather.grid.data_record`).
+
+    Raises:
+        FileNotFoundError: Not a weather run folder.
+        ValueError: A run folder of another format.
+    """
+    record: dict[str, Any] = _read(Path(run_dir))[DATA_KEY]
+    return record
 
 
 def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:

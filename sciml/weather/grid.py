@@ -1,0 +1,113 @@
+"""The grid and data a weather run was trained on, and new data aligned to it by label.
+
+A run folder records (:func:`data_record`, kept in its configuration file) the variables,
+the ensemble size, the spatial dims in their order, the labels of every spatial and
+channel dim (``lat``, ``lon``, ``level``) and of ``lead_time``, and a fingerprint of the
+training start dates, as :mod:`sciml.run_dir` describes. :func:`align_to_run` puts new
+data on that grid: latitudes that run the other way (north to south, as ERA5's do),
+longitudes in the other convention (-180..180 against 0..360), levels in another order and
+spatial dims in another order are reordered to the run's, so that weights per grid point
+or per channel meet the points and channels they were trained on; other labels (another
+grid, a level or lead time the run never saw) are refused, naming both sides.
+:meth:`Aligned.restore` puts a result back on the data's own order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from sciml.run_dir import LabelMismatch, coordinate_record, match_labels
+
+__all__ = ["Aligned", "align_to_run", "data_record", "spatial_dims"]
+
+MEMBER, SAMPLE_DIMS = "member", ("time", "lead_time")
+#: Periods of labels that wrap around (longitudes in degrees).
+PERIODS = {"lon": 360.0}
+
+
+def spatial_dims(var: xr.DataArray, channel_dims: Sequence[str]) -> list[str]:
+    """The dims of ``var`` beside members, start dates, lead times and channel dims, in order."""
+    return [str(d) for d in var.dims if d not in (MEMBER, *SAMPLE_DIMS, *channel_dims)]
+
+
+def _labels(ds: xr.Dataset, dim: str) -> np.ndarray | None:
+    return ds[dim].values if dim in ds.coords else None
+
+
+def data_record(
+    ds: xr.Dataset, variables: Sequence[str], *, channel_dims: Sequence[str]
+) -> dict[str, Any]:
+    """What new data must share with the training data ``ds`` (see the module docstring)."""
+    spatial = spatial_dims(ds[variables[0]], channel_dims)
+    dims = [*spatial, *(d for d in channel_dims if d in ds.dims), "lead_time"]
+    coords = {d: coordinate_record(_labels(ds, d), size=ds.sizes[d]) for d in dims if d in ds.dims}
+    time = coordinate_record(_labels(ds, "time"), size=ds.sizes.get("time", 0), values_up_to=0)
+    return {
+        "members": ds.sizes.get(MEMBER, 0),
+        "spatial": spatial,
+        "coords": coords,
+        "time": time,
+    }
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """Data on a run's grid, and the positions that put it there.
+
+    Attributes:
+        data: The data, reordered to the run's labels and spatial dim order.
+        positions: Per reordered dim, the positions in the original data of the run's
+            labels.
+    """
+
+    data: xr.Dataset
+    positions: dict[str, np.ndarray]
+
+    def restore(self, result: xr.DataArray, dims: Sequence[Hashable]) -> xr.DataArray:
+        """``result`` (on :attr:`data`'s order) back on the original data's order and ``dims``."""
+        back = {d: np.argsort(p) for d, p in self.positions.items() if d in result.dims}
+        return result.isel(back).transpose(*dims)
+
+
+def align_to_run(
+    ds: xr.Dataset, record: dict[str, Any], *, run: str, data: str = "the data"
+) -> Aligned:
+    """``ds`` on the grid a run recorded, or an error naming both sides.
+
+    Args:
+        ds: New data (test or prediction data).
+        record: The run's :func:`data_record`.
+        run: How messages name the run (its folder).
+        data: How messages name the data (e.g. ``"the test data (test.nc)"``).
+
+    Raises:
+        LabelMismatch: A dim the run recorded is missing from ``ds``, or its labels are
+            not the run's (lead times: not among the run's).
+    """
+    sides = (f"the run in {run} (--run-dir)", data)
+    positions: dict[str, np.ndarray] = {}
+    for dim, recorded in record["coords"].items():
+        if dim not in ds.dims:
+            raise LabelMismatch(
+                f"{data} has no {dim!r} dimension ({dict(ds.sizes)}); {sides[0]} was "
+                f"trained on data with one ({recorded['size']} points)"
+            )
+        labels = _labels(ds, dim)
+        found = match_labels(
+            recorded,
+            ds.sizes[dim] if labels is None else labels,
+            dim=dim,
+            sides=sides,
+            period=PERIODS.get(dim),
+            subset=dim == "lead_time",
+        )
+        if not np.array_equal(found, np.arange(found.size)):
+            positions[dim] = found
+    aligned = ds.isel(positions) if positions else ds
+    spatial = [d for d in record["spatial"] if d in aligned.dims]
+    return Aligned(aligned.transpose(..., *spatial), positions)
