@@ -6,11 +6,17 @@ gathers a still-split volume first, for a flatten head); dense layers then run
 replicated. Each rank's loss on a replicated output *is* the global loss, so
 these reductions pass gradients straight through and the parameters of the
 replicated layers are averaged, not summed, over the spatial group.
+
+:class:`SpatialPReLU` and :class:`SpatialLayerNorm` run on either side of that
+boundary: on a split block their parameter gradients are the block's share
+(summed over the spatial group), on a replicated tensor each rank holds the
+whole gradient, which they divide by the spatial group's size before the sum.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +35,105 @@ def mark_replicated(x: torch.Tensor) -> torch.Tensor:
 def is_replicated(x: torch.Tensor) -> bool:
     """True when ``x`` was tagged by :func:`mark_replicated` (not a split block)."""
     return bool(getattr(x, REPLICATED_TAG, False))
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+def _shared(param: torch.Tensor | None, spatial: int) -> torch.Tensor | None:
+    """``param`` as used on a replicated tensor: its gradient divided by ``spatial``.
+
+    Every spatial rank computes the whole gradient of such a use, and the
+    gradient reduction sums the parameters of split layers over the group.
+    """
+    if param is None or spatial == 1:
+        return param
+    return _ScaleGrad.apply(param, 1.0 / spatial)
+
+
+class _EitherSide(SpatialLayer):
+    """A layer that runs on split blocks and on replicated tensors alike."""
+
+    def _split_dims(self, x: torch.Tensor) -> set[int] | None:
+        """The dims (after the batch) along which ``x`` is a block of a larger tensor.
+
+        From the model's shape trace; ``None`` outside a traced forward pass.
+        """
+        if self._traced is None:
+            return None
+        if len(self._traced) != x.dim():
+            raise ValueError(
+                f"{self._label()}: input of shape {tuple(x.shape)} where the single-device "
+                f"model traced a {len(self._traced)}-D input {self._traced}"
+            )
+        return {d for d in range(1, x.dim()) if x.shape[d] != self._traced[d]}
+
+    def _sides(self, x: torch.Tensor, local: set[int], what: str) -> tuple[bool, set[int] | None]:
+        """Whether ``x`` is a split block, and its split dims; refuses a split in ``local``.
+
+        A 5-D tensor that global pooling did not mark is a split block (as for
+        every split layer); any other tensor is split where its shape differs
+        from the traced single-device shape, and is replicated otherwise.
+        """
+        split = self._split_dims(x)
+        if is_replicated(x) or self.mesh.spatial_size == 1:
+            return False, split
+        if split and split & local:
+            raise ValueError(
+                f"{self._label()}: {what} dims {sorted(split & local)} of the input "
+                f"(local {tuple(x.shape)}, global {self._traced}) are split over ranks; "
+                f"only dims that are whole on every rank can be {what}"
+            )
+        return x.dim() == 5 or bool(split), split
+
+
+class SpatialPReLU(_EitherSide, nn.PReLU):
+    """:class:`torch.nn.PReLU` on split blocks (weight gradient summed) or replicated tensors."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``prelu(x)`` with the single-device weight gradient after the reduction."""
+        channels = {1} if self.num_parameters > 1 and x.dim() > 1 else set()
+        block, _ = self._sides(x, channels, "per-channel")
+        weight = self.weight if block else _shared(self.weight, self.mesh.spatial_size)
+        assert weight is not None
+        out = F.prelu(x, weight)
+        return mark_replicated(out) if is_replicated(x) else out
+
+
+class SpatialLayerNorm(_EitherSide, nn.LayerNorm):
+    """:class:`torch.nn.LayerNorm` over dims that are whole on every rank.
+
+    On a split block (e.g. channels last, ``(N, D, H, W, C)`` with
+    ``normalized_shape=C``) each position is normalised locally; normalising
+    over a split dim is refused. On a replicated tensor (a dense head) it is
+    the plain layer.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Layer-normalise ``x`` over its last ``len(normalized_shape)`` dims."""
+        normalised = set(range(x.dim() - len(self.normalized_shape), x.dim()))
+        block, split = self._sides(x, normalised, "normalised")
+        if block and split is None:
+            raise ValueError(
+                f"{self._label()}: called on a split block of shape {tuple(x.shape)} outside "
+                f"the parallel model's traced forward pass, so which dims are split is "
+                f"unknown; call it inside the model returned by parallelize"
+            )
+        weight: torch.Tensor | None = self.weight
+        bias: torch.Tensor | None = self.bias
+        if not block:
+            spatial = self.mesh.spatial_size
+            weight, bias = _shared(weight, spatial), _shared(bias, spatial)
+        out = F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+        return mark_replicated(out) if is_replicated(x) else out
 
 
 class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):

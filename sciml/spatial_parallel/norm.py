@@ -1,4 +1,4 @@
-"""Batch and group normalisation with statistics over the whole sample and batch."""
+"""Batch, group and instance normalisation with statistics over the whole sample and batch."""
 
 from __future__ import annotations
 
@@ -120,3 +120,57 @@ class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
             x.shape
         )
         return _affine(y, self.weight, self.bias).to(x.dtype)
+
+
+class SpatialInstanceNorm3d(_NormLayer, nn.InstanceNorm3d):
+    """:class:`torch.nn.InstanceNorm3d` of a split 3D volume.
+
+    Each sample's per-channel statistics cover the whole volume (a collective
+    over the spatial group). Running statistics (``track_running_stats``) move
+    as torch moves them, by the mean over the global batch of the per-sample
+    statistics (``momentum=None`` leaves them alone, as torch does), and are
+    used in eval mode.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each sample and channel over the global volume (or running statistics)."""
+        if self.affine or self.track_running_stats:
+            self._check_channels(x, self.num_features)
+        else:  # num_features is unused: torch accepts (and warns about) any channel count
+            self._check_input(x)
+        if not (self.training or not self.track_running_stats):
+            return F.instance_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
+        shape = self._global_input(x)
+        volume = math.prod(shape[2:])
+        if volume == 1:
+            raise ValueError(
+                f"{self._label()}: expected more than 1 spatial element per sample when "
+                f"normalising with the input's statistics, got a global volume {shape[2:]}"
+            )
+        work = x.to(statistics_dtype(x))  # 16-bit inputs: statistics in float32
+        mean, centred, var = _moments(work, (2, 3, 4), self.mesh.spatial_group, volume)
+        y = centred * torch.rsqrt(var + self.eps).view(*x.shape[:2], 1, 1, 1)
+        if self.training and self.track_running_stats and self.momentum:  # None: no update
+            self._update_running(
+                mean.detach(), var.detach() * (volume / (volume - 1)), shape[0], self.momentum
+            )
+        return _affine(y, self.weight, self.bias).to(x.dtype)
+
+    @torch.no_grad()
+    def _update_running(
+        self, mean: torch.Tensor, unbiased: torch.Tensor, batch: int, factor: float
+    ) -> None:
+        """Move the running statistics by the global batch's mean of ``(N, C)`` statistics."""
+        assert self.running_mean is not None and self.running_var is not None
+        if batch == 0:
+            raise ValueError(
+                f"{self._label()}: an empty global batch has no statistics to move the "
+                f"running statistics by (torch would set them to NaN)"
+            )
+        sums = torch.stack([mean.sum(0), unbiased.sum(0)])  # this replica's share
+        if self.mesh.data > 1:  # every spatial rank of a replica holds the same values
+            dist.all_reduce(sums, group=self.mesh.data_group)
+        for running, value in zip((self.running_mean, self.running_var), sums / batch, strict=True):
+            running.mul_(1 - factor).add_(value.to(running.dtype) * factor)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from sciml.collectives import backend_devices
 from sciml.spatial_parallel.grad_sync import GradientSync
@@ -17,6 +18,8 @@ from sciml.spatial_parallel.heads import (
     SpatialDropout,
     SpatialDropout3d,
     SpatialFlatten,
+    SpatialLayerNorm,
+    SpatialPReLU,
 )
 from sciml.spatial_parallel.layers import (
     SpatialAvgPool3d,
@@ -27,7 +30,11 @@ from sciml.spatial_parallel.layers import (
     SpatialUpsample,
 )
 from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.norm import SpatialBatchNorm3d, SpatialGroupNorm
+from sciml.spatial_parallel.norm import (
+    SpatialBatchNorm3d,
+    SpatialGroupNorm,
+    SpatialInstanceNorm3d,
+)
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
 
 #: Layers replaced by their spatially parallel version.
@@ -38,6 +45,9 @@ SWAPS: dict[type[nn.Module], Any] = {
     nn.AvgPool3d: SpatialAvgPool3d,
     nn.BatchNorm3d: SpatialBatchNorm3d,
     nn.GroupNorm: SpatialGroupNorm,
+    nn.InstanceNorm3d: SpatialInstanceNorm3d,
+    nn.LayerNorm: SpatialLayerNorm,
+    nn.PReLU: SpatialPReLU,
     nn.Upsample: SpatialUpsample,
     nn.AdaptiveAvgPool3d: SpatialAdaptiveAvgPool3d,
     nn.Flatten: SpatialFlatten,
@@ -66,11 +76,49 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.Hardsigmoid,
     nn.LogSigmoid,
     nn.Tanhshrink,
-    nn.PReLU,
 )
 
 #: Dense layers, valid only on replicated tensors (after global pooling or flatten).
-REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.LayerNorm)
+REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear)
+
+#: Methods a subclass of a supported layer may override: they build the layer and
+#: print it, but take no part in its computation, which the split layer replaces.
+SUBCLASS_MAY_OVERRIDE = frozenset({"__init__", "reset_parameters", "extra_repr", "__repr__"})
+
+
+def _supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
+    """The layer of the tables that ``module`` is (or subclasses), if any.
+
+    Raises:
+        ValueError: If ``module`` is lazy, or subclasses a supported layer and
+            overrides part of its computation.
+    """
+    kind = type(module)
+    if isinstance(module, LazyModuleMixin):
+        raise ValueError(
+            f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space while its "
+            f"parameters are uninitialised; run one forward pass on one device first"
+        )
+    tables = (*SWAPS, *ELEMENTWISE, *REPLICATED)
+    base = next((cls for cls in kind.__mro__ if cls in tables), None)
+    if base is None or base is kind:
+        return base
+    for cls in kind.__mro__[: kind.__mro__.index(base)]:
+        for attr, value in vars(cls).items():
+            if attr in SUBCLASS_MAY_OVERRIDE or not callable(getattr(base, attr, None)):
+                continue
+            if not callable(value) and not isinstance(value, staticmethod | classmethod):
+                continue
+            why = (
+                "its forward is not the one the split layer replaces"
+                if attr == "forward"
+                else f"the split layer replaces {base.__name__}'s computation and would not call it"
+            )
+            raise ValueError(
+                f"parallelize: layer '{name}' ({kind.__name__}) subclasses {base.__name__} but "
+                f"overrides {cls.__name__}.{attr}, so it cannot be split in space: {why}"
+            )
+    return base
 
 
 def gradient_sync(model: nn.Module) -> GradientSync:
@@ -249,14 +297,17 @@ def parallelize(
     def convert(module: nn.Module, prefix: str) -> nn.Module:
         name = prefix or type(module).__name__
         kind = type(module)
-        if kind in SWAPS:
-            layer = SWAPS[kind].from_module(module, mesh, name=name)
+        if isinstance(module, SpatialLayer):
+            return module
+        base = _supported_base(module, name)
+        if base in SWAPS:
+            layer = SWAPS[base].from_module(module, mesh, name=name)
             if isinstance(layer, SpatialConv3d | SpatialMaxPool3d | SpatialAvgPool3d):
                 layer.overlap = overlap
             return layer
-        if isinstance(module, SpatialLayer) or kind in ELEMENTWISE:
+        if base in ELEMENTWISE:
             return module
-        if kind in REPLICATED:
+        if base in REPLICATED:
             replicated.add(prefix)
             module.register_forward_pre_hook(_dense_guard(name, mesh))
             return module
