@@ -28,11 +28,13 @@ import torch
 from torch import nn
 
 from sciml.models import CosmoFlow, UNet
+from sciml.run_dir import PlainValue
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.spatial_parallel.mesh import MESH_AXES
 from sciml.train_setup import LossFn, LossOutput
 from sciml.training import TrainConfig, TrainResult, fit
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
+from sciml.volumes.volume_record import check_resume, check_val, describe, record_volumes
 from sciml.xrvolumes import ShardedVolumes, run_stats
 
 __all__ = ["MODELS", "VolumeTraining", "build_model", "learning_rate_factor", "train_volumes"]
@@ -147,17 +149,62 @@ def _loss_fn(options: VolumeTraining, mesh: SpatialMesh) -> LossFn:
     return cosmoflow if options.model == "cosmoflow" else unet3d
 
 
+def _check_levels(options: VolumeTraining, data: ShardedVolumes) -> None:
+    """Refuse ``--levels`` that the volumes of ``data`` are too small or too odd for.
+
+    The U-Net halves every size ``levels`` times and doubles it back, so each
+    size must divide by ``2**levels``; CosmoFlow's poolings need each size to
+    be at least ``2**levels``.
+
+    Raises:
+        ValueError: Naming ``--levels``, the store, its sizes and the levels that fit.
+    """
+    factor, sizes = 2**options.levels, data.shape
+    if options.model == "unet3d":
+        fits = all(n % factor == 0 for n in sizes)
+        need = f"each of its sizes must divide by 2**{options.levels} = {factor}"
+        best = max((lv for lv in range(1, 32) if all(n % 2**lv == 0 for n in sizes)), default=0)
+    else:
+        fits = min(sizes) >= factor
+        need = f"each of its sizes must be at least 2**{options.levels} = {factor}"
+        best = max(min(sizes).bit_length() - 1, 0)
+    if not fits:
+        what = "the U-Net halves" if options.model == "unet3d" else "CosmoFlow pools"
+        hint = f"--levels {best} fits" if best else "no --levels fits"
+        raise ValueError(
+            f"--levels {options.levels}: {what} the volume {options.levels} times, so {need}; "
+            f"the volumes of {data.path} are {'x'.join(map(str, sizes))} (z, y, x) ({hint})"
+        )
+
+
+def _open(options: VolumeTraining, mesh: SpatialMesh, path: Path, option: str) -> ShardedVolumes:
+    """``path``'s volumes for this rank (no statistics yet); errors name ``option``."""
+    try:
+        return ShardedVolumes(
+            path, mesh=mesh, target=MODELS[options.model], dtype=_DTYPES[options.dtype]
+        )
+    except ValueError as err:
+        raise type(err)(f"{option}: {err}") from err
+
+
 def _datasets(
     options: VolumeTraining, mesh: SpatialMesh, train: Path, val: Path | None, run_dir: Path
-) -> tuple[ShardedVolumes, ShardedVolumes | None]:
-    dtype = _DTYPES[options.dtype]
-    target = MODELS[options.model]
-    train_set = ShardedVolumes(train, mesh=mesh, target=target, dtype=dtype)
+) -> tuple[ShardedVolumes, ShardedVolumes | None, dict[str, PlainValue]]:
+    """The volumes and their record, every check done before the statistics pass."""
+    train_set = _open(options, mesh, train, "DATA")
+    val_set = None if val is None else _open(options, mesh, val, "--val")
+    train_record = describe(train_set)
+    val_record = None if val_set is None else describe(val_set)
+    if val_record is not None:
+        check_val(train_record, val_record)
+    record: dict[str, PlainValue] = {"train": train_record, "val": val_record}
+    _check_levels(options, train_set)
+    check_resume(run_dir, record)
     stats = run_stats(train_set, run_dir, replica=(mesh.data_index, mesh.data))
     train_set.set_stats(stats)
-    if val is None:
-        return train_set, None
-    return train_set, ShardedVolumes(val, mesh=mesh, target=target, dtype=dtype, stats=stats)
+    if val_set is not None:
+        val_set.set_stats(stats)
+    return train_set, val_set, record
 
 
 def train_volumes(
@@ -174,8 +221,9 @@ def train_volumes(
     Args:
         train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
         run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
-            ``norm_stats.json``, the grid in ``mesh.json``); an interrupted run
-            resumes from it, on the recorded grid only.
+            ``norm_stats.json``, the grid in ``mesh.json``, the volumes in
+            ``volumes.json``); an interrupted run resumes from it, on the recorded
+            grid and volumes only.
         options: The run's options.
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
@@ -184,14 +232,17 @@ def train_volumes(
 
     Raises:
         ValueError: If the mesh does not match the number of processes or the
-            grid recorded in ``run_dir``, or the files do not fit the model (named).
+            grid recorded in ``run_dir``, the files are damaged, do not fit the
+            model, each other (``val``) or the volumes recorded in ``run_dir``;
+            all checked before the statistics pass (named in the command line's
+            terms: ``DATA``, ``--val``, ``--levels``, ``--run-dir``).
     """
     run_dir = Path(run_dir)
     sizes = choose_mesh(run_dir, options.mesh)  # another grid than the recorded one is refused
     mesh = SpatialMesh(
         data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
     )
-    train_set, val_set = _datasets(
+    train_set, val_set, record = _datasets(
         options, mesh, Path(train), None if val is None else Path(val), run_dir
     )
     outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
@@ -209,6 +260,7 @@ def train_volumes(
         optimizer, lambda epoch: learning_rate_factor(epoch, options)
     )
     record_mesh(run_dir, sizes)
+    record_volumes(run_dir, record)
     return fit(
         model,
         optimizer,
