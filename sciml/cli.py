@@ -1,20 +1,26 @@
 """The ``sciml`` command line: parses arguments and calls the library.
 
 Each workflow adds its own subcommand group through a ``register(subparsers)``
-function in its ``cli`` module, listed in :data:`WORKFLOW_CLIS`; heavy imports
-stay inside the handlers so that ``sciml --help`` is fast.
+function in its ``cli`` module, listed in :data:`WORKFLOW_COMMANDS`. A command
+line imports only the workflow it names (``sciml --help`` imports none, so it
+is fast); heavy imports stay inside the handlers.
 
 Conventions every subcommand follows:
 
-- every option has help text; ``--help`` shows its default (the formatter adds it);
+- every option has help text; ``--help`` shows its default (the formatter adds
+  it, except for required options and those without one);
 - numeric options use the validating types below (:func:`positive_int`,
   :func:`non_negative_float`, ...), so that a bad value is a usage error before
   any work starts;
+- a usage error prints the usage of the (sub)command it concerns and one line
+  ``sciml ...: error: ...``, exit code 2 (argparse's);
 - a handler returns the exit code: 0 done, :data:`EXIT_FAILURE` for a failed
   check, :data:`sciml.training.EXIT_REQUEUE` (3) after checkpointing on
   SIGUSR1/SIGTERM;
 - an exception from the library becomes one line ``sciml: error: ...`` and
-  exit code 1 (``sciml --debug ...`` shows the traceback).
+  exit code 1 (``sciml --debug ...`` shows the traceback);
+- under torchrun or srun only rank 0 prints these error lines (every rank
+  exits with the code), so that a job shows each error once.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import argparse
 import importlib
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import NoReturn, TypeAlias, cast
 
 #: What a workflow's ``register`` receives: the ``sciml`` parser's subcommands.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -33,17 +39,30 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 #: The type of every workflow's ``register(subparsers)``.
 Register: TypeAlias = Callable[[Subparsers], None]
 
+#: Top-level workflow commands: name -> (module whose ``register(subparsers)``
+#: adds it, its one-line help in ``sciml --help``).
+WORKFLOW_COMMANDS: dict[str, tuple[str, str]] = {
+    "weather": ("sciml.weather.cli", "ensemble weather data, toy model, scores"),
+    "geo": ("sciml.geo.cli", "OSM road masks and tree segmentation"),
+    "spatial": ("sciml.spatial_parallel.cli", "spatially parallel 3D CNNs"),
+    "cosmoflow": (
+        "sciml.volumes.cli",
+        "CosmoFlow: regress cosmological parameters from 3D volumes",
+    ),
+    "unet3d": ("sciml.volumes.cli", "3D U-Net: segment volumes into voids, sheets and halos"),
+}
+
 #: Modules whose ``register(subparsers)`` adds a workflow's subcommands.
-WORKFLOW_CLIS: tuple[str, ...] = (
-    "sciml.weather.cli",
-    "sciml.geo.cli",
-    "sciml.spatial_parallel.cli",
-    "sciml.volumes.cli",
+WORKFLOW_CLIS: tuple[str, ...] = tuple(
+    dict.fromkeys(module for module, _ in WORKFLOW_COMMANDS.values())
 )
 
 
-#: Exit code of a command whose library call raised (usage errors exit with 2).
+#: Exit code of a command whose library call raised.
 EXIT_FAILURE = 1
+
+#: Exit code of a usage error (argparse's).
+EXIT_USAGE = 2
 
 
 def _number(kind: type, test: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -95,11 +114,69 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the ``sciml`` argument parser with every subcommand."""
+def _prints_errors() -> bool:
+    """Whether this process prints error lines: rank 0 of a launch, or a lone process."""
+    from sciml.launch import detect_launch
+
+    try:
+        return detect_launch().rank == 0
+    except ValueError:  # malformed launcher variables: say what failed rather than nothing
+        return True
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default, except for required options and those without one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        unset = action.default is None or (action.nargs == 0 and action.default is False)
+        if action.required or unset:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose subcommands refuse unknown arguments themselves.
+
+    argparse leaves a subcommand's unknown arguments to the top-level parser,
+    which then shows the top-level usage; here the subcommand that received
+    them reports them, with its own usage.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse ``args`` and refuse any argument this parser does not know."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``message`` (rank 0 only) and exit with :data:`EXIT_USAGE`."""
+        if _prints_errors():
+            self.print_usage(sys.stderr)
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser(workflows: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """Build the ``sciml`` argument parser.
+
+    Args:
+        workflows: Names in :data:`WORKFLOW_COMMANDS` whose subcommands to add
+            (importing their modules); the others get a placeholder that only
+            lists them in ``sciml --help``. Default: every workflow.
+
+    Raises:
+        ValueError: For a name not in :data:`WORKFLOW_COMMANDS`.
+    """
     from sciml import __version__
 
-    parser = argparse.ArgumentParser(
+    wanted = list(WORKFLOW_COMMANDS) if workflows is None else list(workflows)
+    unknown = [name for name in wanted if name not in WORKFLOW_COMMANDS]
+    if unknown:
+        raise ValueError(f"unknown workflow command(s) {unknown}; known: {list(WORKFLOW_COMMANDS)}")
+    parser = _Parser(
         prog="sciml",
         description="Scientific machine learning: spatially parallel 3D CNNs, "
         "ensemble weather post-processing and OSM road masks.",
@@ -121,41 +198,61 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="smallest sizes (seconds, for smoke tests)"
     )
     demo.add_argument(
-        "--only", action="append", metavar="SECTION", help="run only this section (repeatable)"
+        "--only",
+        action="append",
+        metavar="SECTION",
+        help="run only this section (repeatable); its report goes to OUT/only-SECTION",
     )
     demo.set_defaults(func=_cmd_demo)
 
-    for module in WORKFLOW_CLIS:
+    for module in dict.fromkeys(WORKFLOW_COMMANDS[name][0] for name in wanted):
         register: Register = importlib.import_module(module).register
-        register(sub)
+        register(cast(Subparsers, sub))
+    for name, (_, about) in WORKFLOW_COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=about)
     _show_defaults(parser)
     return parser
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` and every subcommand below it a help that shows defaults."""
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.formatter_class = _HelpFormatter
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for subparser in action.choices.values():
                 _show_defaults(subparser)
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The top-level command of ``argv``: its first argument that is not an option."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sciml`` command.
 
-    Returns the command's exit code. A library error is printed as one line
-    on stderr (exit code :data:`EXIT_FAILURE`); with ``--debug`` it propagates
-    with its traceback.
+    Without arguments it prints the help. Returns the command's exit code. A
+    library error is printed as one line on stderr (exit code
+    :data:`EXIT_FAILURE`); with ``--debug`` it propagates with its traceback.
     """
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command(argv)
+    parser = build_parser([command] if command in WORKFLOW_COMMANDS else [])
+    if not argv:
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except Exception as err:
         if args.debug:
             raise
-        print(f"sciml: error: {type(err).__name__}: {err}", file=sys.stderr)
-        print("sciml: run with --debug for the full traceback", file=sys.stderr)
+        if _prints_errors():
+            print(
+                f"sciml: error: {type(err).__name__}: {err} (--debug shows the traceback)",
+                file=sys.stderr,
+            )
         return EXIT_FAILURE
 
 

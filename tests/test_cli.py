@@ -16,7 +16,9 @@ import torch
 
 from sciml.cli import (
     EXIT_FAILURE,
+    EXIT_USAGE,
     WORKFLOW_CLIS,
+    WORKFLOW_COMMANDS,
     build_parser,
     finite_float,
     main,
@@ -61,11 +63,65 @@ def test_info_lists_versions_and_backends(capsys: pytest.CaptureFixture[str]) ->
     assert "torch" in out and "gloo=yes" in out
 
 
-def test_console_script_runs() -> None:
+def test_python_m_sciml_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "sciml.cli", "--version"], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "sciml", "--version"], check=True, capture_output=True, text=True
     ).stdout
     assert out.startswith("sciml ")
+
+
+def test_bare_sciml_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: sciml") and "weather" in out and "cosmoflow" in out
+
+
+def test_help_imports_no_workflow() -> None:
+    code = (
+        "import sys\n"
+        "from sciml.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'xarray', 'pandas', 'matplotlib') or m.endswith('.cli')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.split("\n")[-2] == "['sciml.cli']"
+
+
+def test_workflow_placeholders_say_what_the_workflows_register() -> None:
+    def helps(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {choice.dest: choice.help for choice in sub._choices_actions}
+
+    registered = helps(build_parser())
+    assert helps(build_parser([])) == registered
+    assert {name: about for name, (_, about) in WORKFLOW_COMMANDS.items()} == {
+        name: registered[name] for name in WORKFLOW_COMMANDS
+    }
+
+
+def test_unknown_option_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["weather", "score", "--variable", "t", "--bogus", "f.nc"])
+    assert exit_info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("usage: sciml weather score ")
+    assert err.splitlines()[-1] == "sciml weather score: error: unrecognized arguments: --bogus"
+
+
+def test_only_rank_0_prints_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--bogus"])
+    assert exit_info.value.code == EXIT_USAGE
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
+    assert capsys.readouterr().err.startswith("sciml: error: ValueError: unknown demo section")
 
 
 def test_demo_spine_section_writes_report(
@@ -86,7 +142,7 @@ def _train_steps(run_dir: Path) -> int:
 
 
 def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "spine"]
+    cmd = [sys.executable, "-m", "sciml", "demo", "--quick", "--only", "spine"]
     cmd += ["--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     folder = tmp_path / "only-spine"
@@ -140,8 +196,9 @@ def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
 def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
     err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1  # one line, with the hint; no traceback
     assert err[0].startswith("sciml: error: ValueError: unknown demo section")
-    assert "--debug" in err[1] and len(err) == 2  # one line, then the hint; no traceback
+    assert err[0].endswith("(--debug shows the traceback)")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -174,9 +231,10 @@ def test_every_option_has_help_and_shows_its_default(
         main([*path, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for action in options:
-        shown = action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
-        if shown:
+        unset = action.required or action.default in (None, False, argparse.SUPPRESS)
+        if action.option_strings and not unset:
             assert f"(default: {action.default})" in text, (path, action.dest)
+    assert "(default: None)" not in text and "(default: False)" not in text
 
 
 @pytest.mark.parametrize(
