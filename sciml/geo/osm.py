@@ -3,7 +3,12 @@
 OSM files (``.osm``, ``.osm.bz2``, ``.osm.pbf``) are read with GDAL's OSM
 driver through :mod:`pyogrio`; it builds each way from the nodes present in
 the file, so clipped extracts (ways with nodes outside the file) load without
-error. GeoPackage and GeoJSON files are read with :mod:`pyogrio` as they are.
+error. The driver's own node index (``OSM_USE_CUSTOM_INDEXING``) is turned
+off for each read (an open option of that read, no global setting): it
+refuses files whose nodes are not in increasing id order, or have negative
+ids (as JOSM writes new objects) or ids of 2**50 and more, as files merged or
+edited by other tools often are. GeoPackage and GeoJSON files are read with
+:mod:`pyogrio` as they are.
 
 An :mod:`osmnx` graph (``ox.graph_from_xml``, ``ox.load_graphml``...) or its
 edges (``ox.graph_to_gdfs(G, nodes=False)``) give the same roads: closed ways
@@ -109,7 +114,12 @@ def read_osm_layer(path: str | Path, layer: str, *, where: str | None = None) ->
                 shutil.copyfileobj(src, dst, length=1 << 20)
             return read_osm_layer(plain, layer, where=where)
     frame = pyogrio.read_dataframe(
-        path, layer=layer, where=where, on_invalid="warn", TAGS_FORMAT="JSON"
+        path,
+        layer=layer,
+        where=where,
+        on_invalid="warn",
+        TAGS_FORMAT="JSON",
+        USE_CUSTOM_INDEXING="NO",
     )
     frame["tags"] = frame.pop("other_tags").map(lambda t: t if isinstance(t, dict) else {})
     return frame

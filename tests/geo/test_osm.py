@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -190,3 +191,49 @@ def test_osmnx_graph_without_crs_and_other_types() -> None:
         load_roads(graph)
     with pytest.raises(TypeError, match="roads must be a file path, an osmnx graph"):
         load_roads(42)
+
+
+def _relabel_nodes(src: Path, out: Path, how: str) -> Path:
+    """Rewrite an OSM file with other node ids, as files merged or edited by other tools have.
+
+    ``"unsorted"``: the nodes in decreasing id order; ``"negative"``: ids negated
+    (as JOSM numbers new nodes); ``"large"``: ids above 2**50. Ways keep their
+    ids and reference the same nodes.
+    """
+    import osmium
+    from osmium.osm.mutable import Node
+
+    relabel = {"unsorted": lambda i: i, "negative": lambda i: -i, "large": lambda i: i + 2**50}[how]
+    nodes = [
+        Node(
+            id=relabel(node.id),
+            location=(node.location.lon, node.location.lat),
+            tags=dict(node.tags),
+            version=node.version,
+        )
+        for node in osmium.FileProcessor(str(src), osmium.osm.NODE)
+    ]
+    if how == "unsorted":
+        nodes.reverse()
+    writer = osmium.SimpleWriter(str(out))
+    try:
+        for node in nodes:
+            writer.add_node(node)
+        for way in osmium.FileProcessor(str(src), osmium.osm.WAY):
+            writer.add_way(way.replace(nodes=[relabel(ref.ref) for ref in way.nodes]))
+    finally:
+        writer.close()
+    return out
+
+
+@pytest.mark.parametrize("suffix", [".osm.pbf", ".osm"])
+@pytest.mark.parametrize("how", ["unsorted", "negative", "large"])
+def test_node_ids_that_the_drivers_index_refuses(
+    clips: dict[str, Path], tmp_path: Path, how: str, suffix: str
+) -> None:
+    import pyogrio
+
+    relabelled = _relabel_nodes(clips[".osm.pbf"], tmp_path / f"{how}{suffix}", how)
+    _same_roads(load_roads(relabelled, classes=None), load_roads(clips[".osm.pbf"], classes=None))
+    assert "OSM_USE_CUSTOM_INDEXING" not in os.environ  # set for the read only
+    assert pyogrio.get_gdal_config_option("OSM_USE_CUSTOM_INDEXING") is None
