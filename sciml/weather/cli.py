@@ -89,6 +89,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         open_ensemble(test_data),
         climate=climate,
         extreme_fraction=args.extreme_fraction,
+        data=f"the test data ({', '.join(test_data)})",
     )
     summary = evaluation.table[[c for c in SUMMARY if c in evaluation.table]]
     print(describe(evaluation))

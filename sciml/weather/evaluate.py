@@ -163,6 +163,7 @@ def score_runs(
     *,
     climate: xr.Dataset | None = None,
     extreme_fraction: float = 0.05,
+    data: str = "the test data",
 ) -> Evaluation:
     """The score table and histograms (module docstring) of runs and raw ensembles on ``test``.
 
@@ -173,10 +174,14 @@ def score_runs(
             and grid, defining the model climate and the truth's climatology (default: the
             test data).
         extreme_fraction: Share of each row's points that count as extreme events.
+        data: How error messages name ``test`` (e.g. the file).
 
     Raises:
         ValueError: Runs of other variables than ``test`` (or ``climate``) holds, runs of
             more members than it has, runs that cannot be told apart, or no run.
+        sciml.run_dir.LabelMismatch: ``test`` on another grid than a run's, or with
+            levels or lead times it never saw (:func:`~sciml.weather.predict.predict_run`
+            aligns the rest by label).
     """
     if not run_dirs:
         raise ValueError("evaluate needs at least one run folder")
@@ -191,7 +196,7 @@ def score_runs(
     if larger:
         raise ValueError(f"runs {larger} use more members than the test data have ({full})")
     keep = ["lead_time", *{d for run in runs for d in run.config.channel_dims}]
-    forecasts = [predict_run(run.path, test) for run in runs]
+    forecasts = [predict_run(run.path, test, data=data) for run in runs]
     rows: list[dict] = []
     histograms: dict[str, dict[str, xr.DataArray]] = {}
     reference = test if climate is None else climate

@@ -139,6 +139,8 @@ def _emos_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
     out: Forecast = {}
     for var in config.variables:
         coef = _own_coefficients(packed, var, config, test, source=path)
+        if "lead_time" in coef.dims:  # the data may hold some of the run's lead times
+            coef = coef.sel(lead_time=test["lead_time"].values)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
     return out

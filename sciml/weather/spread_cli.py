@@ -50,7 +50,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.weather.spread_evaluate import evaluate_spread
 
     runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
-    table = evaluate_spread(runs, open_ensemble(test_data))
+    table = evaluate_spread(
+        runs, open_ensemble(test_data), data=f"the test data ({', '.join(test_data)})"
+    )
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(table.round(5).to_string(index=False))
     if args.json:

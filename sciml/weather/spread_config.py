@@ -1,10 +1,13 @@
 """A spread run's configuration and its file, ``spread_run.json``.
 
-:class:`SpreadConfig` holds what a spread run was trained on and how; :func:`claim_spread_run`
-writes it into a run folder (a rerun with another one is refused) and
-:func:`read_spread_run` reads it back with the run's channel statistics. A run folder
-records :data:`SPREAD_VERSION`; folders of another version are refused by name (retrain in
-a new folder).
+:class:`SpreadConfig` holds what a spread run was trained on and how; the file holds it
+with the training data's record (:func:`sciml.weather.grid.data_record`: grid labels, lead
+times, start dates), as :func:`spread_run_text` writes it. :func:`check_spread_run` tells a
+resumed run from a new one and refuses a folder that holds another run (reading only:
+the caller writes once every check has passed), and :func:`read_spread_run` reads the
+configuration back with the run's channel statistics (:func:`read_spread_data` the data's
+record). A run folder records :data:`SPREAD_VERSION`; folders of another version are
+refused by name (retrain in a new folder).
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sciml.io_utils import atomic_write_text
-from sciml.run_dir import RunLock, differences
+from sciml.run_dir import check_record
 from sciml.weather.spread import SpreadPredictor
 from sciml.xrchannels import NormStats
 
@@ -23,18 +25,24 @@ __all__ = [
     "RUN_CONFIG",
     "SPREAD_VERSION",
     "SpreadConfig",
-    "claim_spread_run",
+    "check_spread_run",
+    "read_spread_data",
     "read_spread_run",
+    "spread_run_text",
 ]
 
 RUN_CONFIG = "spread_run.json"
-#: Format of ``spread_run.json``; 3: the head estimates the underlying variance and keeps
-#: the k members' own part of the ``ensemble``-member spread (2: a free log-residual on the
-#: sample spread; 1: periodic dims padded by ``2**depth`` points and cropped): other networks.
-SPREAD_VERSION = 3
+#: Format of ``spread_run.json``; 4: it records the training data's grid, lead times and
+#: start dates; 3: the head estimates the underlying variance and keeps the k members' own
+#: part of the ``ensemble``-member spread (2: a free log-residual on the sample spread; 1:
+#: periodic dims padded by ``2**depth`` points and cropped): other networks.
+SPREAD_VERSION = 4
+#: Key of the training data's record in the file.
+DATA_KEY = "data"
 _CHANGES = {
-    1: "periodic dims now wrap exactly",
-    2: "the head now keeps the k members' own part of the full spread",
+    1: "periodic dims now wrap exactly, another network",
+    2: "the head now keeps the k members' own part of the full spread, another network",
+    3: "a run now records the grid, lead times and start dates it was trained on",
 }
 
 
@@ -64,10 +72,6 @@ class SpreadConfig:
     depth: int
     version: int = SPREAD_VERSION
 
-    def to_json(self) -> str:
-        """The configuration as JSON text."""
-        return json.dumps(asdict(self), indent=2) + "\n"
-
     def build(self) -> SpreadPredictor:
         """A new model of this configuration."""
         return SpreadPredictor(
@@ -82,22 +86,37 @@ class SpreadConfig:
         )
 
 
-def claim_spread_run(run_dir: Path, config: SpreadConfig) -> None:
-    """Write ``config`` into ``run_dir``, or refuse a folder that holds another one.
+def spread_run_text(config: SpreadConfig, data: dict[str, Any]) -> str:
+    """The text of ``spread_run.json``: the configuration and the training data's record."""
+    return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
+
+
+def check_spread_run(run_dir: Path, text: str) -> bool:
+    """Whether ``run_dir`` holds this run already (``text``: :func:`spread_run_text`).
 
     Raises:
-        ValueError: ``run_dir`` holds a spread run of another configuration (or version).
+        ValueError: ``run_dir`` holds a spread run of another configuration, version or
+            training data; nothing is written.
     """
+    return check_record(run_dir / RUN_CONFIG, text, what="a spread run")
+
+
+def _read(run_dir: Path) -> dict[str, Any]:
+    """``spread_run.json`` of a spread run folder of this format, as plain data."""
     path = run_dir / RUN_CONFIG
-    with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-        if path.exists():
-            changed = differences(json.loads(path.read_text()), json.loads(config.to_json()))
-            if changed:
-                raise ValueError(
-                    f"{run_dir} holds a spread run with another configuration "
-                    f"({'; '.join(changed)}); give this run another --run-dir"
-                )
-        atomic_write_text(path, config.to_json())
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
+        )
+    raw: dict[str, Any] = json.loads(path.read_text())
+    version = raw.get("version", 1)
+    if version != SPREAD_VERSION:
+        why = _CHANGES.get(version, "another network")
+        raise ValueError(
+            f"{run_dir} holds a spread run of format {version}; this version of sciml reads "
+            f"format {SPREAD_VERSION} ({why}): retrain it in a new --run-dir"
+        )
+    return raw
 
 
 def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
@@ -110,18 +129,8 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
     """
     run_dir = Path(run_dir)
     path = run_dir / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
-        )
-    raw: dict[str, Any] = json.loads(path.read_text())
-    version = raw.get("version", 1)
-    if version != SPREAD_VERSION:
-        why = ", ".join([*([_CHANGES[version]] if version in _CHANGES else []), "another network"])
-        raise ValueError(
-            f"{run_dir} holds a spread run of format {version}; this version of sciml reads "
-            f"format {SPREAD_VERSION} ({why}): retrain it in a new --run-dir"
-        )
+    raw = _read(run_dir)
+    raw.pop(DATA_KEY, None)
     expected = {f.name for f in fields(SpreadConfig)}
     if set(raw) != expected:
         raise ValueError(
@@ -131,3 +140,14 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
     for key in ("variables", "periodic", "lead_days"):
         raw[key] = tuple(raw[key])
     return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")
+
+
+def read_spread_data(run_dir: Path | str) -> dict[str, Any]:
+    """What a spread run recorded of its training data (:func:`sciml.weather.grid.data_record`).
+
+    Raises:
+        FileNotFoundError: Not a spread run folder.
+        ValueError: A run folder of another format.
+    """
+    record: dict[str, Any] = _read(Path(run_dir))[DATA_KEY]
+    return record

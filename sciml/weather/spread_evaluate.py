@@ -70,12 +70,21 @@ def _names(runs: list[tuple[Path, SpreadConfig]]) -> list[str]:
     ]
 
 
-def evaluate_spread(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.DataFrame:
+def evaluate_spread(
+    run_dirs: Sequence[Path | str], test: xr.Dataset, *, data: str = "the test data"
+) -> pd.DataFrame:
     """The score table (see the module docstring) of spread runs and baselines on ``test``.
+
+    Args:
+        run_dirs: Spread run folders.
+        test: Test ensemble; put on each run's grid by label
+            (:func:`~sciml.weather.spread_train.predict_spread`).
+        data: How error messages name ``test`` (e.g. the file).
 
     Raises:
         ValueError: No run, runs of more members than ``test`` has, or runs that predict
             the spread of an ensemble of another size than ``test``'s.
+        sciml.run_dir.LabelMismatch: ``test`` on another grid than a run's.
         KeyError: A variable of a run is missing from ``test``.
         FileNotFoundError: A folder that is not a spread run.
     """
@@ -96,7 +105,7 @@ def evaluate_spread(run_dirs: Sequence[Path | str], test: xr.Dataset) -> pd.Data
     missing = [v for v in variables if v not in test.data_vars]
     if missing:
         raise KeyError(f"the test data lack {missing}")
-    predictions = [predict_spread(path, test) for path, _ in runs]
+    predictions = [predict_spread(path, test, data=data) for path, _ in runs]
     rows: list[dict] = []
     for var in variables:
         full = test[var].std("member", ddof=1)

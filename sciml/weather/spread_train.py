@@ -6,12 +6,14 @@ validates and the rest trains, through :func:`sciml.training.fit` (progress, met
 checkpoints, exact resume, preemption), data-parallel under an initialised
 ``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
 :func:`~sciml.weather.train.train_postprocessor` does. The run folder holds
-``spread_run.json`` (the configuration, :mod:`sciml.weather.spread_config`: a rerun with
-another one is refused), ``stats.json`` (the forecasts' channel statistics, from the
-training dates) and ``fit``'s checkpoints and metrics.
+``spread_run.json`` (the configuration and the training data's grid,
+:mod:`sciml.weather.spread_config`: a rerun with another one, or on other data, is refused
+before anything is written), ``stats.json`` (the forecasts' channel statistics, from the
+training dates; a resumed run reads them) and ``fit``'s checkpoints and metrics.
 :func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
 units: the spread of an ensemble of the training data's size (``ensemble`` in the
-configuration), whatever the size of the data it is applied to.
+configuration), whatever the size of the data it is applied to, after putting the data on
+the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,21 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from sciml.collectives import on_rank0, world
+from sciml.io_utils import atomic_write_text
+from sciml.run_dir import RunLock
 from sciml.train_config import TrainConfig
+from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.predict import labelled_like_truth
 from sciml.weather.spread import LOSSES, SpreadPredictor, spread_loss
-from sciml.weather.spread_config import SpreadConfig, claim_spread_run, read_spread_run
+from sciml.weather.spread_config import (
+    RUN_CONFIG,
+    SpreadConfig,
+    check_spread_run,
+    read_spread_data,
+    read_spread_run,
+    spread_run_text,
+)
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.train import forecast_variables, split_validation
 from sciml.xrchannels import NormStats, compute_stats
@@ -151,12 +163,20 @@ def train_spread(
     train, val = split_validation(ds, validation=validation)
     run_dir = Path(run_dir)
 
+    text = spread_run_text(config, data_record(ds, chosen, channel_dims=("level",)))
+
     def prepare() -> NormStats:
-        """The run folder's configuration and statistics, written once (rank 0)."""
-        claim_spread_run(run_dir, config)
-        stats = compute_stats(train, chosen, channel_dims=("level",))
-        stats.to_json(run_dir / "stats.json")
-        return stats
+        """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
+        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+            held = check_spread_run(run_dir, text)
+            path = run_dir / "stats.json"
+            if held and path.exists():  # a resumed run keeps the statistics it trained with
+                return NormStats.from_json(path)
+            stats = compute_stats(train, chosen, channel_dims=("level",))
+            if not held:
+                atomic_write_text(run_dir / RUN_CONFIG, text)
+            stats.to_json(path)
+            return stats
 
     stats = on_rank0(prepare)
     return _fit(train, val, config, stats, run_dir, loop=loop, device=target)
@@ -221,35 +241,49 @@ def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> Sprea
 
 
 def predict_spread(
-    run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16
+    run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16, data: str = "the data"
 ) -> dict[str, xr.DataArray]:
     """A run's predicted standard deviation of every variable on ``test``, in its units.
 
     It is the spread of an ensemble of the run's ``ensemble`` members (the training data's
-    size), predicted from the first ``members`` of ``test``.
+    size), predicted from the first ``members`` of ``test``, on ``test``'s own order of
+    points and levels (``test`` is put on the run's grid by label first).
+
+    Args:
+        run_dir: The spread run folder.
+        test: The data.
+        batch_size: Samples per forward pass.
+        data: How error messages name ``test`` (e.g. ``"the test data (test.nc)"``).
 
     Raises:
         FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
+        sciml.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+            on, or with levels or lead times it never saw (both sides named).
         KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
             than the run needs, or (for a temporal run) other lead times than it was
             trained on (the earlier steps would be other intervals back).
     """
     config, stats = read_spread_run(run_dir)
+    aligned = align_to_run(test, read_spread_data(run_dir), run=str(run_dir), data=data)
+    on_grid = aligned.data
     model = load_spread_model(run_dir)
-    data = SpreadDataset(
-        test, config.variables, members=config.members, history=config.history, stats=stats
+    samples = SpreadDataset(
+        on_grid, config.variables, members=config.members, history=config.history, stats=stats
     )
-    if config.history > 1 and lead_days(test) != config.lead_days:
+    if config.history > 1 and lead_days(on_grid) != config.lead_days:
         raise ValueError(
-            f"{run_dir} stacks {config.history} lead times and was trained on lead times "
-            f"{list(config.lead_days)} days; the data have {list(lead_days(test))}"
+            f"--run-dir {run_dir} stacks {config.history} lead times and was trained on lead "
+            f"times {list(config.lead_days)} days; {data} has {list(lead_days(on_grid))}"
         )
     with torch.no_grad():
-        parts = [model(b["history"], b["available"]) for b in DataLoader(data, batch_size)]
+        parts = [model(b["history"], b["available"]) for b in DataLoader(samples, batch_size)]
     scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
     sd = torch.cat(parts).double() * scale
     out = {}
     for v, var in enumerate(config.variables):
         picked = sd[:, v * config.levels : (v + 1) * config.levels]
-        out[var] = labelled_like_truth(picked, test[f"{var}_truth"], own=["level"])
+        truth = on_grid[f"{var}_truth"]
+        out[var] = aligned.restore(
+            labelled_like_truth(picked, truth, own=["level"]), test[f"{var}_truth"].dims
+        )
     return out

@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
-from sciml.run_dir import RunLock, differences
+from sciml.run_dir import RunLock, check_record
 from sciml.weather.emos import fit_emos, pack_coefficients
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
@@ -130,27 +130,6 @@ def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, 
 def _run_text(config: RunConfig, data: dict[str, Any]) -> str:
     """The text of ``weather_run.json``: the configuration and the training data's record."""
     return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
-
-
-def _check_run(run_dir: Path, text: str) -> bool:
-    """Whether ``run_dir`` already holds this run; an error if it holds another one.
-
-    Raises:
-        ValueError: The folder's run has another configuration or was trained on other
-            data (each difference named, run side first).
-    """
-    path = run_dir / RUN_CONFIG
-    if not path.exists():
-        return False
-    changed = differences(json.loads(path.read_text()), json.loads(text))
-    if changed:
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        raise ValueError(
-            f"--run-dir {run_dir} holds a weather run with another configuration "
-            f"({'; '.join(changed[:8])}{more}; data.*: the training data); nothing was "
-            "written: give this run another --run-dir"
-        )
-    return True
 
 
 def train_postprocessor(
@@ -258,26 +237,29 @@ def train_postprocessor(
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
         with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-            resumed = _check_run(run_dir, text) and model != "emos"  # EMOS refits
+            held = check_record(run_dir / RUN_CONFIG, text, what="a weather run")
+            resumed = held and model != "emos"  # EMOS has no checkpoint: it refits
             stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
-            if resumed and stats_path.exists():
+            keep_stats = resumed and stats_path.exists()
+            wants_scale = model != "emos" and loss_scale != "none"
+            keep_scale = wants_scale and resumed and scale_path.exists()
+            if keep_stats:
                 stats = NormStats.from_json(stats_path)
             else:
                 stats = compute_stats(train, chosen, channel_dims=channel_dims)
             scale = None
-            if model != "emos" and loss_scale != "none":
-                if resumed and scale_path.exists():
-                    with xr.open_dataarray(scale_path) as stored:
-                        scale = stored.load()
-                else:
-                    scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
+            if keep_scale:
+                with xr.open_dataarray(scale_path) as stored:
+                    scale = stored.load()
+            elif wants_scale:
+                scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
             coefficients = _fit_emos(train, config) if model == "emos" else None
             # every check and computation is done: only now is the folder written
-            if not (run_dir / RUN_CONFIG).exists():
+            if not held:
                 atomic_write_text(run_dir / RUN_CONFIG, text)
-            if not (resumed and stats_path.exists()):
+            if not keep_stats:
                 stats.to_json(stats_path)
-            if scale is not None and not (resumed and scale_path.exists()):
+            if scale is not None and not keep_scale:
                 with atomic_path(scale_path, suffix=".nc") as tmp:
                     scale.to_netcdf(tmp)
             if coefficients is not None:

@@ -9,8 +9,10 @@ import pytest
 from sciml.weather.spread_config import (
     SPREAD_VERSION,
     SpreadConfig,
-    claim_spread_run,
+    check_spread_run,
+    read_spread_data,
     read_spread_run,
+    spread_run_text,
 )
 from sciml.xrchannels import NormStats
 
@@ -34,9 +36,13 @@ CONFIG = SpreadConfig(
 )
 
 
+DATA = {"members": 10, "spatial": ["lat", "lon"], "coords": {"lat": {"size": 4}}}
+
+
 def _run(folder: Path) -> Path:
     folder.mkdir()
-    claim_spread_run(folder, CONFIG)
+    assert not check_spread_run(folder, spread_run_text(CONFIG, DATA))  # a new run
+    (folder / "spread_run.json").write_text(spread_run_text(CONFIG, DATA))
     NormStats(channels=("a", "b"), mean=(0.0, 1.0), std=(1.0, 2.0)).to_json(folder / "stats.json")
     return folder
 
@@ -44,13 +50,13 @@ def _run(folder: Path) -> Path:
 def test_a_run_reads_back_its_configuration_and_refuses_another(tmp_path: Path) -> None:
     run = _run(tmp_path / "run")
     config, stats = read_spread_run(run)
-    assert config == CONFIG and config.version == SPREAD_VERSION == 3
-    assert stats.std == (1.0, 2.0)
+    assert config == CONFIG and config.version == SPREAD_VERSION == 4
+    assert stats.std == (1.0, 2.0) and read_spread_data(run) == DATA
     model = config.build()
     assert (model.members, model.ensemble, model.history) == (5, 10, 3)
-    claim_spread_run(run, CONFIG)  # the same configuration: the run is resumed
+    assert check_spread_run(run, spread_run_text(CONFIG, DATA))  # the same: resumed
     with pytest.raises(ValueError, match=r"another configuration \(ensemble: 10 in the run, 20"):
-        claim_spread_run(run, replace(CONFIG, ensemble=20))
+        check_spread_run(run, spread_run_text(replace(CONFIG, ensemble=20), DATA))
 
 
 def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
@@ -59,10 +65,11 @@ def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
     cases = [
         (
             {**saved, "version": 2},
-            r"format 2; .* reads format 3 \(the head now keeps the k members",
+            r"format 2; .* reads format 4 \(the head now keeps the k members",
         ),
         ({k: v for k, v in saved.items() if k != "version"}, r"format 1; .* \(periodic dims now"),
-        ({**saved, "version": 7}, r"format 7; .* format 3 \(another network\): retrain"),
+        ({**saved, "version": 3}, r"format 3; .* format 4 \(a run now records the grid"),
+        ({**saved, "version": 7}, r"format 7; .* format 4 \(another network\): retrain"),
         ({k: v for k, v in saved.items() if k != "ensemble"}, r"missing \['ensemble'\], unknown"),
     ]
     for raw, message in cases:

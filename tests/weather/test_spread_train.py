@@ -124,7 +124,7 @@ def test_train_from_the_command_line_and_refusals(
     del saved["version"]  # format 1 (formats: test_spread_config.py)
     (old / "spread_run.json").write_text(json.dumps(saved))
     with pytest.raises(
-        ValueError, match=r"another configuration \(version: None in the run, 3 now\)"
+        ValueError, match=r"another configuration \(version: None in the run, 4 now\)"
     ):
         train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
     with pytest.raises(ValueError, match="no test data given"):
