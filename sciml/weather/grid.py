@@ -95,7 +95,7 @@ def align_to_run(
         if dim not in ds.dims:
             raise LabelMismatch(
                 f"{data} has no {dim!r} dimension ({dict(ds.sizes)}); {sides[0]} was "
-                f"trained on data with one ({recorded['size']} points)"
+                f"trained on data with one, of size {recorded['size']}"
             )
         labels = _labels(ds, dim)
         found = match_labels(

@@ -194,9 +194,9 @@ def test_emos_coefficients_are_taken_on_the_dims_each_variable_had(
     run = tmp_path / "one_level"
     one_level = train.isel(level=[0])
     train_postprocessor(one_level, model="emos", run_dir=run, members=2, progress=False)
-    # psi had a level in training: a test psi without it is refused, not broadcast
+    # psi had a level in training: test data without it are refused, not broadcast
     flat = test.isel(level=0, drop=True)
-    with pytest.raises(ValueError, match=r"'psi' had channel dims \['level'\] in training"):
+    with pytest.raises(ValueError, match=r"no 'level' dimension .* trained on data with one"):
         predict_run(run, flat)
     # t2m had none: a test t2m with levels is refused, not given the same coefficients
     levelled = test.isel(level=[0])
