@@ -4,7 +4,9 @@ Times, on the CPU (or the current CUDA device when ``device="cuda"``):
 
 * a ``Conv3d(16, 16, 3, padding=1)`` forward and backward at three cube
   sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares: the
-  rate without the fixed cost), and a tiny kernel forward and backward through
+  rate without the fixed cost), on each kernel PyTorch's CPU convolution picks
+  between (oneDNN at batch 2, its native ``vol2col`` at batch 1:
+  :func:`conv_constants`), and a tiny kernel forward and backward through
   autograd (the per-call overhead);
 * an elementwise multiply on 32 MiB into a preallocated output (read + write
   bandwidth), from cold caches and from warm ones;
@@ -50,11 +52,15 @@ import torch.distributed as dist
 from torch import nn
 
 from sciml.cores import usable_cores
+from sciml.spatial_parallel.layers.kernel import ONEDNN, ConvGeometry, cpu_backend
 from sciml.spatial_parallel.planner_measure import cache_evictor
 from sciml.spatial_parallel.planner_profile import Profile
 
 SIZES = (12, 20, 28)
 CHANNELS = 16
+#: The timed convolutions' batches: PyTorch's CPU convolution sends a batch of 2 to
+#: oneDNN whatever the size, a batch of 1 of the :data:`SIZES` to its native kernel.
+VENDOR_BATCH, NATIVE_BATCH = 2, 1
 SMALL = 2**10  # bytes of a message that is all latency
 #: Bytes each way of the timed halo exchanges.
 EXCHANGE_SIZES = (2**10, 2**14, 2**18, 2**22)
@@ -90,15 +96,14 @@ def _fit(work: list[float], seconds: list[float]) -> tuple[float, float]:
     return max(float(intercept), 0.0), 1.0 / slope
 
 
-def conv_constants(*, device: str = "cpu") -> dict[str, float]:
-    """Forward and backward FLOP rates of a 3D convolution, and the cost of one tiny kernel."""
-    torch.manual_seed(0)
-    conv = nn.Conv3d(CHANNELS, CHANNELS, 3, padding=1).to(device)
+def _conv_rates(
+    conv: nn.Module, batch: int, *, device: str, sync: Callable[[], object]
+) -> tuple[float, float]:
+    """Forward and backward FLOP/s of ``conv`` at the cube :data:`SIZES`, batch ``batch``."""
     flops, fwd, bwd = [], [], []
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for size in SIZES:
-        x = torch.randn(1, CHANNELS, size, size, size, device=device, requires_grad=True)
-        flops.append(2.0 * CHANNELS * 27 * CHANNELS * size**3)
+        x = torch.randn(batch, CHANNELS, size, size, size, device=device, requires_grad=True)
+        flops.append(2.0 * batch * CHANNELS * 27 * CHANNELS * size**3)
 
         def forward(x: torch.Tensor = x) -> None:
             with torch.no_grad():
@@ -113,6 +118,50 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
         bwd.append(max(_best_seconds(both) - fwd[-1], 1e-9))
     _, rate = _fit(flops, fwd)
     _, bwd_rate = _fit([2 * f for f in flops], bwd)
+    return rate, bwd_rate
+
+
+def _check_native(conv: nn.Conv3d) -> None:
+    """Raise unless PyTorch's CPU convolution runs the batch-1 series on its native kernel."""
+    geometry = ConvGeometry(
+        tuple(conv.weight.shape),
+        conv.stride,  # type: ignore[arg-type]
+        conv.padding,  # type: ignore[arg-type]
+        conv.dilation,  # type: ignore[arg-type]
+        conv.groups,
+    )
+    for size in SIZES:
+        shape = (NATIVE_BATCH, CHANNELS, size, size, size)
+        kernel = cpu_backend(shape, torch.float32, geometry)
+        if kernel in ONEDNN:
+            raise RuntimeError(
+                f"calibration: PyTorch {torch.__version__} runs the Conv3d on {shape} on "
+                f"{kernel}, not its native kernel: its CPU kernel choice changed, and "
+                f"planner_calibrate.SIZES no longer measure the native rate"
+            )
+
+
+def conv_constants(*, device: str = "cpu") -> dict[str, float]:
+    """Forward and backward FLOP rates of a 3D convolution per kernel, and one tiny kernel's cost.
+
+    On the CPU, PyTorch runs a batch-1 ``Conv3d(16, 16, 3)`` on the cubes of
+    :data:`SIZES` (``16 x 28 x 28 = 12544``, at most 20480) on its native
+    ``vol2col`` kernel, a batch of 2 on oneDNN (:data:`VENDOR_BATCH`): each is
+    fitted for its own rates (``native_conv_rate``, ``conv_rate``). On CUDA both
+    are cuDNN's, measured once.
+
+    Raises:
+        RuntimeError: If PyTorch no longer runs the batch-1 series natively.
+    """
+    torch.manual_seed(0)
+    conv = nn.Conv3d(CHANNELS, CHANNELS, 3, padding=1).to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cpu":
+        _check_native(conv)
+    rate, bwd_rate = _conv_rates(conv, VENDOR_BATCH, device=device, sync=sync)
+    native = (rate, bwd_rate)
+    if device == "cpu":
+        native = _conv_rates(conv, NATIVE_BATCH, device=device, sync=sync)
     tiny = torch.ones(8, device=device, requires_grad=True)
     ones = torch.ones(8, device=device)
 
@@ -121,7 +170,13 @@ def conv_constants(*, device: str = "cpu") -> dict[str, float]:
         sync()
 
     overhead = _best_seconds(step, repeats=50) / 2
-    return {"conv_rate": rate, "conv_bwd_rate": bwd_rate, "op_overhead": overhead}
+    return {
+        "conv_rate": rate,
+        "conv_bwd_rate": bwd_rate,
+        "native_conv_rate": native[0],
+        "native_conv_bwd_rate": native[1],
+        "op_overhead": overhead,
+    }
 
 
 def memory_bandwidth(*, device: str = "cpu", cold: bool = True) -> float:
@@ -315,6 +370,8 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         name="calibrated",
         conv_rate=conv["conv_rate"],
         conv_bwd_rate=conv["conv_bwd_rate"],
+        native_conv_rate=conv["native_conv_rate"],
+        native_conv_bwd_rate=conv["native_conv_bwd_rate"],
         mem_bw=mem_bw,
         cache_bw=cache_bw,
         op_overhead=conv["op_overhead"],

@@ -24,8 +24,10 @@ split normalisation's input and scaled block: :data:`NORM_TRANSIENT`).
 Step time (seconds): per layer, forward and backward compute, measured for
 the rank's local convolutions and poolings where a calibration has them
 (:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
-bytes / bandwidth)`` (a split normalisation's bytes are its
-:data:`NORM_PASSES` over the block, most of them in cache; a convolution's
+bytes / bandwidth)`` (a convolution at the rate of the kernel its block gets:
+PyTorch's native CPU kernel, ``Profile.native_conv_rate``, where even the
+split layer's layout stays below oneDNN's threshold; a split normalisation's
+bytes are its :data:`NORM_PASSES` over the block, most of them in cache; a convolution's
 backward does its data and weight gradients: twice its forward FLOPs, once
 for the first layer whose input needs no gradient); the halo exchange
 (:mod:`planner_comm`), hidden behind the interior's compute when the profile
@@ -107,10 +109,14 @@ def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, fir
         return kernels * profile.op_overhead + seconds * out * layer.itemsize
     if layer.kind in CONV_KINDS:
         flops = layer.flops * out / math.prod(layer.out_shape)
+        local = conv_of(layer, grid, first=first)
+        native = local is not None and local.native
         if backward:
             calls = 1 if first else 2  # weight gradient, and data gradient unless first
-            return calls * (profile.op_overhead + flops / profile.conv_bwd_rate)
-        return profile.op_overhead + max(flops / profile.conv_rate, moved / profile.mem_bw)
+            rate = profile.native_conv_bwd_rate if native else profile.conv_bwd_rate
+            return calls * (profile.op_overhead + flops / rate)
+        rate = profile.native_conv_rate if native else profile.conv_rate
+        return profile.op_overhead + max(flops / rate, moved / profile.mem_bw)
     return profile.op_overhead + (2 if backward else 1) * moved / profile.mem_bw
 
 

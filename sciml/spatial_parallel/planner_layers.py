@@ -34,6 +34,13 @@ import torch.nn.functional as F
 
 from sciml.cpu_allocator import keep_freed_memory, mmap_large_allocations
 from sciml.io_utils import atomic_write_text
+from sciml.spatial_parallel.layers.kernel import (
+    IDENTITY,
+    ConvGeometry,
+    cpu_backend,
+    fast_layout,
+    permuted_convolution,
+)
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_graph import Layer
 from sciml.spatial_parallel.planner_halo import Grid, largest
@@ -47,8 +54,10 @@ from sciml.spatial_parallel.planner_measure import (
 Triple = tuple[int, int, int]
 #: Window layers measured like convolutions (no weight).
 POOL_KINDS = ("MaxPool3d", "AvgPool3d")
+#: Convolutions a :class:`LocalConv` can time.
+CONV_KINDS = ("Conv3d", "ConvTranspose3d")
 #: Layers a :class:`LocalConv` can time.
-LOCAL_KINDS = ("Conv3d", "ConvTranspose3d", *POOL_KINDS)
+LOCAL_KINDS = (*CONV_KINDS, *POOL_KINDS)
 
 
 @dataclass(frozen=True)
@@ -72,13 +81,42 @@ class LocalConv:
     first: bool
     ceil_mode: bool = False
     ranks: int = 1
+    layout: Triple = IDENTITY
 
     def __post_init__(self) -> None:
-        """Refuse a kind it cannot run, or fewer than one rank."""
+        """Refuse a kind it cannot run, fewer than one rank, or a layout not of 3 axes."""
         if self.kind not in LOCAL_KINDS:
             raise ValueError(f"LocalConv kind must be one of {LOCAL_KINDS}, got {self.kind!r}")
         if not isinstance(self.ranks, int) or isinstance(self.ranks, bool) or self.ranks < 1:
             raise ValueError(f"LocalConv ranks must be a positive integer, got {self.ranks!r}")
+        if sorted(self.layout) != [0, 1, 2]:
+            raise ValueError(
+                f"LocalConv layout must order the spatial axes 0, 1, 2, got {self.layout!r}"
+            )
+
+    @property
+    def geometry(self) -> ConvGeometry:
+        """The convolution's parameters (a convolution kind only)."""
+        return ConvGeometry(
+            _weight_shape(self),
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+            transposed=self.kind == "ConvTranspose3d",
+        )
+
+    @property
+    def native(self) -> bool:
+        """Whether PyTorch's CPU convolution runs it, in its layout, on its native kernel.
+
+        In float32, as :func:`measure_convs` times it; ``False`` for a pooling layer.
+        """
+        if self.kind not in CONV_KINDS:
+            return False
+        shape = (*self.in_shape[:2], *(self.in_shape[2 + axis] for axis in self.layout))
+        kernel = cpu_backend(shape, torch.float32, self.geometry.permuted(self.layout))
+        return kernel.startswith("Slow")
 
     @property
     def key(self) -> str:
@@ -146,6 +184,9 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalCo
 
     ``None`` for other layers, and for a pooling layer that reads the model's
     input (no backward: the roofline prices it). ``ranks``: those computing at once.
+    A convolution comes in the layout the split layer gives it on the CPU
+    (:func:`~sciml.spatial_parallel.layers.kernel.fast_layout`: the unsplit
+    layer's kernel).
     """
     measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
         layer.kind in POOL_KINDS and not first
@@ -166,6 +207,10 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalCo
         groups=layer.groups,
         first=first,
     )
+    if layer.kind in CONV_KINDS:
+        unsplit = (block[0], *layer.in_shape[1:])
+        layout = fast_layout(conv.in_shape, unsplit, torch.float32, conv.geometry)
+        conv = replace(conv, layout=layout)
     return replace(conv, ranks=ranks)
 
 
@@ -176,23 +221,22 @@ def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
         )
     if conv.kind == "AvgPool3d":
         return F.avg_pool3d(x, conv.kernel, conv.stride, conv.padding, conv.ceil_mode)
+    return permuted_convolution(x, weight, None, conv.geometry, conv.layout)
+
+
+def _weight_shape(conv: LocalConv) -> tuple[int, ...]:
+    """The weight's shape (empty for a pooling layer)."""
+    c = conv.in_shape[1]
+    if conv.kind in POOL_KINDS:
+        return (0,)
     if conv.kind == "Conv3d":
-        return F.conv3d(x, weight, None, conv.stride, conv.padding, conv.dilation, conv.groups)
-    return F.conv_transpose3d(
-        x, weight, None, conv.stride, conv.padding, 0, conv.groups, conv.dilation
-    )
+        return (conv.out_channels, c // conv.groups, *conv.kernel)
+    return (c, conv.out_channels // conv.groups, *conv.kernel)
 
 
 def _tensors(conv: LocalConv) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Input, weight (empty for a pooling layer) and output gradient of ``conv`` (random)."""
-    c = conv.in_shape[1]
-    if conv.kind in POOL_KINDS:
-        shape: tuple[int, ...] = (0,)
-    elif conv.kind == "Conv3d":
-        shape = (conv.out_channels, c // conv.groups, *conv.kernel)
-    else:
-        shape = (c, conv.out_channels // conv.groups, *conv.kernel)
-    weight = torch.randn(shape, requires_grad=conv.kind not in POOL_KINDS)
+    weight = torch.randn(_weight_shape(conv), requires_grad=conv.kind not in POOL_KINDS)
     x = torch.randn(conv.in_shape, requires_grad=not conv.first)
     return x, weight, torch.ones_like(_run(conv, x, weight))
 

@@ -47,8 +47,13 @@ class Profile:
 
     Attributes:
         name: Short name (``"h100"``, ``"calibrated"``...).
-        conv_rate: Achieved FLOP/s of a large convolution, forward.
+        conv_rate: Achieved FLOP/s of a large convolution, forward, on the vendor
+            library (cuDNN, oneDNN).
         conv_bwd_rate: Achieved FLOP/s of a convolution's backward (data and weight).
+        native_conv_rate: Forward FLOP/s of PyTorch's own fallback kernel, which its
+            CPU convolution runs on shapes it does not send to oneDNN (``vol2col``:
+            :mod:`~sciml.spatial_parallel.layers.kernel`); the vendor rate on a GPU.
+        native_conv_bwd_rate: Backward FLOP/s of that fallback kernel.
         mem_bw: Achieved bytes/s of elementwise kernels on data from memory
             (activations streaming through a step).
         cache_bw: Achieved bytes/s of elementwise kernels on data in cache (a
@@ -79,6 +84,8 @@ class Profile:
     name: str
     conv_rate: float
     conv_bwd_rate: float
+    native_conv_rate: float
+    native_conv_bwd_rate: float
     mem_bw: float
     cache_bw: float
     op_overhead: float
@@ -164,6 +171,8 @@ def _gpu(
         name=name,
         conv_rate=tf32 * CONV_EFFICIENCY,
         conv_bwd_rate=tf32 * CONV_EFFICIENCY,
+        native_conv_rate=tf32 * CONV_EFFICIENCY,  # cuDNN whatever the shape
+        native_conv_bwd_rate=tf32 * CONV_EFFICIENCY,
         mem_bw=hbm * BANDWIDTH_EFFICIENCY,
         cache_bw=hbm * BANDWIDTH_EFFICIENCY,  # blocks of GBs do not fit a GPU's L2
         op_overhead=10e-6,

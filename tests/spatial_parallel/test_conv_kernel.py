@@ -146,6 +146,7 @@ def test_the_layout_stays_where_nothing_is_gained(
     assert fast_layout(block, unsplit, dtype, CONV) == IDENTITY
 
 
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # the switch's own
 def test_the_layout_follows_the_oneDNN_switch() -> None:
     """With oneDNN switched off the selector never picks it, and nothing moves."""
     with torch.backends.mkldnn.flags(enabled=False):
@@ -211,3 +212,11 @@ def test_a_depth_split_layer_runs_on_onednn_and_stays_exact(kind: str) -> None:
             assert "aten::mkldnn_convolution" in rank["ops"], sorted(rank["ops"])
         assert not any(op.startswith("aten::slow_conv") for op in rank["ops"]), rank["ops"]
         assert all(e <= 0 for e in rank["excess"].values()), rank["excess"]
+
+
+def test_a_permuted_convolution_is_laid_out_as_the_op_s_own() -> None:
+    """Model code that views a convolution's output works on the permuted one too."""
+    x = torch.randn(1, 16, 26, 48, 48)
+    w = torch.randn(CONV.weight)
+    y = permuted_convolution(x, w, None, CONV, fast_layout(BLOCK, UNSPLIT, torch.float32, CONV))
+    assert y.is_contiguous() and y.shape == (1, 16, 24, 48, 48)

@@ -10,14 +10,20 @@ import torch.distributed as dist
 
 from sciml.distributed import spawn
 from sciml.spatial_parallel import planner_calibrate
+from sciml.spatial_parallel.layers.kernel import ConvGeometry, cpu_backend
 from sciml.spatial_parallel.planner_calibrate import (
+    CHANNELS,
     EXCHANGE_SIZES,
     GAP_SHAPE,
+    NATIVE_BATCH,
+    SIZES,
+    VENDOR_BATCH,
     _best_seconds,
     _blocking_seconds,
     _fit,
     _median_seconds,
     concurrency,
+    conv_constants,
     memory_bandwidth,
 )
 
@@ -116,3 +122,25 @@ def test_memory_bandwidth_starts_each_timed_call_from_cold_caches(
     assert len(evictions) == 5
     assert memory_bandwidth(cold=False) > 0  # a normalisation's passes over a cached block
     assert len(evictions) == 5
+
+
+def _conv_geometry() -> ConvGeometry:
+    return ConvGeometry((CHANNELS, CHANNELS, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN")
+@pytest.mark.parametrize("size", SIZES)
+def test_the_two_convolution_series_run_on_the_two_cpu_kernels(size: int) -> None:
+    """PyTorch's own selector: batch 1 on its native kernel, batch 2 on oneDNN."""
+    native = cpu_backend((NATIVE_BATCH, CHANNELS, *[size] * 3), torch.float32, _conv_geometry())
+    vendor = cpu_backend((VENDOR_BATCH, CHANNELS, *[size] * 3), torch.float32, _conv_geometry())
+    assert native == "Slow3d" and vendor == "Mkldnn"
+
+
+def test_the_calibration_refuses_a_native_series_run_on_onednn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a PyTorch whose threshold moved would label oneDNN's rate as the native one
+    monkeypatch.setattr(planner_calibrate, "cpu_backend", lambda *args: "Mkldnn")
+    with pytest.raises(RuntimeError, match="not its native kernel"):
+        conv_constants()

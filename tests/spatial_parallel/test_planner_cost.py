@@ -32,6 +32,8 @@ PROFILE = Profile(
     name="test",
     conv_rate=1e9,
     conv_bwd_rate=5e8,
+    native_conv_rate=1e9,
+    native_conv_bwd_rate=5e8,
     mem_bw=1e9,
     cache_bw=2e9,
     op_overhead=1e-3,
@@ -365,3 +367,34 @@ def test_a_split_layer_whose_input_the_code_holds_keeps_it_next_to_its_extended_
     assert 0 < extra <= held_block
     # on one rank the convolution keeps the input itself: nothing to add
     assert workspace(True, (1, 1, 1, 1)) == workspace(False, (1, 1, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("edge", "grid", "native"),
+    [
+        (48, (1, 1, 1, 1), False),  # 16 x 48 x 48 > 20480: oneDNN
+        (48, (1, 2, 1, 1), False),  # 16 x 26 x 48 below it, but the split layer's layout is not
+        (24, (1, 1, 1, 1), True),  # 16 x 24 x 24: PyTorch's native kernel, split or not
+        (24, (1, 2, 1, 1), True),
+    ],
+)
+def test_a_convolution_is_priced_at_the_rate_of_the_kernel_its_block_gets(
+    edge: int, grid: tuple[int, int, int, int], native: bool
+) -> None:
+    # only the convolutions' FLOPs cost anything; the native kernel 10x slower
+    free = {
+        **PROFILE.__dict__,
+        "op_overhead": 0.0,
+        "mem_bw": 1e30,
+        "cache_bw": 1e30,
+        "halo_overhead": 0.0,
+        "sync_wait": 0.0,
+        "intra_latency": 0.0,
+        "intra_bw": 1e30,
+    }
+    slow_native = Profile(**{**free, "native_conv_rate": 1e8, "native_conv_bwd_rate": 5e7})
+    graph = trace(nn.Sequential(nn.Conv3d(16, 16, 3, padding=1)), (1, 16, edge, edge, edge))
+    flops = graph.layers[0].flops / math.prod(grid)
+    rates = (1e8, 5e7) if native else (1e9, 5e8)
+    compute = estimate(graph, grid, slow_native).time["compute"]
+    assert compute == pytest.approx(flops / rates[0] + flops / rates[1], rel=1e-9)

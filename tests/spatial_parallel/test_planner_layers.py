@@ -5,9 +5,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 from sciml.distributed import torch_threads
-from sciml.spatial_parallel.planner_layers import LocalConv, measure_convs
+from sciml.spatial_parallel.planner_graph import trace
+from sciml.spatial_parallel.planner_layers import LocalConv, _run, _tensors, conv_of, measure_convs
 from sciml.spatial_parallel.planner_measure import DEFAULT_CACHE, cache_bytes, clock
 from tests.spatial_parallel.test_planner_measure import mapped_bytes_of_a_tensor
 
@@ -79,3 +82,29 @@ def test_a_local_convolution_it_cannot_time_is_refused(field: str, value: object
     # an unknown kind ran as a transposed convolution, whatever it was
     with pytest.raises(ValueError, match=f"LocalConv {field} must be"):
         LocalConv(**{**SMALL_CONV, field: value})  # type: ignore[arg-type]
+
+
+def test_a_local_convolution_with_a_layout_not_of_three_axes_is_refused() -> None:
+    with pytest.raises(ValueError, match="LocalConv layout must order the spatial axes"):
+        LocalConv(**{**SMALL_CONV, "layout": (0, 1, 1)})  # type: ignore[arg-type]
+
+
+def test_the_planner_times_a_split_convolution_on_the_kernel_the_layer_gets() -> None:
+    """Half of a 48^3 x 16 volume along depth: native in its own layout, oneDNN as split.
+
+    The timed call runs oneDNN (checked by the aten op, not by time); unsplit, the
+    layout stays.
+    """
+    layer = trace(nn.Sequential(nn.Conv3d(16, 16, 3, padding=1)), (1, 16, 48, 48, 48)).layers[0]
+    split = conv_of(layer, (1, 2, 1, 1), first=False)
+    whole = conv_of(layer, (1, 1, 1, 1), first=False)
+    assert split is not None and whole is not None
+    assert split.in_shape == (1, 16, 26, 48, 48)
+    assert replace(split, layout=(0, 1, 2)).native
+    assert split.layout != (0, 1, 2) and not split.native
+    assert whole.layout == (0, 1, 2) and not whole.native
+    x, weight, grad = _tensors(split)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _run(split, x, weight).backward(grad)
+    ops = {event.name for event in prof.events()}
+    assert "aten::mkldnn_convolution" in ops and "aten::slow_conv3d_forward" not in ops

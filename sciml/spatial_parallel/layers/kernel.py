@@ -4,14 +4,17 @@ PyTorch's CPU convolution runs on oneDNN only where a heuristic on the input
 shape holds (``use_mkldnn`` in ``aten/src/ATen/native/Convolution.cpp``): in
 float32, a batch-1 input with ``groups == 1`` and a kernel of at most 3 along
 one of its last two dims needs ``N * C * D * H > 20480``, ``W`` ignored;
-otherwise it falls back to the native ``vol2col`` kernel (``Slow3d``), about ten
-times slower per voxel. A split block, thinner than the whole tensor, can fall
-below the threshold where the unsplit layer did not. A permutation of the
-three spatial axes, applied alike to the input, the weight and the
-geometry, is the same convolution; :func:`fast_layout` picks one under which
-the block gets the unsplit layer's kernel, and :func:`convolution` applies it.
-CUDA tensors, float64 (never oneDNN) and bfloat16 (always oneDNN where the CPU
-supports it) keep their layout.
+otherwise it falls back to the native ``vol2col`` kernel (``Slow3d``). On one
+thread, the ``(1, 16, 26, 48, 48)`` block of a depth-split 48^3 volume took
+0.38 s forward and backward there against 0.021 s on oneDNN in the layout
+``(48, 48, 26)``, where the whole ``(1, 16, 48, 48, 48)`` took 0.054 s. A split
+block, thinner than the whole tensor, can fall below the threshold where the
+unsplit layer did not. A permutation of the three spatial axes, applied alike
+to the input, the weight and the geometry, is the same convolution:
+:func:`fast_layout` picks one under which the block gets the unsplit layer's
+kernel, and :func:`convolution` applies it. CUDA tensors, float64 (never
+oneDNN) and bfloat16 (always oneDNN where the CPU supports it) keep their
+layout.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +33,10 @@ from sciml.spatial_parallel.layers.base import autocast_dtype
 Triple = tuple[int, int, int]
 #: Spatial axes in their own order.
 IDENTITY: Triple = (0, 1, 2)
-_NAMES = {int(value): name for name, value in torch._C._ConvBackend.__members__.items()}
+_BACKENDS: Any = torch._C._ConvBackend  # type: ignore[attr-defined]
+_NAMES = {int(value): name for name, value in _BACKENDS.__members__.items()}
 # PyTorch's Python enum leaves MkldnnTranspose, declared right after Mkldnn, unnamed
-_NAMES.setdefault(int(torch._C._ConvBackend.Mkldnn) + 1, "MkldnnTranspose")
+_NAMES.setdefault(int(_BACKENDS.Mkldnn) + 1, "MkldnnTranspose")
 #: The names :func:`cpu_backend` gives oneDNN's convolutions.
 ONEDNN = frozenset({"Mkldnn", "MkldnnTranspose"})
 #: What :func:`cpu_backend` answers for a shape the convolution rejects (a kernel
@@ -92,7 +97,7 @@ def _select(
     x = torch.empty((), dtype=dtype).expand(shape)
     weight = torch.empty((), dtype=dtype).expand(geometry.weight)
     try:
-        backend = torch._C._select_conv_backend(
+        backend: Any = torch._C._select_conv_backend(
             x,
             weight,
             None,
@@ -178,14 +183,14 @@ def permuted_convolution(
 ) -> torch.Tensor:
     """The convolution of ``x``, computed with the spatial axes in the order ``perm``.
 
-    The result is in ``x``'s own order (a permuted view), with autograd
-    through both permutations.
+    The result is in ``x``'s own order, contiguous as the op's own (code
+    that views it works alike), with autograd through both permutations.
     """
     if perm == IDENTITY:
         return _call(x, weight, bias, geometry)
     dims = _dims(perm)
     y = _call(x.permute(dims), weight.permute(dims), bias, geometry.permuted(perm))
-    return y.permute(_dims(_inverse(perm)))
+    return y.permute(_dims(_inverse(perm))).contiguous()
 
 
 def convolution(
