@@ -45,14 +45,15 @@ class StoreError(ValueError):
     """A store's chunks are not what its arrays or its manifest say."""
 
 
-def _files(store: Path) -> Iterator[tuple[str, Path]]:
-    """Every file of ``store`` but the manifest, as ``(key, path)``; keys use ``/``."""
-    for folder, _, names in os.walk(store):
-        for name in names:
-            path = Path(folder, name)
-            key = path.relative_to(store).as_posix()
-            if key != MANIFEST:
-                yield key, path
+def _files(folder: str, prefix: str = "") -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Every file under ``folder`` but the manifest, as ``(key, entry)``; keys use ``/``."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            key = prefix + entry.name
+            if entry.is_dir():
+                yield from _files(entry.path, key + "/")
+            elif key != MANIFEST:
+                yield key, entry
 
 
 def write_manifest(store: Path | str) -> Path:
@@ -63,8 +64,8 @@ def write_manifest(store: Path | str) -> Path:
     """
     store = Path(store)
     files = {}
-    for key, path in sorted(_files(store)):
-        data = path.read_bytes()
+    for key, entry in sorted(_files(str(store)), key=lambda item: item[0]):
+        data = Path(entry.path).read_bytes()
         files[key] = [len(data), zlib.crc32(data)]
     path = store / MANIFEST
     atomic_write_text(path, json.dumps({"format": 1, "files": files}) + "\n")
@@ -97,9 +98,9 @@ def _chunks(store: Path) -> dict[str, _Chunk]:
         if dtype is not None and dtype.kind in "biufc":
             size = math.prod(grid) * dtype.itemsize
         counts = [math.ceil(n / c) for n, c in zip(array.shape, grid, strict=True)]
+        where, encode = array.path, array.metadata.encode_chunk_key
         for index in itertools.product(*map(range, counts)):
-            key = f"{array.path}/{array.metadata.encode_chunk_key(index)}"
-            chunks[key] = _Chunk(str(name), index, size)
+            chunks[f"{where}/{encode(index)}"] = _Chunk(str(name), index, size)
     return chunks
 
 
@@ -166,7 +167,7 @@ def check_store(store: Path | str) -> StoreInventory:
     """
     store = Path(store)
     files = _manifest(store)
-    sizes = {key: path.stat().st_size for key, path in _files(store)}
+    sizes = {key: entry.stat().st_size for key, entry in _files(str(store))}
     needed = _chunks(store)
     inventory = StoreInventory(store, files, {k: (c.array, c.index) for k, c in needed.items()})
     hint = (
