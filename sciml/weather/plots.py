@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from sciml.weather import metrics
 
@@ -23,6 +24,9 @@ __all__ = [
     "scores_by_lead",
     "spread_skill_plot",
 ]
+
+#: Most panels in a row of a figure with one panel per coordinate value.
+_MAX_COLUMNS = 4
 
 
 def _format_seconds(seconds: int) -> str:
@@ -52,6 +56,36 @@ def format_value(value: object) -> str:
     return str(array.item() if array.ndim == 0 else value)
 
 
+def _one_unit_labels(values: np.ndarray) -> list[str]:
+    """Labels of coordinate values; timedeltas all in days or all in hours where they allow it.
+
+    ``[0, 1, 2]`` days read ``0 days``, ``1 day``, ``2 days`` (not ``0 h``, ``1 day``), and
+    ``[0, 6, 30]`` hours read ``0 h``, ``6 h``, ``30 h``; other values as :func:`format_value`.
+    """
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.timedelta64) or np.isnat(values).any():
+        return [format_value(v) for v in values]
+    seconds = (values / np.timedelta64(1, "s")).astype(np.int64)
+    if np.all(seconds % 86400 == 0):
+        return [f"{d} day{'s' if abs(d) != 1 else ''}" for d in seconds // 86400]
+    if np.all(seconds % 3600 == 0):
+        return [f"{h} h" for h in seconds // 3600]
+    return [format_value(v) for v in values]
+
+
+def _robust_limits(values: np.ndarray) -> tuple[float, float]:
+    """The 2nd and 98th percentiles of the finite ``values`` (xarray's ``robust=True``).
+
+    A colour scale spanning these is not set by a few outlying pixels; the colour bar's
+    arrows mark the clipped ends.
+    """
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    low, high = (float(v) for v in np.percentile(finite, [2, 98]))
+    return (low, high) if high > low else (low - 0.5, high + 0.5)
+
+
 def _require_dims(da: xr.DataArray, dims: tuple[str, ...], what: str) -> None:
     if set(da.dims) != set(dims):
         raise ValueError(f"{what} must have dimensions {dims} (select the rest), got {da.dims}")
@@ -66,6 +100,9 @@ def ensemble_maps(
 ) -> Figure:
     """Maps of the ensemble mean, the ensemble spread and the error of the mean.
 
+    Each colour scale spans the field's 2nd to 98th percentile (the error's symmetric
+    about 0), so that a few outlying pixels do not wash out the map.
+
     Args:
         observations: Verifying field with dimensions ``(lat, lon)``.
         forecasts: Ensemble with dimensions ``(member_dim, lat, lon)``.
@@ -79,23 +116,24 @@ def ensemble_maps(
     spread = forecasts.std(member_dim, ddof=1)
     error = mean - observations
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8), constrained_layout=True)
-    limit = float(np.nanmax(np.abs(error.values))) or 1.0
-    panels: list[tuple[xr.DataArray, str, str, dict[str, float]]] = [
-        (mean, "ensemble mean", "viridis", {}),
-        (spread, "ensemble spread", "magma", {"vmin": 0}),
-        (error, "error of the mean", "RdBu_r", {"vmin": -limit, "vmax": limit}),
+    limit = _robust_limits(np.abs(error.values))[1]
+    panels: list[tuple[xr.DataArray, str, str, tuple[float, float]]] = [
+        (mean, "ensemble mean", "viridis", _robust_limits(mean.values)),
+        (spread, "ensemble spread", "magma", (0.0, _robust_limits(spread.values)[1])),
+        (error, "error of the mean", "RdBu_r", (-limit, limit)),
     ]
     units = observations.attrs.get("units", "")
-    for ax, (field, label, cmap, limits) in zip(axes, panels, strict=True):
+    for ax, (field, label, cmap, (low, high)) in zip(axes, panels, strict=True):
         image = ax.pcolormesh(
             field["lon"],
             field["lat"],
             field.transpose("lat", "lon"),
             cmap=cmap,
             shading="auto",
-            **limits,
+            vmin=low,
+            vmax=high,
         )
-        fig.colorbar(image, ax=ax, label=units)
+        fig.colorbar(image, ax=ax, label=units, extend="both")
         ax.set(title=label, xlabel="longitude", ylabel="latitude")
     if title:
         fig.suptitle(title)
@@ -106,7 +144,8 @@ def rank_histogram_plot(histogram: xr.DataArray, *, title: str | None = None) ->
     """Bar chart of a rank histogram (from :func:`sciml.weather.metrics.rank_histogram`).
 
     Bars are relative frequencies; the dashed line is the flat histogram of a reliable
-    ensemble. Extra dimensions (e.g. ``lead_time``) give one panel each.
+    ensemble. An extra dimension (e.g. ``lead_time``) gives one panel per value, at most
+    four to a row.
     """
     if "rank" not in histogram.dims:
         raise ValueError(f"histogram needs a 'rank' dimension, got {histogram.dims}")
@@ -115,22 +154,30 @@ def rank_histogram_plot(histogram: xr.DataArray, *, title: str | None = None) ->
         raise ValueError(f"at most one dimension besides 'rank', got {others}")
     panels = histogram.transpose(*others, "rank") if others else histogram.expand_dims("_")
     labels = (
-        [f"{others[0]} = {format_value(v)}" for v in panels[others[0]].values] if others else [""]
+        [f"{others[0]} = {v}" for v in _one_unit_labels(panels[others[0]].values)]
+        if others
+        else [""]
     )
+    columns = min(len(labels), _MAX_COLUMNS)
+    rows = -(-len(labels) // columns)
     fig, axes = plt.subplots(
-        1,
-        len(labels),
-        figsize=(3.2 * len(labels) + 1, 3),
+        rows,
+        columns,
+        figsize=(3.2 * columns + 0.8, 2.6 * rows + 0.6),
         sharey=True,
         squeeze=False,
         constrained_layout=True,
     )
-    for ax, counts, label in zip(axes[0], panels, labels, strict=True):
+    for ax, counts, label in zip(axes.flat, panels, labels, strict=False):
         freq = counts / counts.sum()
         ax.bar(counts["rank"], freq, color="tab:blue", width=0.85)
         ax.axhline(1 / counts.sizes["rank"], color="k", linestyle="--", linewidth=1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(xlabel="rank of the observation", title=label)
-    axes[0, 0].set_ylabel("relative frequency")
+    for ax in axes.flat[len(labels) :]:
+        ax.remove()
+    for row in axes:
+        row[0].set_ylabel("relative frequency")
     if title:
         fig.suptitle(title)
     return fig
@@ -165,7 +212,7 @@ def spread_skill_plot(
     groups = np.array_split(order, bins)
     x = np.array([np.sqrt(np.mean(s[valid][g] ** 2)) for g in groups])
     y = np.array([np.sqrt(np.mean(e[valid][g] ** 2)) for g in groups])
-    fig, ax = plt.subplots(figsize=(4.5, 4.2), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(6, 4.2), constrained_layout=True)
     top = float(max(x.max(), y.max())) * 1.05
     ax.plot([0, top], [0, top], "k--", linewidth=1, label="reliable")
     ax.plot(x, y, "o-", color="tab:red", label="binned points")
@@ -177,7 +224,7 @@ def spread_skill_plot(
         ylim=(0, top),
         title=title or "spread-skill",
     )
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig
 
 
@@ -196,7 +243,7 @@ def scores_by_lead(
         ylabel: Y-axis label.
         title: Axes title.
     """
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
     for label, score in scores.items():
         _require_dims(score, (lead_dim,), f"score {label!r}")
         lead = score[lead_dim].values
@@ -205,7 +252,7 @@ def scores_by_lead(
         ax.plot(lead, score.values, "o-", label=label)
     ax.set(xlabel="lead time (days)", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig
 
 
@@ -232,7 +279,7 @@ def reliability_histograms(
                 f"histogram of {var} needs 'rank' or 'bin', 'lead_time' and at most one more "
                 f"dimension, got {hist.dims}"
             )
-        hist, xlabel = hist.rename({kind: "_bin"}), "rank" if kind == "rank" else "PIT bin"
+        hist, xlabel = hist.rename({kind: "_bin"}), "rank" if kind == "rank" else "PIT"
         if not others:
             rows.append((var, hist, xlabel))
             continue
@@ -242,6 +289,7 @@ def reliability_histograms(
     if not rows:
         raise ValueError("no histogram to plot")
     leads = rows[0][1]["lead_time"].values
+    lead_labels = _one_unit_labels(leads)
     fig, axes = plt.subplots(
         len(rows),
         len(leads),
@@ -251,11 +299,17 @@ def reliability_histograms(
         constrained_layout=True,
     )
     for axes_row, (label, hist, xlabel) in zip(axes, rows, strict=True):
-        for ax, lead in zip(axes_row, leads, strict=True):
+        for ax, lead, lead_label in zip(axes_row, leads, lead_labels, strict=True):
             counts = hist.sel(lead_time=lead)
-            ax.bar(np.arange(1, counts.size + 1), counts / counts.sum(), width=0.85)
+            if xlabel == "rank":  # ranks 1..M+1, whole numbers
+                ax.bar(np.arange(1, counts.size + 1), counts / counts.sum(), width=0.85)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            else:  # equal PIT bins on [0, 1], drawn at their centres
+                centres = (np.arange(counts.size) + 0.5) / counts.size
+                ax.bar(centres, counts / counts.sum(), width=0.85 / counts.size)
+                ax.set_xlim(0, 1)
             ax.axhline(1 / counts.size, color="k", linestyle="--", linewidth=1)
-            ax.set_title(f"{label}, lead {format_value(lead)}", fontsize=8)
+            ax.set_title(f"{label}, lead {lead_label}", fontsize=8)
             ax.set_xlabel(xlabel, fontsize=8)
         axes_row[0].set_ylabel("relative frequency")
     if title:

@@ -71,7 +71,7 @@ def test_panel_titles_read_timedeltas_and_datetimes(
     ob, fc = fields
     hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"])
     titles = [ax.get_title() for ax in plots.rank_histogram_plot(hist).axes]
-    assert titles == ["lead_time = 0 h", "lead_time = 1 day", "lead_time = 2 days"]
+    assert titles == ["lead_time = 0 days", "lead_time = 1 day", "lead_time = 2 days"]
     assert plots.format_value(np.timedelta64(30, "h")) == "1 day 6 h"
     assert plots.format_value(np.timedelta64(-90, "m")) == "-1 h 30 min"
     assert plots.format_value(np.datetime64("2000-01-03T00:00:00.000000000")) == "2000-01-03"
@@ -104,10 +104,72 @@ def test_reliability_histograms(fields: tuple[xr.DataArray, xr.DataArray]) -> No
     pit = ranks.rename(rank="bin").expand_dims(level=[1, 2])  # a PIT histogram's layout
     fig = plots.reliability_histograms({"t": ranks, "u": pit}, title="model")
     assert len(fig.axes) == 3 * 3  # rows: t, u at two levels; a column per lead time
-    assert fig.axes[3].get_title() == "u, level 1, lead 0 h"
-    assert fig.axes[0].get_xlabel() == "rank" and fig.axes[3].get_xlabel() == "PIT bin"
+    assert fig.axes[3].get_title() == "u, level 1, lead 0 days"
+    assert fig.axes[0].get_xlabel() == "rank" and fig.axes[3].get_xlabel() == "PIT"
     assert fig.axes[0].patches[0].get_height() == pytest.approx(float(ranks[0, 0] / 40))
     with pytest.raises(ValueError, match="'rank' or 'bin'"):
         plots.reliability_histograms({"t": ranks.rename(rank="r")})
     with pytest.raises(ValueError, match="at most one more"):
         plots.reliability_histograms({"t": pit.expand_dims(x=[0])})
+
+
+def test_map_colour_scales_are_not_set_by_an_outlier() -> None:
+    rng = np.random.default_rng(1)
+    coords = {"lat": np.linspace(-30, 30, 20), "lon": np.arange(20.0)}
+    fc = xr.DataArray(
+        rng.standard_normal((4, 20, 20)), dims=("member", "lat", "lon"), coords=coords
+    )
+    ob = xr.DataArray(rng.standard_normal((20, 20)), dims=("lat", "lon"), coords=coords)
+    ob[2, 3] = 1e3  # one bad pixel of 400
+    fig = plots.ensemble_maps(ob, fc)
+    limit = np.percentile(np.abs(fc.mean("member") - ob).values, 98)  # xarray's robust range
+    mean = np.percentile(fc.mean("member").values, [2, 98])
+    spread = np.percentile(fc.std("member", ddof=1).values, 98)
+    mesh = {ax.get_title(): ax.collections[0].get_clim() for ax in fig.axes if ax.collections}
+    assert mesh["error of the mean"] == pytest.approx((-limit, limit))
+    assert mesh["ensemble mean"] == pytest.approx(tuple(mean))
+    assert mesh["ensemble spread"] == pytest.approx((0.0, spread))
+    assert limit < 10  # the outlier is off the scale, not its end
+
+
+def test_many_rank_histograms_fill_a_grid(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
+    ob, fc = fields
+    lead = np.arange(8).astype("timedelta64[h]") * 6
+    hist = metrics.rank_histogram(ob, fc, dim=["lat", "lon"]).isel(lead_time=[0] * 8)
+    fig = plots.rank_histogram_plot(hist.assign_coords(lead_time=lead))
+    rows = {round(ax.get_position().y0, 3) for ax in fig.axes}
+    columns = {round(ax.get_position().x0, 3) for ax in fig.axes}
+    assert len(fig.axes) == 8 and len(rows) == 2 and len(columns) == 4
+    width, height = fig.get_size_inches()
+    assert width / height < 3  # not a strip
+    assert [ax.get_title() for ax in fig.axes][:3] == [
+        "lead_time = 0 h",
+        "lead_time = 6 h",
+        "lead_time = 12 h",
+    ]
+    for ax in fig.axes:
+        np.testing.assert_array_equal(ax.get_xticks(), np.round(ax.get_xticks()))
+
+
+def test_pit_histograms_are_drawn_on_the_unit_interval(
+    fields: tuple[xr.DataArray, xr.DataArray],
+) -> None:
+    ob, fc = fields
+    pit = metrics.rank_histogram(ob, fc, dim=["lat", "lon"]).rename(rank="bin")
+    ax = plots.reliability_histograms({"t": pit}).axes[0]
+    assert ax.get_xlim() == (0.0, 1.0)
+    centres = [bar.get_x() + bar.get_width() / 2 for bar in ax.patches]
+    np.testing.assert_allclose(centres, (np.arange(5) + 0.5) / 5)
+
+
+def test_legends_do_not_cover_the_data(fields: tuple[xr.DataArray, xr.DataArray]) -> None:
+    ob, fc = fields
+    crps = metrics.crps_ensemble(ob, fc, dim=["lat", "lon"])
+    for fig in (
+        plots.spread_skill_plot(ob, fc, bins=4),
+        plots.scores_by_lead({"CRPS": crps, "twice": 2 * crps}, ylabel="CRPS"),
+    ):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        legend = ax.get_legend().get_window_extent()
+        assert not legend.overlaps(ax.get_window_extent())
