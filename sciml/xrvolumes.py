@@ -61,7 +61,15 @@ from sciml.xrstore import StoreError, StoreInventory, check_store
 if TYPE_CHECKING:
     from sciml.spatial_parallel.mesh import SpatialMesh
 
-__all__ = ["DIM_NAMES", "ShardedVolumes", "block_slices", "block_stats", "run_stats"]
+__all__ = [
+    "DIM_NAMES",
+    "VOLUME_DIMS",
+    "ShardedVolumes",
+    "block_slices",
+    "block_stats",
+    "dims_by_name",
+    "run_stats",
+]
 
 #: The names a store may give each dimension (compared in lower case), by the one it is read as.
 DIM_NAMES = {
@@ -110,7 +118,7 @@ def block_slices(
     return tuple(slices)
 
 
-def _dims_by_name(dims: Sequence[Any], wanted: Sequence[str], *, what: str) -> dict[str, str]:
+def dims_by_name(dims: Sequence[Any], wanted: Sequence[str], *, what: str) -> dict[str, str]:
     """The store's name of each of the ``wanted`` dims, found by :data:`DIM_NAMES`.
 
     Args:
@@ -212,7 +220,7 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
                 )
         volume, target = ds[self.variable], ds[self.target]
         #: The store's name of each dim of the volume, in the order it is read.
-        self.dims = _dims_by_name(volume.dims, VOLUME_DIMS, what=f"{self.variable!r} {where}")
+        self.dims = dims_by_name(volume.dims, VOLUME_DIMS, what=f"{self.variable!r} {where}")
         self.sample_dim = self.dims["sample"]
         self.spatial_dims = tuple(self.dims[d] for d in ("z", "y", "x"))
         depth, height, width = (int(volume.sizes[d]) for d in self.spatial_dims)

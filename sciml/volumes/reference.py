@@ -27,6 +27,8 @@ import numpy as np
 import xarray as xr
 
 from sciml.volumes.data import PARAMS
+from sciml.xrstore import check_store
+from sciml.xrvolumes import VOLUME_DIMS, dims_by_name
 
 __all__ = ["reference_errors", "summary_statistics"]
 
@@ -80,11 +82,16 @@ def summary_statistics(counts: np.ndarray) -> np.ndarray:
 
 
 def _read(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
-    """Statistics ``(samples, 12)``, scaled parameters ``(samples, 4)`` and the volume edge."""
+    """Statistics ``(samples, 12)``, scaled parameters ``(samples, 4)`` and the volume edge.
+
+    The store's chunks are checked first and its dims read by name, as in training.
+    """
+    check_store(path)
     with xr.open_zarr(path) as ds:
         if tuple(ds["param"].values) != PARAMS:
             raise ValueError(f"{path}: parameters {tuple(ds['param'].values)}, expected {PARAMS}")
-        volume = ds["volume"]
+        dims = dims_by_name(ds["volume"].dims, VOLUME_DIMS, what=f"'volume' in {path}")
+        volume = ds["volume"].transpose(*dims.values())
         stats = np.stack([summary_statistics(volume[i].values) for i in range(volume.shape[0])])
         return stats, ds["params"].values.astype(np.float64), volume.shape[-1]
 

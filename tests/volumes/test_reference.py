@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from sciml.volumes.data import PARAMS, gaussian_field, write_cosmology
 from sciml.volumes.reference import reference_errors, summary_statistics
@@ -49,3 +50,14 @@ def test_bad_volumes_are_refused_by_name(tmp_path: Path) -> None:
     large = write_cosmology(tmp_path / "b.zarr", samples=3, size=12, seed=2)
     with pytest.raises(ValueError, match="edge 12"):
         reference_errors(small, large)
+
+
+def test_a_channels_last_store_gives_the_same_errors(tmp_path: Path) -> None:
+    # Before: the volume was taken by position, so (sample, z, y, x, channel) was read as
+    # (8, 8, 8, 4) and refused as counts of another shape.
+    train = write_cosmology(tmp_path / "train.zarr", samples=12, size=8, seed=1, chunks=8)
+    test = write_cosmology(tmp_path / "test.zarr", samples=6, size=8, seed=2, chunks=8)
+    ds = xr.open_zarr(train).load().drop_encoding()
+    ds["volume"] = ds["volume"].transpose("sample", "z", "y", "x", "channel")
+    ds.to_zarr(tmp_path / "last.zarr", write_empty_chunks=True)
+    assert reference_errors(tmp_path / "last.zarr", test) == reference_errors(train, test)
