@@ -36,6 +36,13 @@ from sciml.spatial_parallel.norm import (
     SpatialInstanceNorm3d,
 )
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
+from sciml.spatial_parallel.split_hooks import (
+    unwrap_inputs,
+    unwrap_outputs,
+    wrap_inputs,
+    wrap_output,
+)
+from sciml.spatial_parallel.split_tensor import SplitContext, SplitTensor
 
 #: Layers replaced by their spatially parallel version.
 SWAPS: dict[type[nn.Module], Any] = {
@@ -187,24 +194,48 @@ def _check_arguments(
 
 
 def _trace_shapes(
-    model: nn.Module, original: nn.Module, mesh: SpatialMesh, input_shape: Any
+    model: nn.Module, original: nn.Module, ctx: SplitContext, input_shape: Any
 ) -> ShapeTrace:
-    """Attach a :class:`ShapeTrace` of ``original`` to the split layers of ``model``."""
+    """Attach a :class:`ShapeTrace` of ``original`` to ``model`` and its split layers.
+
+    The model's split inputs enter as :class:`SplitTensor` blocks and its
+    outputs leave as plain tensors; each split layer takes plain tensors and
+    gives wrapped ones (:mod:`sciml.spatial_parallel.split_tensor`).
+    """
     names = [name for name, m in model.named_modules() if isinstance(m, SpatialLayer)]
     shape = None if input_shape is None else tuple(input_shape)
-    trace = ShapeTrace(meta_copy(original), names, mesh, input_shape=shape)
-    model.register_forward_pre_hook(
-        lambda module, args, kwargs: trace.begin(module, args, kwargs), with_kwargs=True
-    )
-    model.register_forward_hook(lambda module, args, output: trace.end(output), always_call=True)
+    trace = ShapeTrace(meta_copy(original), names, ctx.mesh, input_shape=shape)
+
+    def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        trace.begin(module, args, kwargs)
+        return wrap_inputs(args, kwargs, trace.entry, ctx)
+
+    def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        output = unwrap_outputs(output)
+        trace.end(output)
+        return output
+
+    model.register_forward_pre_hook(enter, with_kwargs=True)
+    model.register_forward_hook(leave, always_call=True)
     for name in names:
         layer = model.get_submodule(name)
 
-        def take(module: nn.Module, args: tuple[Any, ...], name: str = name) -> None:
+        def take(module: nn.Module, args: tuple[Any, ...], name: str = name) -> Any:
             assert isinstance(module, SpatialLayer)
-            module._traced = trace.take(name, module._label())
+            traced = trace.take(name, module._label())
+            if traced is None and args and isinstance(args[0], SplitTensor):
+                traced = args[0]._gshape  # untraced: the block knows its global shape
+            module._traced = traced
+            return unwrap_inputs(args)
+
+        def give(module: nn.Module, args: tuple[Any, ...], output: Any, name: str = name) -> Any:
+            if not trace.inside:  # called on its own: plain in, plain out
+                return output
+            assert isinstance(module, SpatialLayer)
+            return wrap_output(output, trace.output(name, module._traced), ctx)
 
         layer.register_forward_pre_hook(take)
+        layer.register_forward_hook(give)
     return trace
 
 
@@ -326,12 +357,13 @@ def parallelize(
 
     model = convert(model, "")
     _place(model, device)
-    _trace_shapes(model, original, mesh, input_shape)
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             if dist.get_world_size() > 1:
                 dist.broadcast(tensor, src=0)
     params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
+    averaged = frozenset(id(p) for p, dense in params if dense)
+    _trace_shapes(model, original, SplitContext(mesh, averaged), input_shape)
     # a plain attribute, not a submodule: the state_dict stays the original model's
     sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
     model.__dict__["spatial_grad_sync"] = sync

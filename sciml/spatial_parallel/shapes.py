@@ -40,9 +40,10 @@ GLOBAL_TAG = "_sciml_global_shape"
 CACHE_SIZE = 16
 
 Shape = tuple[int, ...]
-#: A traced forward pass: each layer's global input shapes in call order, and the
-#: global shape of each output tensor (``None`` for non-tensors).
-Trace = tuple[dict[str, list[Shape]], list[Shape | None]]
+#: A traced forward pass: each layer's global input shapes in call order, the
+#: global shape of each model output tensor (``None`` for non-tensors), and each
+#: layer's global output shapes in call order (``None`` for non-tensors).
+Trace = tuple[dict[str, list[Shape]], list[Shape | None], dict[str, list[Shape | None]]]
 
 
 def mark_global(x: torch.Tensor, shape: Shape) -> torch.Tensor:
@@ -93,11 +94,18 @@ class ShapeTrace:
         self.meta, self.mesh, self.input_shape = meta, mesh, input_shape
         self.cache: OrderedDict[tuple[Any, ...], Trace | None] = OrderedDict()
         self.current: Trace | None = None
+        #: Whether the model's forward pass is running (with or without a trace).
+        self.inside = False
         self.calls: defaultdict[str, int] = defaultdict(int)
         self._recording: dict[str, list[Shape]] | None = None
+        self._outputs: dict[str, list[Shape | None]] = {}
+        #: The global shapes of the current call's positional and keyword inputs
+        #: (``None`` for what is not a split block).
+        self.entry: tuple[list[Shape | None], dict[str, Shape | None]] = ([], {})
         modules = dict(meta.named_modules())
         for name in names:
             modules[name].register_forward_pre_hook(self._recorder(name))
+            modules[name].register_forward_hook(self._output_recorder(name))
 
     def _recorder(self, name: str) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
@@ -106,11 +114,23 @@ class ShapeTrace:
 
         return hook
 
+    def _output_recorder(self, name: str) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if self._recording is not None:
+                shape = tuple(output.shape) if isinstance(output, torch.Tensor) else None
+                self._outputs.setdefault(name, []).append(shape)
+
+        return hook
+
     # model entry and exit ----------------------------------------------------------------
     def begin(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Find the global input shapes and select (or trace) their table for ``model``."""
         meta_args = [self._meta_input(a) for a in args]
         meta_kwargs = {k: self._meta_input(v) for k, v in kwargs.items()}
+        self.entry = (
+            [_split_shape(a, m) for a, m in zip(args, meta_args, strict=True)],
+            {k: _split_shape(v, meta_kwargs[k]) for k, v in kwargs.items()},
+        )
         key = tuple(
             (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a)
             for a in [*meta_args, *sorted(meta_kwargs.items())]
@@ -124,6 +144,7 @@ class ShapeTrace:
                 self.cache.popitem(last=False)
         self.current = self.cache[key]
         self.calls = defaultdict(int)
+        self.inside = True
 
     def end(self, output: Any) -> None:
         """Mark the split outputs with their global shapes and leave the forward pass.
@@ -136,6 +157,7 @@ class ShapeTrace:
                 if split and shape is not None and len(shape) == 5:
                     mark_global(tensor, shape)  # type: ignore[arg-type]
         self.current = None
+        self.inside = False
 
     def _meta_input(self, value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
@@ -156,13 +178,12 @@ class ShapeTrace:
         return (batch, x.shape[1], *self.input_shape)
 
     def _trace(self, args: list[Any], kwargs: dict[str, Any]) -> Trace | None:
-        self._recording = {}
+        self._recording, self._outputs = {}, {}
         try:
             with torch.no_grad():
                 output = self.meta(*args, **kwargs)
-            return self._recording, [
-                None if t is None else tuple(t.shape) for t in _tensors(output)
-            ]
+            shapes = [None if t is None else tuple(t.shape) for t in _tensors(output)]
+            return self._recording, shapes, self._outputs
         except Exception as err:  # noqa: BLE001 - any failure: the layers ask the other ranks
             warnings.warn(
                 f"spatial_parallel: the single-device model does not run on the meta device "
@@ -195,6 +216,32 @@ class ShapeTrace:
             )
         self.calls[name] = call + 1
         return shapes[call]
+
+    def output(self, name: str, input_shape: Shape | None) -> Shape | None:
+        """The global output shape of layer ``name``'s latest call.
+
+        From the trace; without one, from the single-device layer alone on the
+        meta device for its global ``input_shape`` (``None`` if that is unknown).
+        """
+        if self.current is not None:
+            return self.current[2].get(name, [])[self.calls[name] - 1]
+        if input_shape is None:
+            return None
+        layer = self.meta.get_submodule(name)
+        with torch.no_grad():
+            output = layer(torch.empty(input_shape, device="meta"))
+        return tuple(output.shape) if isinstance(output, torch.Tensor) else None
+
+
+def _split_shape(value: Any, meta: Any) -> Shape | None:
+    """The global shape of a split model input (a 5-D block not tagged replicated), else None."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 5
+        and not getattr(value, REPLICATED_TAG, False)
+    ):
+        return tuple(meta.shape)
+    return None
 
 
 def _tensors(output: Any) -> list[torch.Tensor | None]:

@@ -1,0 +1,319 @@
+"""Tensors that know they are split: every torch op on a block is global or refused.
+
+A parallel model (:func:`~sciml.spatial_parallel.parallelize`) wraps its
+split inputs in :class:`SplitTensor`: this rank's block of a global tensor,
+carrying the global shape and which tensor dims the mesh splits. The model's
+own forward code then sees the global tensor through it:
+
+- ``shape``, ``size()``, ``numel()`` answer the global extent, so code that
+  branches on shapes takes the same branch on every rank;
+- pointwise ops and ops along unsplit dims run on the block as they are;
+- reductions, pads, concatenations, slices, reshapes and ``interpolate``
+  along split dims are computed globally (:mod:`.split_ops`,
+  :mod:`.split_layout`);
+- every other op that touches a split dim raises a :class:`SplitOpError`
+  naming the op, the split dims and the calling line.
+
+A reduction over every split dim gives a :class:`ReplicatedTensor`: the
+same value on every spatial rank. Gradients follow the package's loss
+conventions: a replicated tensor's gradient is the whole gradient on every
+rank, so where it meets a split block the gradients of the split use are
+summed over the spatial group (:func:`split_use`), and where it meets a
+tensor whose gradient the parallel model sums over the spatial group (a
+parameter outside the dense layers), that gradient is divided by the group
+size (:func:`replicated_use`).
+
+Swapped layers and the model's exit see plain tensors (:func:`unwrap`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import sciml
+from sciml.spatial_parallel.layers.base import REPLICATED_TAG
+from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
+
+Shape = tuple[int, ...]
+#: ``(tensor dim, mesh spatial axis)`` pairs of the split dims, by increasing dim.
+Split = tuple[tuple[int, int], ...]
+Handler = Callable[["SplitContext", Any, tuple[Any, ...], dict[str, Any]], Any]
+
+_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(sciml.__file__))
+
+
+class SplitOpError(ValueError):
+    """A torch op reached a split block and cannot be computed as on the global tensor."""
+
+
+@dataclass(frozen=True, eq=False)
+class SplitContext:
+    """What every wrapped tensor of one parallel model shares.
+
+    Args:
+        mesh: The process grid.
+        averaged: ``id`` of the parameters whose gradients the parallel model
+            averages (not sums) over the spatial group: those of the dense layers.
+    """
+
+    mesh: SpatialMesh
+    averaged: frozenset[int] = field(default_factory=frozenset)
+
+    def bounds(self, size: int, axis: int) -> tuple[int, int]:
+        """This rank's ``[lo, hi)`` of a global ``size`` split along mesh ``axis``."""
+        return block_bounds(size, self.mesh.grid[axis])[self.mesh.spatial_coords[axis]]
+
+    def local_shape(self, shape: Shape, split: Split) -> Shape:
+        """This rank's block shape of a global ``shape`` split as ``split``."""
+        local = list(shape)
+        for dim, axis in split:
+            lo, hi = self.bounds(shape[dim], axis)
+            local[dim] = hi - lo
+        return tuple(local)
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost calling frame outside torch and sciml."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_SKIP_DIRS):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+def op_name(func: Any) -> str:
+    """A readable name of a torch function, method or property."""
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", "") == "__get__" and owner is not None:
+        return f"Tensor.{owner.__name__}"
+    name = getattr(func, "__name__", repr(func))
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if isinstance(func, type(torch.Tensor.add)) or "method" in type(func).__name__:
+        return f"Tensor.{name}"
+    return f"torch.{name}"
+
+
+def split_names(split: Split) -> str:
+    """``'depth (dim 2), width (dim 4)'`` for the split dims ``split``."""
+    return ", ".join(f"{DIM_NAMES[axis]} (dim {dim})" for dim, axis in split)
+
+
+def refuse(func: Any, split: Split, why: str) -> SplitOpError:
+    """The error for ``func`` on a block split as ``split``, naming the calling line."""
+    return SplitOpError(
+        f"spatial_parallel: {op_name(func)} at {user_line()} on a block split along "
+        f"{split_names(split)}: {why}"
+    )
+
+
+class SplitTensor(torch.Tensor):
+    """This rank's block of a global tensor split over the spatial mesh (see the module)."""
+
+    _ctx: SplitContext
+    _gshape: Shape
+    _split: Split
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run ``func`` as on the global tensor, or raise naming it."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return dispatch(func, tuple(args), kwargs or {})
+
+    def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
+        """The global shape and the split dims (the values are this rank's only)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            local = tuple(self.shape)
+        return (
+            f"SplitTensor(global shape {self._gshape}, split along {split_names(self._split)}, "
+            f"local block {local}, dtype={self.dtype})"
+        )
+
+
+class ReplicatedTensor(torch.Tensor):
+    """A tensor with the same value on every spatial rank, made from split blocks."""
+
+    _ctx: SplitContext
+    _sciml_replicated = True  # read by is_replicated
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run ``func``; tensor results stay replicated (see the module)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return dispatch(func, tuple(args), kwargs or {})
+
+
+def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -> torch.Tensor:
+    """``x``, this rank's block of a global ``shape`` split as ``split``, as a SplitTensor.
+
+    With nothing split (an unsplit mesh, or dims of global size 1) ``x`` stays plain.
+    """
+    split = tuple((d, a) for d, a in split if ctx.mesh.grid[a] > 1)
+    if not split:
+        return x
+    with torch._C.DisableTorchFunctionSubclass():
+        out = x.as_subclass(SplitTensor)
+    out._ctx, out._gshape, out._split = ctx, tuple(shape), split
+    return out
+
+
+def wrap_replicated(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """``x``, the same on every spatial rank, as a ReplicatedTensor."""
+    with torch._C.DisableTorchFunctionSubclass():
+        out = x.as_subclass(ReplicatedTensor)
+    out._ctx = ctx
+    return out
+
+
+def unwrap(x: Any) -> Any:
+    """The plain tensor of a wrapped one (a replicated one keeps its tag); others as they are."""
+    if isinstance(x, SplitTensor | ReplicatedTensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = x.as_subclass(torch.Tensor)
+        if isinstance(x, ReplicatedTensor):
+            setattr(plain, REPLICATED_TAG, True)
+        return plain
+    return x
+
+
+class _ReplicatedUse(torch.autograd.Function):
+    """Identity; the backward divides by the group size (a summed gradient used replicated)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, parts: int) -> torch.Tensor:
+        ctx.parts = parts
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad / ctx.parts, None
+
+
+class _SplitUse(torch.autograd.Function):
+    """Identity; the backward sums the gradients over the group (a replicated tensor used split)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def split_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """A replicated ``x`` entering a split computation: gradients summed over the group."""
+    plain = unwrap(x)
+    if not plain.requires_grad or ctx.mesh.spatial_size == 1:
+        return plain
+    return _SplitUse.apply(plain, ctx.mesh.spatial_group)
+
+
+def replicated_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """A tensor whose gradient the model sums over the group, entering a replicated computation."""
+    if not x.requires_grad or id(x) in ctx.averaged or ctx.mesh.spatial_size == 1:
+        return x
+    return _ReplicatedUse.apply(x, ctx.mesh.spatial_size)
+
+
+def is_replicated_value(x: Any) -> bool:
+    """Whether ``x`` is a tensor with the same value on every spatial rank."""
+    return isinstance(x, torch.Tensor) and bool(getattr(x, REPLICATED_TAG, False))
+
+
+def tensors_in(values: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors among ``values`` and inside their lists and tuples."""
+    found: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def map_tensors(values: Sequence[Any], fn: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
+    """``values`` with ``fn`` applied to each tensor (also inside lists and tuples)."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            out.append(fn(value))
+        elif isinstance(value, list | tuple):
+            out.append(type(value)(fn(v) if isinstance(v, torch.Tensor) else v for v in value))
+        else:
+            out.append(value)
+    return tuple(out)
+
+
+def local_shape(x: torch.Tensor) -> Shape:
+    """The shape of ``x``'s block on this rank."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return tuple(x.shape)
+
+
+def global_numel(x: SplitTensor) -> int:
+    """Elements of the global tensor of ``x``."""
+    return math.prod(x._gshape)
+
+
+def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` on wrapped tensors (called with torch functions of subclasses disabled)."""
+    from sciml.spatial_parallel.split_dispatch import handle  # the op tables import this module
+
+    every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
+    split = next((t for t in every if isinstance(t, SplitTensor)), None)
+    if split is None:
+        return _replicated(func, args, kwargs, every)
+    return handle(func, split, args, kwargs)
+
+
+def _replicated(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], every: list[torch.Tensor]
+) -> Any:
+    """An op on replicated tensors (no split block): run it, keep the results replicated."""
+    ctx = next(t._ctx for t in every if isinstance(t, ReplicatedTensor))
+    if getattr(func, "__name__", "") == "__get__":
+        return func(*args, **kwargs)
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return unwrap(t) if is_replicated_value(t) else replicated_use(t, ctx)
+
+    args = map_tensors(args, plain)
+    kwargs = dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True))
+    out = func(*args, **kwargs)
+    return _rewrap_replicated(out, ctx)
+
+
+def _rewrap_replicated(out: Any, ctx: SplitContext) -> Any:
+    if isinstance(out, torch.Tensor) and not isinstance(out, SplitTensor):
+        return wrap_replicated(out, ctx)
+    if isinstance(out, tuple | list):
+        return type(out)(_rewrap_replicated(o, ctx) for o in out)
+    return out

@@ -1,0 +1,179 @@
+"""Rank functions for the functional-op tests: user modules whose forward code calls torch ops.
+
+Each module computes something on a split block in its own forward code
+(reductions, pads, slices, concatenations, reshapes, shape branches); the
+parallel model must match the single-device one or refuse the op by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard
+from sciml.spatial_parallel.split_tensor import SplitOpError
+from sciml.spatial_parallel.testing import compare_parallel
+
+#: Forward code after a convolution, by case name; each returns the model output.
+CASES: dict[str, Any] = {
+    "mean_head": lambda m, y: m.head(y.mean(dim=(2, 3, 4))),
+    "sum_method_dim_none": lambda m, y: y.sum() * y,
+    "keepdim_standardise": lambda m, y: (
+        (y - y.mean((2, 3, 4), keepdim=True)) / y.std(dim=(-3, -2, -1), keepdim=True)
+    ),
+    "var_unbiased_false": lambda m, y: m.head(y.var((2, 3, 4), unbiased=False)),
+    "amax_amin": lambda m, y: m.head(y.amax(dim=(2, 3, 4)) - torch.amin(y, (2, 3, 4))),
+    "max_min_global": lambda m, y: y * y.max() + y.min(),
+    "max_dim": lambda m, y: y * y.max(dim=-1, keepdim=True).values,
+    "norm_logsumexp": lambda m, y: m.head(y.norm(2, dim=(2, 3, 4)) + y.logsumexp((2, 3, 4))),
+    "vector_norm": lambda m, y: torch.linalg.vector_norm(y, 3, dim=(2, 3, 4), keepdim=True) * y,
+    "channel_ops": lambda m, y: torch.cat([y.softmax(1), y.sum(1, keepdim=True)], dim=1),
+    "pad_constant": lambda m, y: F.pad(y, (0, 1, 2, 0, 1, 3), value=0.5),
+    "pad_replicate": lambda m, y: F.pad(y, (1, 0, 0, 1, 0, 1), mode="replicate"),
+    "pad_crop": lambda m, y: F.pad(y, (0, -1, -1, 0, -2, -1)),
+    "cat_split_dim": lambda m, y: torch.cat([y, y[:, :, 1:]], dim=2),
+    "slice_steps": lambda m, y: y[:, :, 1:-1:2, ..., ::2] * 2,
+    "interpolate_nearest": lambda m, y: F.interpolate(y, scale_factor=2, mode="nearest"),
+    "flatten_unflatten": lambda m, y: y.unsqueeze(1).flatten(1, 2).view(*y.shape) * 2,
+    "transpose_softmax": lambda m, y: y.transpose(1, 2).softmax(2).transpose(1, 2),
+    "shape_branch": lambda m, y: F.pad(y, (0, 0, 0, 0, 0, 1)) if y.shape[2] % 2 else y,
+    "param_on_replicated": lambda m, y: m.head(y.mean((2, 3, 4)) * m.scale),
+    "stack_unbind": lambda m, y: torch.stack(list(y.unbind(1)), dim=1).square(),
+    "new_zeros_like": lambda m, y: y + y.new_zeros(y.shape) + torch.zeros_like(y),
+}
+#: Cases that reduce along one split dim: compared on meshes that split only that dim.
+ONE_AXIS_CASES: dict[str, Any] = {
+    "max_dim_split": lambda m, y: y * y.max(dim=2, keepdim=True).values,
+    "amin_depth": lambda m, y: m.head(y.amin(2).sum((2, 3))),
+}
+#: Forward code that cannot be computed on blocks: it must be refused by name.
+REFUSED: dict[str, tuple[Any, str]] = {
+    "conv_functional": (lambda m, y: F.conv3d(y, m.conv.weight, padding=1), "F.conv3d"),
+    "cumsum_split": (lambda m, y: y.cumsum(2), "cumsum"),
+    "pad_circular": (lambda m, y: F.pad(y, (1, 1, 1, 1, 1, 1), mode="circular"), "F.pad"),
+    "trilinear": (lambda m, y: F.interpolate(y, scale_factor=2, mode="trilinear"), "interpolate"),
+    "reshape_mixing": (lambda m, y: y.flatten(2), "flatten"),
+    "dropout": (lambda m, y: F.dropout(y, 0.5), "dropout"),
+    "index_tensor": (lambda m, y: y[:, :, torch.tensor([0, 2])], "__getitem__"),
+}
+
+
+#: Cases invariant to a shift of the convolution's output: its bias has a zero
+#: gradient in exact arithmetic (rounding noise on both sides), so it has none.
+SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false")
+
+
+class UserModule(nn.Module):
+    """A convolution, then the case's own forward code."""
+
+    def __init__(self, case: str) -> None:
+        """Build the layers of ``case``."""
+        super().__init__()
+        self.case = case
+        self.conv = nn.Conv3d(2, 3, 3, padding=1, bias=case not in SHIFT_INVARIANT)
+        source = inspect.getsource({**CASES, **ONE_AXIS_CASES}.get(case, lambda m, y: None))
+        self.head = nn.Linear(3, 2) if "m.head" in source else nn.Identity()
+        if "m.scale" in source:
+            self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The case's forward code on the convolution's output."""
+        body = {**CASES, **ONE_AXIS_CASES}.get(self.case) or REFUSED[self.case][0]
+        return body(self, self.conv(x))
+
+
+def compare_cases(
+    mesh_kwargs: dict[str, int], shape: tuple[int, ...], cases: list[str]
+) -> dict[str, float]:
+    """Worst relative error of each case (outputs, input and parameter gradients)."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    out = {}
+    for case in cases:
+        torch.manual_seed(0)
+        model = UserModule(case)
+        result = compare_parallel(model, mesh, shape, dtype=torch.float64, steps=2)
+        out[case] = max(result.errors.values())
+    return out
+
+
+def refused_messages(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict[str, str]:
+    """The error message of every refused case (``'no error'`` when none was raised)."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    out = {}
+    for case in REFUSED:
+        torch.manual_seed(0)
+        model = parallelize(UserModule(case).double(), mesh)
+        x = shard(torch.randn(shape, dtype=torch.float64), mesh)
+        try:
+            model(x)
+            out[case] = "no error"
+        except SplitOpError as err:
+            out[case] = str(err)
+    return out
+
+
+def compare_basic_unet(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict[str, float]:
+    """Worst relative errors of MONAI's BasicUNet, whose UpCat pads where levels have odd sizes.
+
+    Without normalisation every quantity is compared; with batch norm, the
+    convolution biases that feed a normalisation are left out (their gradient is
+    zero in exact arithmetic, so both sides are rounding noise).
+    """
+    from monai.networks.nets import BasicUNet
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    out = {}
+    for norm in (None, "batch"):
+        torch.manual_seed(0)
+        model = BasicUNet(
+            spatial_dims=3, in_channels=1, out_channels=2, features=(2, 2, 2, 2, 2, 2), norm=norm
+        )
+        result = compare_parallel(model, mesh, shape, dtype=torch.float64)
+        kept = {
+            k: v
+            for k, v in result.errors.items()
+            if norm is None or not (k.endswith("conv.bias") and "final" not in k)
+        }
+        out[str(norm)] = max(kept.values())
+    return out
+
+
+def mechanism_facts(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict[str, Any]:
+    """What a model's forward code sees of a split block, and what leaves the model."""
+    mesh = SpatialMesh(**mesh_kwargs)
+    seen: dict[str, Any] = {}
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["shape"] = tuple(x.shape)
+            seen["size2"] = x.size(2)
+            seen["size"] = tuple(x.size())
+            seen["numel"] = x.numel()
+            seen["len"] = len(x)
+            seen["dim"] = x.dim()
+            seen["repr"] = repr(x)
+            zeros = x.new_zeros(x.shape)
+            seen["new_zeros"] = (tuple(zeros.shape), type(zeros).__name__)
+            for key, fn in {
+                "broadcast": lambda: x + torch.ones(x.shape[2], 1, 1),
+                "mixed_layouts": lambda: x[:, :, 1:] + x,
+                "partial_reduction": lambda: x.sum(2),
+                "item": lambda: x[:1, :1, :1, :1, :1].item(),
+            }.items():
+                try:
+                    fn()
+                    seen[key] = "no error"
+                except SplitOpError as err:
+                    seen[key] = str(err)
+            return x * 2
+
+    model = parallelize(Probe(), mesh)
+    x = torch.randn(shape, dtype=torch.float64)
+    y = model(shard(x, mesh))
+    seen["output_type"] = type(y).__name__
+    seen["block"] = tuple(shard(x, mesh).shape)
+    return seen
