@@ -167,18 +167,24 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     Args:
         path: A Zarr store or a netCDF-4 file (see the module docstring).
         mesh: The spatial mesh (``None``: the whole volume, one process).
-        variable: The volume variable ``(sample, channel, z, y, x)``.
+        variable: The volume variable ``(sample, channel, z, y, x)``, its dims found
+            by name in any order (:data:`DIM_NAMES`).
         target: A variable ``(sample, k)`` (given whole) or ``(sample, z, y, x)``
-            (given as this rank's block, without halo).
+            (given as this rank's block, without halo; dims named as the volume's).
         halo: Voxels added on every side of the block (clipped at the edges).
         stats: Per-channel normalisation applied after the transform.
         dtype: Floating-point dtype of the volume block (and of a vector target).
 
     Raises:
         FileNotFoundError, ValueError: For a missing file, a missing or
-            misshapen variable, a target with another sample count or other
-            spatial dims, a negative halo, stats for other channels, a block
-            of a grid with more parts than voxels, or an unknown transform.
+            misshapen variable, dims not known by name, a target with another
+            sample count or other spatial dims, a negative halo, stats for other
+            channels, a block of a grid with more parts than voxels, or an
+            unknown transform.
+        sciml.xrstore.StoreError: A ``ValueError`` naming the store, the array and
+            the chunk, for a chunk that is missing or has another size (when the
+            store is opened), or that does not decode or match its checksum (when
+            it is read).
     """
 
     def __init__(
