@@ -61,7 +61,21 @@ LOCK_NAME = "run.lock"
 
 
 class RunDirError(RuntimeError):
-    """A run folder is in use by another process, or holds a run with another configuration."""
+    """A run folder is in use by another process, or holds a run with another configuration.
+
+    The message is ``"<problem>; <advice>"``: a command-line caller replaces the advice
+    (given in library terms, ``run_dir`` and ``resume=False``) by its own options with
+    :meth:`with_advice`.
+    """
+
+    def __init__(self, problem: str, advice: str = "") -> None:
+        """The problem (what and which folder) and what to do about it."""
+        super().__init__(f"{problem}; {advice}" if advice else problem)
+        self.problem, self.advice = problem, advice
+
+    def with_advice(self, advice: str) -> RunDirError:
+        """The same problem with other advice (e.g. the command line's options)."""
+        return RunDirError(self.problem, advice)
 
 
 #: JSON-like data: what :func:`plain` returns.
@@ -206,8 +220,8 @@ class RunLock:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise RunDirError(
-                f"{self.path.parent} is in use by another training run ({holder}); wait for it "
-                "to finish, or give this run another run_dir"
+                f"{self.path.parent} is in use by another training run ({holder})",
+                "wait for it to finish, or give this run another run_dir",
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)

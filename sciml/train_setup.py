@@ -209,8 +209,8 @@ def resume_state(setup: TrainSetup) -> LoopState:
     known = {f.name for f in dataclasses.fields(LoopState)}
     if not isinstance(payload["state"], dict) or set(payload["state"]) - known:
         raise RunDirError(
-            f"{last} was not written by sciml.training.fit (its loop state has other fields); "
-            "give this run another run_dir, or pass resume=False to overwrite it"
+            f"{last} was not written by sciml.training.fit (its loop state has other fields)",
+            "give this run another run_dir, or pass resume=False to overwrite it",
         )
     state = LoopState(**payload["state"])
     problems = [] if state.run is None else differences(state.run, setup.record)
@@ -218,15 +218,16 @@ def resume_state(setup: TrainSetup) -> LoopState:
         more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
         raise RunDirError(
             f"{last} was written by a run with another configuration "
-            f"({'; '.join(problems[:6])}{more}). "
-            "To start a new run, give it another run_dir, or pass resume=False to overwrite "
-            "this one"
+            f"({'; '.join(problems[:6])}{more})",
+            "to start a new run, give it another run_dir, or pass resume=False to overwrite "
+            "this one",
         )
     if state.epoch > setup.config.epochs:
         raise RunDirError(
             f"{last} has already trained {state.epoch} epochs, more than "
-            f"TrainConfig.epochs={setup.config.epochs}; ask for at least {state.epoch} epochs, "
-            "or start a new run (another run_dir, or resume=False)"
+            f"TrainConfig.epochs={setup.config.epochs}",
+            f"ask for at least {state.epoch} epochs, or start a new run (another run_dir, or "
+            "resume=False)",
         )
     restore_checkpoint(
         last, payload, setup.model, optimizer=setup.optimizer, scheduler=setup.scheduler

@@ -388,7 +388,7 @@ def test_resuming_with_another_configuration_is_refused_untouched(tmp_path: Path
     for message, changes in cases.items():
         with pytest.raises(RunDirError, match=f"another configuration(.|\n)*{message}"):
             attempt(**changes)
-    with pytest.raises(RunDirError, match="To start a new run, give it another run_dir"):
+    with pytest.raises(RunDirError, match="; to start a new run, give it another run_dir"):
         attempt(batch_size=8)
     assert _snapshot(tmp_path) == before
     # more epochs is a resume, not a new run; resume=False starts over

@@ -44,7 +44,7 @@ from sciml.weather.spread_config import (
     spread_run_text,
 )
 from sciml.weather.spread_data import SpreadDataset, check_spread_data, lead_days
-from sciml.weather.train import forecast_variables, split_validation
+from sciml.weather.train import forecast_variables, run_dir_advice, split_validation
 from sciml.xrchannels import NormStats, compute_stats
 
 __all__ = ["load_spread_model", "predict_spread", "train_spread"]
@@ -211,15 +211,16 @@ def _fit(
         model = DistributedDataParallel(
             model, device_ids=[device] if device.type == "cuda" else None
         )
-    result = fit(
-        model,
-        torch.optim.Adam(model.parameters(), lr=config.lr),
-        dataset(train, config.choice),
-        partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
-        run_dir=run_dir,
-        config=loop,
-        val_dataset=dataset(val, "first"),
-    )
+    with run_dir_advice():
+        result = fit(
+            model,
+            torch.optim.Adam(model.parameters(), lr=config.lr),
+            dataset(train, config.choice),
+            partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
+            run_dir=run_dir,
+            config=loop,
+            val_dataset=dataset(val, "first"),
+        )
     return result.status
 
 

@@ -28,8 +28,9 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sciml.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
-from sciml.run_dir import RunLock, check_record
+from sciml.run_dir import RunDirError, RunLock, check_record
 from sciml.weather.emos import fit_emos, pack_coefficients
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
@@ -60,6 +61,7 @@ __all__ = [
     "load_postprocessor",
     "read_data_record",
     "read_run",
+    "run_dir_advice",
     "split_validation",
     "static_variables",
     "train_postprocessor",
@@ -95,6 +97,15 @@ class RunConfig:
     periodic: bool = False
     loss_scale: str = "none"
     version: int = RUN_VERSION
+
+
+@contextlib.contextmanager
+def run_dir_advice() -> Iterator[None]:
+    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
+    try:
+        yield
+    except RunDirError as err:
+        raise err.with_advice("give this run another --run-dir") from None
 
 
 def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
@@ -353,22 +364,23 @@ def _train_deep(
         model = DistributedDataParallel(
             model, device_ids=[device] if device.type == "cuda" else None
         )
-    result = fit(
-        model,
-        torch.optim.Adam(model.parameters(), lr=config.lr),
-        dataset(train, config.choice),
-        gaussian_crps_loss,
-        run_dir=run_dir,
-        config=TrainConfig(
-            epochs=config.epochs,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            progress=progress,
-            tensorboard=False,
-            handle_signals=handle_signals,
-        ),
-        val_dataset=dataset(val, "first"),
-    )
+    with run_dir_advice():
+        result = fit(
+            model,
+            torch.optim.Adam(model.parameters(), lr=config.lr),
+            dataset(train, config.choice),
+            gaussian_crps_loss,
+            run_dir=run_dir,
+            config=TrainConfig(
+                epochs=config.epochs,
+                batch_size=config.batch_size,
+                seed=config.seed,
+                progress=progress,
+                tensorboard=False,
+                handle_signals=handle_signals,
+            ),
+            val_dataset=dataset(val, "first"),
+        )
     return result.status
 
 

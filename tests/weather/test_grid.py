@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
-from sciml.run_dir import LabelMismatch
+from sciml.run_dir import LabelMismatch, RunLock
 from sciml.weather.predict import predict_run
 from sciml.weather.spread_train import predict_spread, train_spread
 from sciml.weather.train import train_postprocessor
@@ -185,3 +185,19 @@ def test_a_refused_rerun_leaves_the_run_folder_byte_identical(kind: str, tmp_pat
             caught.value
         )
         assert _hashes(run) == before
+
+
+def test_a_folder_in_use_is_refused_in_the_command_line_s_terms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, data = tmp_path / "mlp", tmp_path / "train.nc"
+    _ensemble(6, seed=0).to_netcdf(data)
+    argv = ["weather", "train", "--model", "mlp", "--members", "2", "--epochs", "1", "--quiet"]
+    assert main([*argv, "--run-dir", str(run), str(data)]) == 0
+    with RunLock(run):  # another process training in the folder
+        before = _hashes(run)
+        assert main([*argv, "--run-dir", str(run), str(data)]) == 1
+        assert _hashes(run) == before
+    err = capsys.readouterr().err
+    assert "is in use by another training run" in err
+    assert "give this run another --run-dir" in err and "run_dir" not in err
