@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 import xarray as xr
+from matplotlib.ticker import MaxNLocator
 from torch import nn
 
 from sciml.datasets import sample_path
@@ -60,19 +61,32 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     stop_if_interrupted(result, "spine")
 
     epochs = [h["epoch"] for h in result.history]
-    fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, (ax_loss, ax_map) = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
     ax_loss.plot(epochs, [h["train_rmse"] for h in result.history], "o-", label="train")
     ax_loss.plot(epochs, [h["val_rmse"] for h in result.history], "s-", label="validation")
     ax_loss.set(xlabel="epoch", ylabel="RMSE (standardised units)", title="training")
+    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_loss.legend()
     model.eval()
     with torch.no_grad():
         sample = val[0]
         error = (model(sample[None, :3])[0, 0] - sample[3]) * stats.std[3]
-    image = ax_map.imshow(error.numpy(), cmap="RdBu_r", vmin=-3, vmax=3)
-    ax_map.set(title="T500 error of a held-out member (K)", xticks=[], yticks=[])
-    fig.colorbar(image, ax=ax_map, shrink=0.8)
-    fig.tight_layout()
+    image = ax_map.pcolormesh(
+        ds["longitude"].values,
+        ds["latitude"].values,
+        error.numpy(),  # (latitude, longitude), as the dataset's variables
+        cmap="RdBu_r",
+        vmin=-3,
+        vmax=3,
+        shading="auto",
+    )
+    ax_map.set(
+        title="T500 error of a held-out member",
+        xlabel="longitude (°E)",
+        ylabel="latitude (°N)",
+        aspect="equal",
+    )
+    fig.colorbar(image, ax=ax_map, shrink=0.8, extend="both", label="error (K)")
     figure = save_figure(fig, outdir, "spine_training.png", dpi=110)
     last = result.history[-1]
     return "\n".join(
