@@ -136,13 +136,11 @@ def _name_runs(runs: list[tuple[Path, RunConfig]]) -> list[_Run]:
 def _check_data(test: xr.Dataset, variables: list[str], what: str) -> None:
     missing = [v for v in variables if v not in test.data_vars or f"{v}_truth" not in test]
     if missing:
-        raise ValueError(f"the {what} data lack {missing} (or their _truth)")
+        raise ValueError(f"{what} lack {missing} (or their _truth)")
     for var in variables:
         absent = [d for d in ("member", "time", "lead_time") if d not in test[var].dims]
         if absent:
-            raise ValueError(
-                f"{var} of the {what} data has no {absent} dimension(s): {test[var].dims}"
-            )
+            raise ValueError(f"{var} of {what} has no {absent} dimension(s): {test[var].dims}")
 
 
 def _rows(name: str, members: int, var: str, scores: xr.Dataset, kind: str) -> list[dict]:
@@ -188,9 +186,9 @@ def score_runs(
     check_fraction(extreme_fraction)
     runs = _name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
     variables = list(dict.fromkeys(v for run in runs for v in run.config.variables))
-    _check_data(test, variables, "test")
+    _check_data(test, variables, data)
     if climate is not None:
-        _check_data(climate, variables, "climate")
+        _check_data(climate, variables, "the climate data (--climate)")
     full = test.sizes["member"]
     larger = [str(run.path) for run in runs if run.config.members > full]
     if larger:

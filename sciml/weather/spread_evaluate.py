@@ -104,7 +104,7 @@ def evaluate_spread(
     variables = list(dict.fromkeys(v for _, c in runs for v in c.variables))
     missing = [v for v in variables if v not in test.data_vars]
     if missing:
-        raise KeyError(f"the test data lack {missing}")
+        raise KeyError(f"{data} lack {missing}")
     predictions = [predict_spread(path, test, data=data) for path, _ in runs]
     rows: list[dict] = []
     for var in variables:

@@ -143,7 +143,7 @@ def test_climate_must_line_up_with_the_test_data(
     data: tuple[xr.Dataset, xr.Dataset], runs: dict
 ) -> None:
     train, test = data
-    with pytest.raises(ValueError, match=r"climate data lack \['psi'\]"):
+    with pytest.raises(ValueError, match=r"the climate data \(--climate\) lack \['psi'\]"):
         evaluate_runs([runs["emos"]], test, climate=train.drop_vars("psi_truth"))
     with pytest.raises(ValueError, match="'lat' coordinates differ"):
         evaluate_runs([runs["emos"]], test, climate=train.assign_coords(lat=[0.0, 1.0, 2.0]))
