@@ -1,10 +1,15 @@
 """``sciml geo ...``: road masks, tree labels, training and scene-wide prediction.
 
 Handlers parse, check the numeric options against each other before any
-work (tile and overlap, tile and U-Net depth, bounds), call the library and
-print. ``geo train`` checkpoints and exits with
+work (tile and overlap, tile and U-Net depth, bounds), refuse output paths
+that are (or lie inside) one of the command's inputs, and existing outputs
+without ``--overwrite`` (:func:`sciml.geo.outputs.check_outputs`), call the
+library and print. ``geo train`` seeds every generator before it builds the
+model, so that ``--seed`` reproduces a run, and records the training image's
+pixel scaling in the run folder; ``geo predict`` reads the image in those
+units or refuses it. ``geo train`` checkpoints and exits with
 :data:`sciml.training.EXIT_REQUEUE` on SIGTERM/SIGUSR1; the same command
-run again resumes.
+run again resumes (a run folder is never refused for existing).
 """
 
 from __future__ import annotations
@@ -43,17 +48,23 @@ def _classes(text: str) -> list[str] | str:
     return classes
 
 
-def _check_tiles(tile: int, overlap: int, depth: int) -> None:
+def _check_tiles(tile: int, overlap: int, depth: int, *, depth_from: str = "--depth") -> None:
     """Reject ``overlap >= tile`` and a ``tile`` not divisible by ``2**depth``, before any work."""
     if overlap >= tile:
         raise ValueError(f"--overlap ({overlap}) must be smaller than --tile ({tile})")
     if tile % 2**depth:
-        raise ValueError(f"--tile ({tile}) must be divisible by 2**depth = {2**depth} (--depth)")
+        raise ValueError(
+            f"--tile ({tile}) must be divisible by 2**depth = {2**depth} ({depth_from} {depth})"
+        )
 
 
 def _cmd_mask(args: argparse.Namespace) -> int:
     from sciml.geo import ROAD_CLASSES, load_roads, write_road_mask
+    from sciml.geo.outputs import check_outputs
 
+    check_outputs(
+        {"out": args.out}, {"roads": args.roads, "like": args.like}, overwrite=args.overwrite
+    )
     if args.classes is None:
         classes: Sequence[str] | None = ROAD_CLASSES
     else:
@@ -76,9 +87,12 @@ def _cmd_mask(args: argparse.Namespace) -> int:
 def _cmd_labels(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from sciml.geo.outputs import check_outputs
     from sciml.geo.rasters import read_mask, write_geotiff
     from sciml.geo.trees import IGNORE_INDEX, load_trees, tree_labels
 
+    inputs = {"trees": args.trees, "like": args.like, "--mask": args.mask}
+    check_outputs({"out": args.out}, inputs, overwrite=args.overwrite)
     mask = None if args.mask is None else read_mask(args.mask, like=args.like)
     trees = load_trees(args.trees, crs=args.crs, like=args.like)
     labels = tree_labels(trees, args.like, mask=mask)
@@ -89,8 +103,11 @@ def _cmd_labels(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import PreemptionFlag
+    from sciml.geo.outputs import check_outputs
 
     _check_tiles(args.tile, args.overlap, args.depth)
+    inputs = {"image": args.image, "mask": args.mask, "labels": args.labels}
+    check_outputs({"--run-dir": args.run_dir}, inputs, overwrite=None)
     with PreemptionFlag():  # a signal while the data load stops training after its first step
         return _train(args)
 
@@ -100,12 +117,18 @@ def _train(args: argparse.Namespace) -> int:
     from sciml.geo.rasters import read_image, read_labels, read_mask
     from sciml.geo.tiles import SceneTiles
     from sciml.geo.training import train_segmenter
-    from sciml.training import EXIT_REQUEUE
+    from sciml.training import EXIT_REQUEUE, seed_everything
 
     image = read_image(args.image)
     mask = read_mask(args.mask, like=image)
     labels = read_labels(args.labels, like=image)
-    dataset = SceneTiles(image, mask, labels, tile=args.tile, overlap=args.overlap)
+    try:
+        dataset = SceneTiles(image, mask, labels, tile=args.tile, overlap=args.overlap)
+    except ValueError as err:
+        raise ValueError(
+            f"image {args.image}, mask {args.mask}, labels {args.labels}: {err}"
+        ) from None
+    seed_everything(args.seed)  # the weights' initialisation depends on --seed only
     model = MaskedUNet(
         image.sizes["band"],
         base_channels=args.base_channels,
@@ -136,29 +159,48 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from sciml.geo.outputs import check_outputs
     from sciml.geo.rasters import read_image, read_mask, write_geotiff
     from sciml.geo.tiles import predict_scene
-    from sciml.geo.training import load_segmenter
+    from sciml.geo.training import load_segmenter, run_pixel_scaling
 
+    inputs = {"image": args.image, "--mask": args.mask, "--run-dir": args.run_dir}
+    check_outputs({"out": args.out}, inputs, overwrite=args.overwrite)
     model = load_segmenter(args.run_dir, checkpoint=args.checkpoint)
-    _check_tiles(args.tile, args.overlap, model.config["depth"])
+    _check_tiles(
+        args.tile, args.overlap, model.config["depth"], depth_from="the depth of --run-dir's U-Net"
+    )
+    scaling = run_pixel_scaling(args.run_dir)
     image = read_image(args.image)
+    scaling.conform(image, name=f"image {args.image}")  # refused here, naming the file
+    if image.attrs.get("nodata") is None and scaling.nodata is not None:
+        print(
+            f"image {args.image} declares no nodata: using the training image's {scaling.nodata:g}"
+        )
     mask = None if args.mask is None else read_mask(args.mask, like=image)
-    probability = predict_scene(model, image, mask, tile=args.tile, overlap=args.overlap)
+    probability = predict_scene(
+        model, image, mask, tile=args.tile, overlap=args.overlap, scaling=scaling
+    )
     path = write_geotiff(probability, args.out, nodata=float("nan"))
     print(f"tree probability: {path}")
     return 0
 
 
 def _cmd_scene(args: argparse.Namespace) -> int:
+    from sciml.datasets import sample_path
+    from sciml.geo.outputs import check_outputs
     from sciml.geo.rasters import write_geotiff, write_vector
     from sciml.geo.scene import synthesize_scene
 
     bounds = tuple(args.bounds) if args.bounds else None
     if bounds and (bounds[0] >= bounds[2] or bounds[1] >= bounds[3]):
         raise ValueError(f"--bounds needs L < R and B < T, got {bounds}")
-    scene = synthesize_scene(args.osm, resolution=args.resolution, bounds=bounds, seed=args.seed)
+    osm = sample_path("helsinki_osm") if args.osm is None else Path(args.osm)
     out = Path(args.out)
+    files = {f"out/{name}": out / name for name in _SCENE_FILES}
+    check_outputs({"out": out}, {"--osm": osm}, overwrite=None)
+    check_outputs(files, {"--osm": osm}, overwrite=args.overwrite)
+    scene = synthesize_scene(osm, resolution=args.resolution, bounds=bounds, seed=args.seed)
     write_geotiff(scene.image, out / "image.tif")
     write_geotiff(scene.truth, out / "truth.tif")
     write_vector(scene.trees, out / "trees.gpkg", layer="trees")
@@ -168,6 +210,16 @@ def _cmd_scene(args: argparse.Namespace) -> int:
         f"({len(scene.inventory)} in the inventory): {out}"
     )
     return 0
+
+
+#: Files that ``geo scene`` writes into its output folder.
+_SCENE_FILES = ("image.tif", "truth.tif", "trees.gpkg", "inventory.gpkg")
+
+
+def _add_overwrite(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace existing outputs (never an input)"
+    )
 
 
 def _add_mask(sub: Subparsers) -> None:
@@ -186,6 +238,7 @@ def _add_mask(sub: Subparsers) -> None:
         help="comma-separated highway classes, or 'all'; unset: sciml.geo.ROAD_CLASSES",
     )
     mask.add_argument("--workers", type=positive_int, help="threads; unset: all cores")
+    _add_overwrite(mask)
     mask.set_defaults(func=_cmd_mask)
 
 
@@ -196,6 +249,7 @@ def _add_labels(sub: Subparsers) -> None:
     labels.add_argument("out", help="output GeoTIFF")
     labels.add_argument("--mask", help="road-mask GeoTIFF on the raster's grid; 255 outside it")
     labels.add_argument("--crs", help="CRS of CSV coordinates, or 'pixel' for the raster's")
+    _add_overwrite(labels)
     labels.set_defaults(func=_cmd_labels)
 
 
@@ -250,6 +304,7 @@ def _add_predict(sub: Subparsers) -> None:
     predict.add_argument(
         "--overlap", type=non_negative_int, default=32, help="blended overlap in pixels"
     )
+    _add_overwrite(predict)
     predict.set_defaults(func=_cmd_predict)
 
 
@@ -266,6 +321,7 @@ def _add_scene(sub: Subparsers) -> None:
         help="UTM bounds; unset: the roads' extent",
     )
     scene.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
+    _add_overwrite(scene)
     scene.set_defaults(func=_cmd_scene)
 
 

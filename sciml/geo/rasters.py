@@ -1,7 +1,9 @@
 """Read images, masks and labels; write georeferenced GeoTIFFs and vector layers.
 
 Masks and labels are read against the image they belong to: a file on
-another grid (CRS, transform or shape) is rejected, never resampled.
+another grid (CRS, transform or shape) is rejected, never resampled. Band
+descriptions are the ``band`` labels of an image read, and are written from
+string ``band`` labels, so that bands can be matched by name.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import numpy as np
 import xarray as xr
 
 from sciml.geo.grid import RasterGrid, grid_of
+from sciml.geo.pixels import band_names
 from sciml.geo.trees import IGNORE_INDEX
 from sciml.io_utils import atomic_path
 
 
 def read_image(path: str | Path) -> xr.DataArray:
     """Read a georeferenced image as a ``(band, y, x)`` DataArray with its CRS and transform.
+
+    The ``band`` labels are the file's band descriptions when every band has
+    a distinct one, else 1, 2, ...; ``attrs["nodata"]`` is the file's no-data value.
 
     Raises:
         ValueError: The file has no CRS.
@@ -33,11 +39,14 @@ def read_image(path: str | Path) -> xr.DataArray:
         grid = RasterGrid.from_like(src)
         values = src.read()
         nodata = src.nodata
+        names = list(src.descriptions)
+    if not all(names) or len(set(names)) != len(names):
+        names = list(range(1, values.shape[0] + 1))
     bands = grid.dataarray(values[0], name=path.stem)
     image = xr.DataArray(
         values,
         dims=("band", "y", "x"),
-        coords={"band": np.arange(1, values.shape[0] + 1), **bands.coords},
+        coords={"band": names, **bands.coords},
         name=path.stem,
         attrs={**bands.attrs, "nodata": nodata} if nodata is not None else bands.attrs,
     )
@@ -55,6 +64,8 @@ def _same_grid(grid: RasterGrid, like: Any, what: str) -> None:
 
 def _read_band(path: str | Path, like: Any, what: str) -> tuple[xr.DataArray, Path]:
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
     image = read_image(path)
     if image.sizes["band"] != 1:
         raise ValueError(f"{path}: a {what} has one band, got {image.sizes['band']}")
@@ -124,6 +135,8 @@ def write_geotiff(
 ) -> Path:
     """Write a ``(y, x)`` or ``(band, y, x)`` array as a tiled, compressed GeoTIFF, atomically.
 
+    String ``band`` labels of a DataArray become the bands' descriptions.
+
     Args:
         data: The values; a DataArray carries its own grid (``crs``/``transform``).
         path: Output ``.tif``.
@@ -164,6 +177,9 @@ def write_geotiff(
     }
     if grid.height >= 256 and grid.width >= 256:
         profile.update(tiled=True, blockxsize=256, blockysize=256)
+    names = band_names(data)
     with atomic_path(path, suffix=".tif") as tmp, rasterio.open(tmp, "w", **profile) as dst:
         dst.write(values)
+        for index, name in enumerate(names or (), start=1):
+            dst.set_band_description(index, name)
     return Path(path)

@@ -17,6 +17,7 @@ import xarray as xr
 from torch.utils.data import Dataset
 
 from sciml.geo.grid import RasterGrid, grid_of
+from sciml.geo.pixels import PixelScaling, has_data
 from sciml.geo.trees import IGNORE_INDEX
 
 
@@ -33,28 +34,6 @@ def tile_origins(size: int, tile: int, overlap: int) -> list[int]:
     step = tile - overlap
     starts = list(range(0, size - tile, step))
     return [*starts, size - tile]
-
-
-def _as_chw(image: xr.DataArray | np.ndarray) -> np.ndarray:
-    values = np.asarray(image)
-    if values.ndim == 2:
-        values = values[None]
-    if values.ndim != 3:
-        raise ValueError(f"image must be (band, y, x), got shape {values.shape}")
-    if values.dtype == np.uint8:
-        return values.astype(np.float32) / 255.0
-    return values.astype(np.float32)
-
-
-def _has_data(raw: np.ndarray, nodata: float | None) -> np.ndarray:
-    """``(y, x)`` True where every band is finite and not all bands equal ``nodata``."""
-    bands = raw.reshape(-1, *raw.shape[-2:])
-    good = np.ones(bands.shape[1:], bool)
-    if np.issubdtype(bands.dtype, np.floating):
-        good &= np.isfinite(bands).all(axis=0)
-    if nodata is not None and not np.isnan(nodata):
-        good &= ~np.all(bands == nodata, axis=0)
-    return good
 
 
 def _check_grids(image: Any, **others: Any) -> None:
@@ -81,8 +60,9 @@ class SceneTiles(Dataset):
     Each item is a dict of float tensors ``image`` (C, t, t), ``mask`` (1, t, t),
     ``label`` (1, t, t) and ``valid`` (1, t, t: inside the mask and labelled),
     plus the tile's ``row`` and ``col``. No-data pixels leave the mask (see the
-    module docstring); tiles without any mask pixel left are skipped. ``uint8``
-    images are scaled to [0, 1]. Georeferenced mask and labels must be on the
+    module docstring); tiles without any mask pixel left are skipped. Pixel
+    values reach the network as :class:`~sciml.geo.pixels.PixelScaling` says
+    (8-bit values divided by 255). Georeferenced mask and labels must be on the
     image's grid; labels must be 0, 1 or ``ignore_index``.
 
     Args:
@@ -96,6 +76,13 @@ class SceneTiles(Dataset):
         ignore_index: Label value of unknown pixels.
         augment: Also serve each tile in its 8 dihedral orientations (rotations
             by 90 degrees, with and without a flip): 8 times the items.
+        scaling: The pixel scaling a trained model expects: the image must
+            match it (bands aligned by name, nodata from it when the image has
+            none). ``None``: the image's own (:meth:`PixelScaling.of`), kept
+            in ``self.scaling`` for the run's record.
+
+    Raises:
+        sciml.geo.pixels.PixelScalingError: The image does not match ``scaling``.
     """
 
     def __init__(
@@ -109,15 +96,15 @@ class SceneTiles(Dataset):
         nodata: float | None = None,
         ignore_index: int = IGNORE_INDEX,
         augment: bool = False,
+        scaling: PixelScaling | None = None,
     ) -> None:
         """Check the arrays and list the tiles that hold mask pixels (arguments: see the class)."""
         _check_grids(image, mask=mask, labels=labels)
-        if nodata is None and isinstance(image, xr.DataArray):
-            nodata = image.attrs.get("nodata")
-        raw = np.asarray(image)
-        self.image = _as_chw(image)
+        self.scaling = PixelScaling.of(image, nodata=nodata) if scaling is None else scaling
+        raw, nodata = self.scaling.conform(image, nodata=nodata)
+        self.image = self.scaling.normalise(raw)
         shape = self.image.shape[1:]
-        self.has_data = _has_data(raw, nodata)
+        self.has_data = has_data(raw, nodata)
         self.image[:, ~self.has_data] = 0.0
         mask = np.ones(shape, bool) if mask is None else np.asarray(mask)
         self.labels = None if labels is None else np.asarray(labels)
@@ -205,6 +192,7 @@ def predict_scene(
     overlap: int = 32,
     batch_size: int = 8,
     like: Any = None,
+    scaling: PixelScaling | None = None,
 ) -> xr.DataArray:
     """Tree probability of the whole scene, tile by tile with blended overlaps.
 
@@ -221,6 +209,8 @@ def predict_scene(
         batch_size: Tiles per forward pass.
         like: Grid of the output when ``image`` is a plain array (a
             georeferenced image must be on the same grid).
+        scaling: The pixel scaling the model was trained on (the run's
+            :func:`sciml.geo.training.run_pixel_scaling`); ``None``: the image's own.
 
     Returns:
         ``(y, x)`` float32 DataArray ``"tree_probability"`` on the image's grid.
@@ -229,7 +219,7 @@ def predict_scene(
     own = grid_of(image)
     if own is not None and own != grid:
         raise ValueError(f"like= is another grid ({grid}) than the image's ({own})")
-    tiles = SceneTiles(image, mask, tile=tile, overlap=overlap)
+    tiles = SceneTiles(image, mask, tile=tile, overlap=overlap, scaling=scaling)
     height, width = tiles.image.shape[1:]
     total = np.zeros((height, width), np.float32)
     weight = np.zeros((height, width), np.float32)

@@ -1,10 +1,12 @@
 """Training runs of the masked segmenter: run folders, training, loading.
 
 A run folder holds ``model.json`` (the model's and the training's
-configuration, :func:`run_config`) and the checkpoints of
-:func:`sciml.training.fit`; it resumes only the run it describes
-(:func:`check_run_dir`). :func:`load_segmenter` rebuilds the trained
-:class:`~sciml.geo.model.MaskedUNet` from it.
+configuration, :func:`run_config`, with the pixel scaling of the training
+image) and the checkpoints of :func:`sciml.training.fit`; it resumes only the
+run it describes (:func:`check_run_dir`). :func:`load_segmenter` rebuilds the
+trained :class:`~sciml.geo.model.MaskedUNet` from it, and
+:func:`run_pixel_scaling` gives the pixel units an image must be in to be
+predicted by it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 
 from sciml.geo.losses import LOSS_KINDS, LossKind, make_loss_fn
 from sciml.geo.model import MaskedUNet
+from sciml.geo.pixels import PixelScaling
 
 if TYPE_CHECKING:
     from sciml.training import TrainResult
@@ -30,6 +33,7 @@ __all__ = [
     "check_run_dir",
     "load_segmenter",
     "run_config",
+    "run_pixel_scaling",
     "train_segmenter",
 ]
 
@@ -51,12 +55,14 @@ def run_config(
     batch_size: int,
     seed: int,
     options: Mapping[str, Any] | None = None,
+    pixels: PixelScaling | None = None,
 ) -> dict[str, Any]:
     """Everything a run's checkpoints depend on, as written to ``run_dir/model.json``.
 
     A :class:`MaskedUNet`'s constructor arguments, the training options
-    (``epochs`` excluded: a finished run can be trained further) and
-    ``options`` (e.g. the tile and overlap of the training tiles).
+    (``epochs`` excluded: a finished run can be trained further),
+    ``options`` (e.g. the tile and overlap of the training tiles) and, under
+    ``"pixels"``, the training image's pixel scaling.
     """
     model_part = model.config if isinstance(model, MaskedUNet) else {"model": type(model).__name__}
     config = {
@@ -68,6 +74,8 @@ def run_config(
         "seed": int(seed),
         **dict(options or {}),
     }
+    if pixels is not None:
+        config["pixels"] = pixels.record()
     return json.loads(json.dumps(config))  # what reading model.json gives back
 
 
@@ -148,6 +156,7 @@ def train_segmenter(
     masked: bool = True,
     val_dataset: Any = None,
     options: Mapping[str, Any] | None = None,
+    pixels: PixelScaling | None = None,
     progress: bool = False,
     handle_signals: bool = True,
 ) -> TrainResult:
@@ -173,6 +182,9 @@ def train_segmenter(
         masked: Feed the mask and count valid pixels only (``False``: the baseline).
         val_dataset: Tiles scored after every epoch.
         options: Other settings the run depends on, recorded and compared on resume.
+        pixels: The training image's pixel scaling, recorded for prediction
+            (default: ``train_dataset.scaling`` when it has one, as
+            :class:`~sciml.geo.tiles.SceneTiles` do).
         progress: Show a progress bar.
         handle_signals: On SIGTERM/SIGUSR1 checkpoint and return with status
             ``"interrupted"`` (the caller exits with :data:`sciml.training.EXIT_REQUEUE`).
@@ -191,7 +203,14 @@ def train_segmenter(
 
     _check_training(model, train_dataset, epochs=epochs, batch_size=batch_size, lr=lr, loss=loss)
     config = run_config(
-        model, loss=loss, masked=masked, lr=lr, batch_size=batch_size, seed=seed, options=options
+        model,
+        loss=loss,
+        masked=masked,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        options=options,
+        pixels=pixels if pixels is not None else getattr(train_dataset, "scaling", None),
     )
     train_config = TrainConfig(
         epochs=epochs,
@@ -260,6 +279,28 @@ def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUN
     )
     load_checkpoint(path, model, restore_rng=False)
     return model.eval()
+
+
+def run_pixel_scaling(run_dir: str | Path) -> PixelScaling:
+    """The pixel scaling of the image a run was trained on (``model.json``'s ``"pixels"``).
+
+    Raises:
+        FileNotFoundError: No ``model.json`` in ``run_dir``.
+        RunConfigError: The run recorded no pixel scaling (or a damaged one).
+    """
+    path = Path(run_dir) / RUN_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; is {run_dir} a training run folder?")
+    config = json.loads(path.read_text())
+    if "pixels" not in config:
+        raise RunConfigError(
+            f"{path} does not record the pixel scaling of its training image, so an image "
+            "cannot be checked against it; train the run again with this version of sciml"
+        )
+    try:
+        return PixelScaling.from_record(config["pixels"], origin=str(path))
+    except ValueError as err:
+        raise RunConfigError(str(err)) from None
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -103,7 +103,10 @@ def _read_csv(path: Path, crs: Any, like: Any) -> gpd.GeoDataFrame:
     lower = {c.lower() for c in frame.columns}
     if crs == "pixel":
         if like is None:
-            raise ValueError(f"{path}: crs='pixel' needs like= (the image the pixels refer to)")
+            raise ValueError(
+                f"{path}: crs='pixel' needs like= (the image the pixels refer to; on the "
+                "command line, the raster argument)"
+            )
         grid = RasterGrid.from_like(like)
         t = grid.transform
         linear, offset = np.array([[t.a, t.d], [t.b, t.e]]), np.array([t.c, t.f])
@@ -112,14 +115,16 @@ def _read_csv(path: Path, crs: Any, like: Any) -> gpd.GeoDataFrame:
     elif crs is None:
         if not ({"lon", "lat"} <= lower or {"longitude", "latitude"} <= lower):
             raise ValueError(
-                f"{path}: a CSV has no CRS; pass crs='EPSG:...' (or crs='pixel' with like=)"
+                f"{path}: a CSV without lon/lat columns needs its CRS: crs='EPSG:...' "
+                "(--crs EPSG:... on the command line), or crs='pixel' for pixel coordinates "
+                "of like= (--crs pixel)"
             )
         crs = "EPSG:4326"  # columns named lon/lat: WGS 84 degrees, checked below
         xs, ys = shapely.get_x(geoms), shapely.get_y(geoms)  # NaN for missing points
         if (np.abs(xs) > 180).any() or (np.abs(ys) > 90).any():
             raise ValueError(
                 f"{path}: lon/lat columns hold values outside [-180, 180] x [-90, 90]; "
-                "if they are projected coordinates pass crs='EPSG:...'"
+                "if they are projected coordinates pass crs='EPSG:...' (--crs EPSG:...)"
             )
     return gpd.GeoDataFrame(frame, geometry=geoms, crs=crs)
 

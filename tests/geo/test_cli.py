@@ -134,7 +134,7 @@ def test_mask_classes(
     counts = {}
     for classes in (None, "all", "residential,service"):
         extra = [] if classes is None else ["--classes", classes]
-        out = str(tmp_path / "m.tif")
+        out = str(tmp_path / f"m-{classes}.tif")
         assert main(["geo", "mask", helsinki_pbf, str(like), out, "--width", "5", *extra]) == 0
         counts[classes] = int(capsys.readouterr().out.split("(")[1].split()[0])
     assert counts["residential,service"] < counts[None] < counts["all"]

@@ -115,7 +115,7 @@ def test_bad_tree_files(tmp_path: Path, helsinki_roads: gpd.GeoDataFrame) -> Non
         load_trees(no_coords)
     xy = tmp_path / "xy.csv"
     pd.DataFrame({"x": [1.0], "y": [2.0]}).to_csv(xy, index=False)
-    with pytest.raises(ValueError, match="xy.csv: a CSV has no CRS"):
+    with pytest.raises(ValueError, match="xy.csv: a CSV without lon/lat columns needs its CRS"):
         load_trees(xy)
     with pytest.raises(ValueError, match="crs='pixel' needs like="):
         load_trees(xy, crs="pixel")
