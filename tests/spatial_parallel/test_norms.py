@@ -18,7 +18,8 @@ from sciml.distributed import spawn
 from sciml.spatial_parallel.testing import Comparison
 from tests.spatial_parallel.layer_workers import norm_errors, run
 
-F64: dict[str, Any] = dict(dtype=torch.float64, steps=2, evaluate=True)
+#: Cases with running statistics take two steps and compare an eval-mode pass too.
+RUNNING: dict[str, Any] = dict(steps=2, evaluate=True)
 
 
 def conv(out: int = 3) -> tuple[str, dict[str, Any]]:
@@ -31,53 +32,60 @@ def seq(*layers: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return ("Seq", dict(layers=list(layers)))
 
 
-CASES: list[tuple[tuple[str, dict[str, Any]], tuple[int, ...]]] = [
-    (("InstanceNorm3d", dict(num_features=2)), (2, 2, 7, 5, 3)),
-    (seq(conv(), ("InstanceNorm3d", dict(num_features=3, affine=True))), (3, 2, 7, 5, 3)),
-    (
-        seq(
+#: Keyword arguments of :func:`layer_workers.run` (float64).
+CASES: list[dict[str, Any]] = [
+    dict(spec=("InstanceNorm3d", dict(num_features=2)), shape=(2, 2, 7, 5, 3)),
+    dict(
+        spec=seq(conv(), ("InstanceNorm3d", dict(num_features=3, affine=True))),
+        shape=(3, 2, 7, 5, 3),
+    ),
+    dict(
+        spec=seq(
             conv(),
             ("InstanceNorm3d", dict(num_features=3, track_running_stats=True, momentum=0.3)),
         ),
-        (3, 2, 5, 6, 3),
+        shape=(3, 2, 5, 6, 3),
+        **RUNNING,
     ),
-    (
-        (
+    dict(
+        spec=(
             "InstanceNorm3d",
             dict(num_features=2, affine=True, track_running_stats=True, momentum=None, eps=1e-3),
         ),
-        (2, 2, 5, 4, 3),
+        shape=(2, 2, 5, 4, 3),
+        **RUNNING,
     ),
-    (seq(conv(), ("PReLU", {})), (2, 2, 5, 4, 3)),
-    (seq(conv(), ("PReLU", dict(num_parameters=3, init=0.1))), (2, 2, 5, 4, 3)),
-    (("ChannelsLast", {}), (2, 2, 5, 4, 3)),  # LayerNorm and PReLU over channels last
-    (("dense_head", {}), (3, 2, 5, 4, 3)),  # LayerNorm and PReLU on a replicated tensor
-    (("dense_head", dict(prelu=4)), (3, 2, 5, 4, 3)),
-    (
-        seq(
+    dict(spec=seq(conv(), ("PReLU", {})), shape=(2, 2, 5, 4, 3)),
+    dict(spec=seq(conv(), ("PReLU", dict(num_parameters=3, init=0.1))), shape=(2, 2, 5, 4, 3)),
+    dict(spec=("ChannelsLast", {}), shape=(2, 2, 5, 4, 3)),  # LayerNorm, PReLU channels last
+    dict(spec=("dense_head", {}), shape=(3, 2, 5, 4, 3)),  # LayerNorm, PReLU replicated
+    dict(spec=("dense_head", dict(prelu=4)), shape=(3, 2, 5, 4, 3)),
+    dict(
+        spec=seq(
             ("Conv3DSimple", dict(in_planes=2, out_planes=3)),
             ("MyInstanceNorm", dict(num_features=3, affine=True, track_running_stats=True)),
         ),
-        (2, 2, 5, 4, 3),
+        shape=(2, 2, 5, 4, 3),
+        **RUNNING,
     ),
 ]
 
 #: LayerNorm over the last dim (width in (N, C, D, H, W)): local unless width is split.
-WIDTH_NORM = (seq(conv(), ("LayerNorm", dict(normalized_shape=3))), (2, 2, 5, 4, 3))
+WIDTH_NORM = dict(spec=seq(conv(), ("LayerNorm", dict(normalized_shape=3))), shape=(2, 2, 5, 4, 3))
 
 
-def check(mesh: dict[str, int], entries: list[tuple[Any, tuple[int, ...]]]) -> None:
+def check(mesh: dict[str, int], entries: list[dict[str, Any]]) -> None:
     """Spawn ``mesh``, compare every entry and fail listing every quantity above its bound."""
     nprocs = 1
     for size in mesh.values():
         nprocs *= size
-    results = spawn(run, nprocs, mesh, [dict(spec=s, shape=x, **F64) for s, x in entries])
+    results = spawn(run, nprocs, mesh, [dict(e, dtype=torch.float64) for e in entries])
     failures = []
     for rank, comparisons in enumerate(results):
-        for (spec, shape), result in zip(entries, comparisons, strict=True):
-            assert isinstance(result, Comparison), (spec, result)
+        for entry, result in zip(entries, comparisons, strict=True):
+            assert isinstance(result, Comparison), (entry, result)
             if not result.ok:
-                failures.append(f"{spec[0]} {shape} rank {rank}: {result.failures()}")
+                failures.append(f"{entry} rank {rank}: {result.failures()}")
     assert not failures, "\n".join(failures)
 
 
