@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
 from sciml.datasets import sample_path
 from sciml.demos import DemoInterrupted
 from sciml.demos.report import markdown_table, save_figure
@@ -24,7 +22,7 @@ from sciml.geo.experiment import (
     osbs_experiment,
     run_experiment,
 )
-from sciml.geo.plots import experiment_figure, labels_map, overlay
+from sciml.geo.plots import experiment_figure, labels_map, map_row, overlay
 from sciml.geo.rasters import read_image, write_geotiff
 from sciml.geo.scene import synthesize_scene
 
@@ -37,7 +35,7 @@ def _osbs(outdir: Path, runs: Path, *, epochs: int) -> tuple[str, str]:
     result = osbs_experiment(runs / "osbs", epochs=epochs)
     image = read_image(sample_path("osbs_image"))
     write_geotiff(result.probability, outdir / "osbs_probability.tif", nodata=float("nan"))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.5), constrained_layout=True)
+    fig, axes = map_row(3, image, width=4.3)
     labels_map(result.labels, axes[0], title=f"crown boxes known left of column {OSBS_TRAIN}")
     overlay(image, result.truth, axes[1], color="lime", title="all 61 crown boxes")
     overlay(

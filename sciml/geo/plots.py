@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from sciml.geo.scene import Scene
 
 
+#: Inches above a row of maps for a two-line title.
+_TITLE_ROOM = 0.9
+
+
 def _extent(grid: RasterGrid) -> tuple[float, float, float, float]:
     left, bottom, right, top = grid.bounds
     return left, right, bottom, top
@@ -67,11 +71,41 @@ def labels_map(labels: xr.DataArray, ax: Any, *, title: str = "", ignore_index: 
     ax.set_yticks([])
 
 
-def experiment_figure(scene: Scene, results: dict[str, ExperimentResult]) -> Figure:
-    """Image with roads mask, complete truth, inventory labels and both models' predictions."""
+def map_row(columns: int, like: xr.DataArray, *, width: float = 4.0) -> tuple[Figure, Any]:
+    """A figure of ``columns`` maps of raster ``like``'s extent side by side, titles included.
+
+    A row of equal-aspect maps in a figure too short for them fills its height with
+    the maps and clips their titles; this one is as tall as a map ``width`` wide plus
+    room for a two-line title.
+
+    Args:
+        columns: Number of panels.
+        like: A raster (``(y, x)`` or ``(band, y, x)`` with its grid) whose extent the
+            panels show.
+        width: Width of each panel in inches.
+
+    Returns:
+        The figure and its ``columns`` axes.
+    """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 5, figsize=(20, 5.2), constrained_layout=True)
+    if columns < 1 or not width > 0:
+        raise ValueError(f"map_row needs columns >= 1 and width > 0, got {columns} and {width}")
+    left, right, bottom, top = _extent(RasterGrid.from_like(like))
+    aspect = abs(top - bottom) / abs(right - left)
+    fig, axes = plt.subplots(
+        1,
+        columns,
+        figsize=(width * columns, width * aspect + _TITLE_ROOM),
+        squeeze=False,
+        constrained_layout=True,
+    )
+    return fig, axes[0]
+
+
+def experiment_figure(scene: Scene, results: dict[str, ExperimentResult]) -> Figure:
+    """Image with roads mask, complete truth, inventory labels and both models' predictions."""
+    fig, axes = map_row(5, scene.image)
     overlay(scene.image, scene.mask, axes[0], title="image + road mask")
     labels_map(scene.labels(masked=True), axes[1], title="inventory labels (white: unknown)")
     labels_map(scene.truth, axes[2], title="complete truth (all trees)")
