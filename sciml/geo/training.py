@@ -254,10 +254,7 @@ def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUN
     run_dir = Path(run_dir)
     if checkpoint not in ("last", "best"):
         raise ValueError(f"checkpoint must be 'last' or 'best', got {checkpoint!r}")
-    config_path = run_dir / RUN_CONFIG
-    if not config_path.exists():
-        raise FileNotFoundError(f"{config_path} not found; is {run_dir} a training run folder?")
-    config = json.loads(config_path.read_text())
+    config_path, config = _read_run_config(run_dir)
     missing = [
         k
         for k in ("in_channels", "base_channels", "depth", "norm", "mask_image")
@@ -269,7 +266,10 @@ def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUN
     if not path.exists():
         found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
         hint = f"it has {', '.join(found)}" if found else "it has no checkpoint: train it first"
-        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path}); {hint}")
+        raise FileNotFoundError(
+            f"{run_dir} has no {checkpoint!r} checkpoint ({path}, --checkpoint {checkpoint}); "
+            f"{hint}"
+        )
     model = MaskedUNet(
         config["in_channels"],
         base_channels=config["base_channels"],
@@ -288,10 +288,7 @@ def run_pixel_scaling(run_dir: str | Path) -> PixelScaling:
         FileNotFoundError: No ``model.json`` in ``run_dir``.
         RunConfigError: The run recorded no pixel scaling (or a damaged one).
     """
-    path = Path(run_dir) / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found; is {run_dir} a training run folder?")
-    config = json.loads(path.read_text())
+    path, config = _read_run_config(Path(run_dir))
     if "pixels" not in config:
         raise RunConfigError(
             f"{path} does not record the pixel scaling of its training image, so an image "
@@ -301,6 +298,22 @@ def run_pixel_scaling(run_dir: str | Path) -> PixelScaling:
         return PixelScaling.from_record(config["pixels"], origin=str(path))
     except ValueError as err:
         raise RunConfigError(str(err)) from None
+
+
+def _read_run_config(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """``run_dir/model.json`` and its content; errors name the file and the run folder."""
+    path = run_dir / RUN_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found: {run_dir} (--run-dir) is not a run folder of sciml geo train"
+        )
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RunConfigError(f"{path} is not valid JSON ({err}); train the run again") from None
+    if not isinstance(config, dict):
+        raise RunConfigError(f"{path} holds no run configuration; train the run again")
+    return path, config
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -283,8 +283,16 @@ def test_the_same_seed_reproduces_a_run(inputs: dict[str, Path], tmp_path: Path)
     [
         (["labels", "{crowns}", "{image}", "{out}"], "(--crs EPSG:... on the command line)"),
         (["train", "{image}", "{missing}", "{labels}", "--run-dir", "{out}"], "mask not found: "),
+        (
+            ["predict", "{image}", "{out}", "--run-dir", "{empty}"],
+            "{empty}/model.json not found: {empty} (--run-dir) is not a run folder",
+        ),
+        (
+            ["predict", "{image}", "{out}", "--run-dir", "{damaged}"],
+            "{damaged}/model.json is not valid JSON",
+        ),
     ],
-    ids=["labels-no-crs", "train-missing-mask"],
+    ids=["labels-no-crs", "train-missing-mask", "predict-not-a-run", "predict-damaged-run"],
 )
 def test_errors_name_options_and_files(
     inputs: dict[str, Path],
@@ -298,7 +306,12 @@ def test_errors_name_options_and_files(
         "crowns": str(sample_path("osbs_crowns")),
         "missing": str(tmp_path / "missing.tif"),
         "out": str(tmp_path / "out"),
+        "empty": str(tmp_path / "empty"),
+        "damaged": str(tmp_path / "damaged"),
     }
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "model.json").write_text('{"in_channels": 3,')  # cut short
     assert main(["geo", *(part.format(**names) for part in command)]) == 1
-    assert message in capsys.readouterr().err
+    assert message.format(**names) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
