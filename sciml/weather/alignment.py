@@ -67,7 +67,7 @@ def check_member_dim(forecasts: XArray, member_dim: str, *, at_least: int = 1) -
     if member_dim not in forecasts.dims:
         raise ValueError(
             f"forecasts have no member dimension {member_dim!r}; their dimensions are "
-            f"{tuple(forecasts.dims)} (pass member_dim=...)"
+            f"{tuple(forecasts.dims)} (pass member_dim=...; sciml weather score: --member-dim)"
         )
     members = forecasts.sizes[member_dim]
     if members < at_least:
@@ -116,7 +116,8 @@ def align_to(
             raise ValueError(
                 f"{dim!r} coordinates differ: {ref_name} have {_describe_index(want)}, "
                 f"{other_name} have {_describe_index(have)}; select the same points on both "
-                "sides first (.sel, .reindex or .interp)"
+                "sides first (.sel, .reindex or .interp; on the command line, regrid one of "
+                "the files)"
             )
         if reference.sizes[dim] != other.sizes[dim]:
             raise ValueError(
