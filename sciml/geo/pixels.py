@@ -109,6 +109,8 @@ class PixelScaling:
         band_names: The bands' names in order, or ``None`` when unnamed.
         nodata: The training image's no-data value (``None``: none, or NaN,
             which marks no-data pixels of every float image).
+        value_range: The lowest and highest value of its pixels with data
+            (``None``: none has data), for messages.
         origin: Where the record was read from, for messages (not compared).
     """
 
@@ -117,6 +119,7 @@ class PixelScaling:
     bands: int
     band_names: tuple[str, ...] | None = None
     nodata: float | None = None
+    value_range: tuple[float, float] | None = None
     origin: str = field(default="the training image", compare=False)
 
     @classmethod
@@ -125,13 +128,16 @@ class PixelScaling:
         values = _as_bands(image)
         if nodata is None and isinstance(image, xr.DataArray):
             nodata = image.attrs.get("nodata")
-        units = _units(values, has_data(values, nodata))
+        good = has_data(values, nodata)
+        units = _units(values, good)
+        data = values[:, good]
         return cls(
             units=units,
             scale=_BYTE_SCALE if units == "uint8" else 1.0,
             bands=values.shape[0],
             band_names=band_names(image),
             nodata=None if nodata is None or np.isnan(nodata) else float(nodata),
+            value_range=(float(data.min()), float(data.max())) if data.size else None,
         )
 
     def record(self) -> dict[str, Any]:
@@ -142,6 +148,7 @@ class PixelScaling:
             "bands": self.bands,
             "band_names": None if self.band_names is None else list(self.band_names),
             "nodata": self.nodata,
+            "value_range": None if self.value_range is None else list(self.value_range),
         }
 
     @classmethod
@@ -154,18 +161,20 @@ class PixelScaling:
         try:
             names = record["band_names"]
             nodata = record["nodata"]
+            low_high = record["value_range"]
             scaling = cls(
                 units=str(record["units"]),
                 scale=float(record["scale"]),
                 bands=int(record["bands"]),
                 band_names=None if names is None else tuple(str(n) for n in names),
                 nodata=None if nodata is None else float(nodata),
+                value_range=None if low_high is None else (float(low_high[0]), float(low_high[1])),
                 origin=origin,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise PixelScalingError(
                 f"{origin}: the pixel scaling record {record!r} is incomplete ({err!r}); "
-                "expected units, scale, bands, band_names and nodata"
+                "expected units, scale, bands, band_names, nodata and value_range"
             ) from None
         if not (np.isfinite(scaling.scale) and scaling.scale > 0 and scaling.bands >= 1):
             raise PixelScalingError(f"{origin}: bad pixel scaling record {record!r}")
@@ -177,7 +186,9 @@ class PixelScaling:
         scaled = "" if self.scale == 1 else f", divided by {self.scale:g}"
         units = "float values used as they are" if self.units == FLOAT_UNITS else self.units
         nodata = "" if self.nodata is None else f", nodata {self.nodata:g}"
-        return f"{units}{scaled}, {self.bands} band(s){names}{nodata}"
+        low_high = self.value_range
+        values = "" if low_high is None else f" (values {low_high[0]:.6g}..{low_high[1]:.6g})"
+        return f"{units}{values}{scaled}, {self.bands} band(s){names}{nodata}"
 
     def conform(
         self,

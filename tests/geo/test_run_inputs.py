@@ -109,12 +109,22 @@ def expected(inputs: dict[str, Path], run: Path) -> np.ndarray:
     return _probability(inputs["image"], run, run.parent / "expected.tif")
 
 
-def test_the_run_records_the_pixel_scaling(run: Path) -> None:
+def _valid_range(crop: xr.DataArray) -> tuple[float, float]:
+    data = crop.values[:, ~np.all(crop.values == 255, axis=0)]
+    return float(data.min()), float(data.max())
+
+
+def test_the_run_records_the_pixel_scaling(crop: xr.DataArray, run: Path) -> None:
     from sciml.geo.pixels import PixelScaling
     from sciml.geo.training import run_pixel_scaling
 
     assert run_pixel_scaling(run) == PixelScaling(
-        units="uint8", scale=255.0, bands=3, band_names=("red", "green", "blue"), nodata=255.0
+        units="uint8",
+        scale=255.0,
+        bands=3,
+        band_names=("red", "green", "blue"),
+        nodata=255.0,
+        value_range=_valid_range(crop),
     )
 
 
@@ -146,7 +156,10 @@ def test_the_same_pixels_stored_otherwise_give_the_same_prediction(
         assert "declares no nodata: using the training image's 255" in capsys.readouterr().out
 
 
-TRAINED_ON = "the model was trained on uint8, divided by 255, 3 band(s) (red, green, blue)"
+TRAINED_ON = (
+    "the model was trained on uint8 (values {low:g}..{high:g}), divided by 255, 3 band(s) "
+    "(red, green, blue)"
+)
 
 
 @pytest.mark.parametrize(
@@ -184,10 +197,10 @@ def test_pixels_in_other_units_or_bands_are_refused(
     out = tmp_path / "p.tif"
     assert _predict(path, out, run) == 1
     err = capsys.readouterr().err
-    low = crop.values[:, ~np.all(crop.values == 255, axis=0)].min()
-    message = message.format(low=low, low_reflectance=np.float32(low) / np.float32(255))
+    low, high = _valid_range(crop)
+    message = message.format(low=int(low), low_reflectance=np.float32(low) / np.float32(255))
     assert f"image {path} {message}" in err, err
-    assert TRAINED_ON in err or case == "other band names", err
+    assert TRAINED_ON.format(low=low, high=high) in err or case == "other band names", err
     assert f"({run / 'model.json'})" in err, err
     assert not out.exists()
 
