@@ -43,7 +43,8 @@ for name in json.loads(sys.argv[1]):
 import sciml
 before = state()
 for info in pkgutil.walk_packages(sciml.__path__, "sciml."):
-    importlib.import_module(info.name)
+    if info.name != "sciml.__main__":  # the command itself, not a module to import
+        importlib.import_module(info.name)
 after = state()
 others = [m for m in sys.modules if m.split(".")[0] != "sciml"]
 print(json.dumps({"before": before, "after": after, "others": others}))
@@ -51,13 +52,11 @@ print(json.dumps({"before": before, "after": after, "others": others}))
 
 
 def _probe(preload: list[str]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(preload)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(out)
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(preload)], capture_output=True, text=True
+    )
+    assert probe.returncode == 0, probe.stderr
+    result: dict[str, Any] = json.loads(probe.stdout)
     return result
 
 
