@@ -130,6 +130,7 @@ def cpu_backend(shape: Sequence[int], dtype: torch.dtype, geometry: ConvGeometry
     )
 
 
+@torch.compiler.disable  # shapes in, a choice out: run as Python, not traced
 def fast_layout(
     block: Sequence[int], unsplit: Sequence[int], dtype: torch.dtype, geometry: ConvGeometry
 ) -> Triple:
