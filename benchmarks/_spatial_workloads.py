@@ -40,6 +40,20 @@ def conv_stack(channels: int, layers: int, *, explicit_depth_padding: bool = Fal
     return nn.Sequential(*stack)
 
 
+def conv_pool_conv(channels: int) -> nn.Module:
+    """Conv3d(k=3, 'same') + ReLU, MaxPool3d(2), Conv3d(k=3, 'same') + ReLU.
+
+    The second convolution runs at half the input's edge.
+    """
+    return nn.Sequential(
+        nn.Conv3d(channels, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool3d(2),
+        nn.Conv3d(channels, channels, 3, padding=1),
+        nn.ReLU(),
+    )
+
+
 def time_conv_stack(
     mesh_shape: dict[str, Any] | None,
     size: int,
@@ -49,33 +63,43 @@ def time_conv_stack(
     repeats: int = 5,
     overlap: bool = True,
     explicit_depth_padding: bool = False,
+    pooled: bool = False,
 ) -> dict[str, float]:
     """Median and best forward+backward seconds of :func:`conv_stack` on a ``size``^3 volume.
 
-    ``mesh_shape=None`` times the plain single-device model on this rank. Also
-    returns the median seconds per iteration spent waiting for halo messages.
+    ``pooled`` times :func:`conv_pool_conv` instead (``layers`` and
+    ``explicit_depth_padding`` unused). ``mesh_shape=None`` times the plain
+    single-device model on this rank. Also returns the median seconds per
+    iteration of this thread's CPU time (the compute on one intra-op thread,
+    which other processes on a loaded machine do not inflate) and spent
+    waiting for halo messages.
     """
     torch.manual_seed(0)
-    model = conv_stack(channels, layers, explicit_depth_padding=explicit_depth_padding)
+    if pooled:
+        model = conv_pool_conv(channels)
+    else:
+        model = conv_stack(channels, layers, explicit_depth_padding=explicit_depth_padding)
     x = torch.randn(1, channels, size, size, size)
     if mesh_shape is not None:
         mesh = SpatialMesh(**mesh_shape)
         model = parallelize(model, mesh, overlap=overlap)
         x = shard(x, mesh)
     x.requires_grad_()
-    times, waits = [], []
+    times, cpu, waits = [], [], []
     for _ in range(repeats + 1):
         x.grad = None
         if dist.is_initialized():
             dist.barrier()
         with HaloTimer() as timer:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             model(x).sum().backward()
             times.append(time.perf_counter() - start)
+            cpu.append(time.thread_time() - cpu_start)
         waits.append(timer.total)
     return {
         "seconds": statistics.median(times[1:]),
         "best": min(times[1:]),
+        "cpu_seconds": statistics.median(cpu[1:]),
         "halo_wait": statistics.median(waits[1:]),
     }
 
