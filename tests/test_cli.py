@@ -95,6 +95,8 @@ def test_workflow_placeholders_say_what_the_workflows_register() -> None:
 
     registered = helps(build_parser())
     assert helps(build_parser([])) == registered
+    with pytest.raises(ValueError, match=r"unknown workflow command\(s\) \['nope'\]"):
+        build_parser(["nope"])
     assert {name: about for name, (_, about) in WORKFLOW_COMMANDS.items()} == {
         name: registered[name] for name in WORKFLOW_COMMANDS
     }
