@@ -208,7 +208,7 @@ def _trace_shapes(
 
     def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         trace.begin(module, args, kwargs)
-        return wrap_inputs(args, kwargs, trace.entry, ctx)
+        return wrap_inputs(args, kwargs, trace.entry, ctx) if ctx.enabled else None
 
     def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
         output = unwrap_outputs(output)
@@ -223,16 +223,17 @@ def _trace_shapes(
         def take(module: nn.Module, args: tuple[Any, ...], name: str = name) -> Any:
             assert isinstance(module, SpatialLayer)
             traced = trace.take(name, module._label())
-            if traced is None and args and isinstance(args[0], SplitTensor):
+            if traced is None and ctx.mesh.data == 1 and args and isinstance(args[0], SplitTensor):
                 traced = args[0]._gshape  # untraced: the block knows its global shape
             module._traced = traced
             return unwrap_inputs(args)
 
         def give(module: nn.Module, args: tuple[Any, ...], output: Any, name: str = name) -> Any:
-            if not trace.inside:  # called on its own: plain in, plain out
+            if not (trace.inside and ctx.enabled):  # called on its own: plain in, plain out
                 return output
             assert isinstance(module, SpatialLayer)
-            return wrap_output(output, trace.output(name, module._traced), ctx)
+            dtype = args[0].dtype if args and isinstance(args[0], torch.Tensor) else None
+            return wrap_output(output, trace.output(name, module._traced, dtype), ctx)
 
         layer.register_forward_pre_hook(take)
         layer.register_forward_hook(give)
@@ -362,8 +363,9 @@ def parallelize(
             if dist.get_world_size() > 1:
                 dist.broadcast(tensor, src=0)
     params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
-    averaged = frozenset(id(p) for p, dense in params if dense)
-    _trace_shapes(model, original, SplitContext(mesh, averaged), input_shape)
+    context = SplitContext(mesh, frozenset(id(p) for p, dense in params if dense))
+    _trace_shapes(model, original, context, input_shape)
+    model.__dict__["spatial_split_context"] = context
     # a plain attribute, not a submodule: the state_dict stays the original model's
     sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
     model.__dict__["spatial_grad_sync"] = sync

@@ -217,11 +217,14 @@ class ShapeTrace:
         self.calls[name] = call + 1
         return shapes[call]
 
-    def output(self, name: str, input_shape: Shape | None) -> Shape | None:
+    def output(
+        self, name: str, input_shape: Shape | None, dtype: torch.dtype | None = None
+    ) -> Shape | None:
         """The global output shape of layer ``name``'s latest call.
 
         From the trace; without one, from the single-device layer alone on the
-        meta device for its global ``input_shape`` (``None`` if that is unknown).
+        meta device for its global ``input_shape`` of ``dtype`` (``None`` if the
+        shape is unknown).
         """
         if self.current is not None:
             return self.current[2].get(name, [])[self.calls[name] - 1]
@@ -229,7 +232,7 @@ class ShapeTrace:
             return None
         layer = self.meta.get_submodule(name)
         with torch.no_grad():
-            output = layer(torch.empty(input_shape, device="meta"))
+            output = layer(torch.empty(input_shape, dtype=dtype, device="meta"))
         return tuple(output.shape) if isinstance(output, torch.Tensor) else None
 
 

@@ -2,7 +2,10 @@
 
 The model's own forward code sees :class:`~.split_tensor.SplitTensor` blocks;
 the split layers (which compute on blocks with halos and collectives of their
-own) and whoever calls the model see plain tensors.
+own) and whoever calls the model see plain tensors. A block is split in space
+only: its batch is this data-parallel replica's, as under
+DistributedDataParallel (``x.shape[0]`` is the local batch, and a reduction
+over the batch is the replica's own).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def wrap_inputs(
     def wrap(value: Any, shape: Any) -> Any:
         if shape is None or not isinstance(value, torch.Tensor) or is_replicated_value(value):
             return value
-        return wrap_split(value, ctx, shape, VOLUME_SPLIT)
+        return wrap_split(value, ctx, _local_batch(value, shape), VOLUME_SPLIT)
 
     positional, named = shapes
     wrapped = tuple(wrap(a, s) for a, s in zip(args, positional, strict=True))
@@ -64,7 +67,12 @@ def wrap_output(output: Any, shape: tuple[int, ...] | None, ctx: SplitContext) -
         return output
     if shape is None:
         shape = ctx.mesh.global_shape(output.shape)
-    return wrap_split(output, ctx, shape, VOLUME_SPLIT)
+    return wrap_split(output, ctx, _local_batch(output, shape), VOLUME_SPLIT)
+
+
+def _local_batch(block: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The global ``shape`` with this replica's batch (the block's) in place of the global one."""
+    return (block.shape[0], *shape[1:])
 
 
 def unwrap_outputs(output: Any) -> Any:

@@ -138,7 +138,8 @@ def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
     values |= {"split": x._split, "gshape": x._gshape}
     out = _global(ctx, func, name, plain, values, dims, count)
     if isinstance(out, tuple):
-        return tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in out)
+        items = tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in out)
+        return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
     return wrap_replicated(_squeeze(out, dims, keepdim), ctx)
 
 

@@ -55,7 +55,7 @@ class SplitOpError(ValueError):
     """A torch op reached a split block and cannot be computed as on the global tensor."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class SplitContext:
     """What every wrapped tensor of one parallel model shares.
 
@@ -63,10 +63,14 @@ class SplitContext:
         mesh: The process grid.
         averaged: ``id`` of the parameters whose gradients the parallel model
             averages (not sums) over the spatial group: those of the dense layers.
+        enabled: Whether the model wraps its blocks; ``False`` gives the model's
+            forward code plain blocks (this rank's values only, local shapes), to
+            measure what the wrapping costs.
     """
 
     mesh: SpatialMesh
     averaged: frozenset[int] = field(default_factory=frozenset)
+    enabled: bool = True
 
     def bounds(self, size: int, axis: int) -> tuple[int, int]:
         """This rank's ``[lo, hi)`` of a global ``size`` split along mesh ``axis``."""
@@ -101,7 +105,7 @@ def op_name(func: Any) -> str:
     module = getattr(func, "__module__", None) or ""
     if module.startswith("torch.nn.functional") or module == "torch._C._nn":
         return f"F.{name}"
-    if isinstance(func, type(torch.Tensor.add)) or "method" in type(func).__name__:
+    if str(getattr(func, "__qualname__", "")).startswith(("TensorBase.", "Tensor.")):
         return f"Tensor.{name}"
     return f"torch.{name}"
 

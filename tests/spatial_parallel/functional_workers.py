@@ -44,6 +44,9 @@ CASES: dict[str, Any] = {
     "param_on_replicated": lambda m, y: m.head(y.mean((2, 3, 4)) * m.scale),
     "stack_unbind": lambda m, y: torch.stack(list(y.unbind(1)), dim=1).square(),
     "new_zeros_like": lambda m, y: y + y.new_zeros(y.shape) + torch.zeros_like(y),
+    "squeeze_excitation": lambda m, y: (
+        y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
+    ),
 }
 #: Cases that reduce along one split dim: compared on meshes that split only that dim.
 ONE_AXIS_CASES: dict[str, Any] = {
@@ -52,7 +55,7 @@ ONE_AXIS_CASES: dict[str, Any] = {
 }
 #: Forward code that cannot be computed on blocks: it must be refused by name.
 REFUSED: dict[str, tuple[Any, str]] = {
-    "conv_functional": (lambda m, y: F.conv3d(y, m.conv.weight, padding=1), "F.conv3d"),
+    "conv_functional": (lambda m, y: F.conv3d(y, m.conv.weight, padding=1), "conv3d"),
     "cumsum_split": (lambda m, y: y.cumsum(2), "cumsum"),
     "pad_circular": (lambda m, y: F.pad(y, (1, 1, 1, 1, 1, 1), mode="circular"), "F.pad"),
     "trilinear": (lambda m, y: F.interpolate(y, scale_factor=2, mode="trilinear"), "interpolate"),
@@ -77,6 +80,9 @@ class UserModule(nn.Module):
         self.conv = nn.Conv3d(2, 3, 3, padding=1, bias=case not in SHIFT_INVARIANT)
         source = inspect.getsource({**CASES, **ONE_AXIS_CASES}.get(case, lambda m, y: None))
         self.head = nn.Linear(3, 2) if "m.head" in source else nn.Identity()
+        if "m.fc" in source:
+            self.pool = nn.AdaptiveAvgPool3d(1)
+            self.fc = nn.Linear(3, 3)
         if "m.scale" in source:
             self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 3))
 

@@ -1,0 +1,102 @@
+"""What the split-block mechanism costs on the hot path: step time with and without it.
+
+Usage: python benchmarks/spatial_mechanism_cost.py [--quick] [--rounds 7] [--steps 3] [--out PATH]
+
+CosmoFlow and the 3D U-Net (``sciml.models``) on 2 gloo ranks (depth split),
+one training step = forward + backward of ``sum(y * w)``. The same parallel
+model runs with the mechanism on (its forward code sees
+:class:`~sciml.spatial_parallel.split_tensor.SplitTensor` blocks) and off
+(plain blocks, as before it existed), in interleaved rounds whose order
+alternates, so that both see the same machine load. ``ratio`` is the median
+over rounds of (on / off) of the slower rank's step time; the target is < 1.02.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from _report import write_report
+
+from sciml.distributed import spawn
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard
+
+
+def _model(name: str, size: int) -> tuple[torch.nn.Module, tuple[int, ...]]:
+    from sciml.models import CosmoFlow, UNet
+
+    torch.manual_seed(0)
+    if name == "cosmoflow":
+        return CosmoFlow(4, 4, base_filters=16, n_conv=4), (1, 4, size, size, size)
+    return UNet(1, 2, base_channels=8, depth=3), (1, 1, size, size, size)
+
+
+def time_rounds(name: str, size: int, rounds: int, steps: int) -> list[dict[str, float]]:
+    """This rank's seconds per step, on and off, for each round (run on every rank)."""
+    torch.set_num_threads(1)
+    mesh = SpatialMesh(depth=2)
+    model, shape = _model(name, size)
+    pmodel = parallelize(model, mesh)
+    context = pmodel.__dict__["spatial_split_context"]
+    x = shard(torch.randn(shape), mesh)
+
+    def step() -> None:
+        y = pmodel(x)
+        (y * 0.5).sum().backward()
+
+    step()  # warm-up: the shape trace, allocator pools
+    out = []
+    for index in range(rounds):
+        row = {}
+        for enabled in (True, False) if index % 2 == 0 else (False, True):
+            context.enabled = enabled
+            step()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            seconds = torch.tensor((time.perf_counter() - start) / steps)
+            dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slower rank's step
+            row["on" if enabled else "off"] = float(seconds)
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print a table and write the JSON report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small volumes, 2 rounds")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--size", type=int, default=48)
+    parser.add_argument("--out", default="runs/bench/spatial_mechanism_cost.json")
+    args = parser.parse_args(argv)
+    size, rounds = (16, 2) if args.quick else (args.size, args.rounds)
+    rows: list[dict[str, Any]] = []
+    print(f"{'model':>10} {'size':>5} {'off ms':>8} {'on ms':>8} {'ratio':>7} {'ratios':>30}")
+    for name in ("cosmoflow", "unet"):
+        per_round = spawn(time_rounds, 2, name, size, rounds, args.steps, timeout=1800)[0]
+        ratios = [r["on"] / r["off"] for r in per_round]
+        row = {
+            "model": name,
+            "size": size,
+            "off_ms": statistics.median(r["off"] for r in per_round) * 1e3,
+            "on_ms": statistics.median(r["on"] for r in per_round) * 1e3,
+            "ratio": statistics.median(ratios),
+            "ratios": ratios,
+        }
+        rows.append(row)
+        print(
+            f"{name:>10} {size:>5} {row['off_ms']:>8.1f} {row['on_ms']:>8.1f} "
+            f"{row['ratio']:>7.3f} {' '.join(f'{r:.3f}' for r in ratios):>30}"
+        )
+    write_report(args.out, "spatial_mechanism_cost", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
