@@ -170,13 +170,22 @@ def check_record(path: Path, text: str, *, what: str) -> bool:
         what: What the folder holds, for the message (e.g. ``"a weather run"``).
 
     Returns:
-        True if ``path`` holds the same record, False if it does not exist.
+        True if ``path`` holds the same record, False if neither it nor anything but lock
+        files is in its folder (a new run).
 
     Raises:
         ValueError: ``path`` holds another record (every difference named, the folder's
-            side first, with the ``--run-dir`` option that chose it).
+            side first, with the ``--run-dir`` option that chose it), or the folder holds
+            files but not ``path`` (another kind of run, or something else).
     """
     if not path.exists():
+        found = sorted(p.name for p in path.parent.glob("*") if p.suffix != ".lock")
+        if found:
+            shown = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
+            raise ValueError(
+                f"--run-dir {path.parent} holds {shown} but no {path.name}, so not {what}; "
+                "nothing was written: give this run another --run-dir"
+            )
         return False
     changed = differences(json.loads(path.read_text()), json.loads(text))
     if changed:

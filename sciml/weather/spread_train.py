@@ -167,6 +167,7 @@ def train_spread(
 
     def prepare() -> NormStats:
         """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
+        check_spread_run(run_dir, text)  # refused before the lock file is created
         with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
             held = check_spread_run(run_dir, text)
             path = run_dir / "stats.json"

@@ -247,6 +247,7 @@ def train_postprocessor(
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
+        check_record(run_dir / RUN_CONFIG, text, what="a weather run")  # before the lock file
         with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
             held = check_record(run_dir / RUN_CONFIG, text, what="a weather run")
             resumed = held and model != "emos"  # EMOS has no checkpoint: it refits

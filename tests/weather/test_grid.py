@@ -185,6 +185,10 @@ def test_a_refused_rerun_leaves_the_run_folder_byte_identical(kind: str, tmp_pat
             caught.value
         )
         assert _hashes(run) == before
+    # a run of the other kind (a spread run's folder for a post-processing run, and back)
+    with pytest.raises(ValueError, match=r"holds .*stats\.json.* but no (weather|spread)_run"):
+        _train("mlp" if kind == "spread" else "spread", data, run)
+    assert _hashes(run) == before
 
 
 def test_a_folder_in_use_is_refused_in_the_command_line_s_terms(
