@@ -9,6 +9,7 @@ is the longest sum any output, input-gradient or weight-gradient element takes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -27,6 +28,7 @@ from sciml.spatial_parallel.layers.kernel import (
     fast_layout,
     permuted_convolution,
 )
+from sciml.spatial_parallel.testing import assert_parallel_close, check_parallel
 
 pytestmark = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN"
@@ -220,3 +222,13 @@ def test_a_permuted_convolution_is_laid_out_as_the_op_s_own() -> None:
     w = torch.randn(CONV.weight)
     y = permuted_convolution(x, w, None, CONV, fast_layout(BLOCK, UNSPLIT, torch.float32, CONV))
     assert y.is_contiguous() and y.shape == (1, 16, 24, 48, 48)
+
+
+def test_an_overlapped_split_keeps_the_stride_of_an_unsplit_axis() -> None:
+    """Height split, stride 2 along the unsplit width: the additive overlap path is exact.
+
+    It convolved with stride 1 on every axis, and a rank's output had twice the width.
+    """
+    layer = nn.Conv3d(2, 2, 3, padding=1, stride=(1, 1, 2))
+    run = functools.partial(check_parallel, overlap=True, dtype=torch.float64)
+    assert_parallel_close(spawn(run, 2, {"height": 2}, layer, (1, 2, 6, 8, 8)))
