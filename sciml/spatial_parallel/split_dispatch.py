@@ -351,6 +351,14 @@ def _random(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
 
 def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """An elementwise op: split partners must share the layout, others broadcast unsplit."""
+    if (
+        isinstance(args[0], SplitTensor)
+        and not any(  # one tensor: the block's layout
+            isinstance(a, torch.Tensor | list | tuple) for a in (*args[1:], *kwargs.values())
+        )
+    ):
+        x = args[0]
+        return wrap_split(func(unwrap(x), *args[1:], **kwargs), ctx, x._gshape, x._split)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     splits = [t for t in every if isinstance(t, SplitTensor)]
     first = splits[0]

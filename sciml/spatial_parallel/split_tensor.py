@@ -51,6 +51,9 @@ Handler = Callable[["SplitContext", Any, tuple[Any, ...], dict[str, Any]], Any]
 _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(sciml.__file__))
 
 
+_handle: Callable[..., Any] | None = None
+
+
 class SplitOpError(ValueError):
     """A torch op reached a split block and cannot be computed as on the global tensor."""
 
@@ -71,18 +74,23 @@ class SplitContext:
     mesh: SpatialMesh
     averaged: frozenset[int] = field(default_factory=frozenset)
     enabled: bool = True
+    _local_shapes: dict[tuple[Shape, Split], Shape] = field(default_factory=dict, repr=False)
 
     def bounds(self, size: int, axis: int) -> tuple[int, int]:
         """This rank's ``[lo, hi)`` of a global ``size`` split along mesh ``axis``."""
         return block_bounds(size, self.mesh.grid[axis])[self.mesh.spatial_coords[axis]]
 
     def local_shape(self, shape: Shape, split: Split) -> Shape:
-        """This rank's block shape of a global ``shape`` split as ``split``."""
-        local = list(shape)
-        for dim, axis in split:
-            lo, hi = self.bounds(shape[dim], axis)
-            local[dim] = hi - lo
-        return tuple(local)
+        """This rank's block shape of a global ``shape`` split as ``split`` (cached)."""
+        key = (shape, split)
+        local = self._local_shapes.get(key)
+        if local is None:
+            sizes = list(shape)
+            for dim, axis in split:
+                lo, hi = self.bounds(shape[dim], axis)
+                sizes[dim] = hi - lo
+            local = self._local_shapes[key] = tuple(sizes)
+        return local
 
 
 def user_line() -> str:
@@ -289,13 +297,18 @@ def global_numel(x: SplitTensor) -> int:
 
 def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run ``func`` on wrapped tensors (called with torch functions of subclasses disabled)."""
-    from sciml.spatial_parallel.split_dispatch import handle  # the op tables import this module
+    global _handle
+    if _handle is None:
+        from sciml.spatial_parallel.split_dispatch import handle  # the op tables import this
 
+        _handle = handle
+    if not kwargs and len(args) == 1 and isinstance(args[0], SplitTensor):  # the common case
+        return _handle(func, args[0], args, kwargs)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     split = next((t for t in every if isinstance(t, SplitTensor)), None)
     if split is None:
         return _replicated(func, args, kwargs, every)
-    return handle(func, split, args, kwargs)
+    return _handle(func, split, args, kwargs)
 
 
 def _replicated(
