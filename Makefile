@@ -10,20 +10,29 @@ PYTHON ?= python3
 VENV ?= .venv
 CONSTRAINTS ?= constraints.txt
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip install --progress-bar off $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+# `make demo` needs only the package; the tests, notebooks and benchmarks add the extras.
+RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test notebooks bench lab lint install clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(RUNTIME): pyproject.toml constraints.txt
+	@echo "== setting up $(VENV): sciml and its runtime dependencies (a few minutes, once)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev,notebooks,tensorboard]"
-	touch $(STAMP)
+	$(PIP) -e .
+	touch $@
+
+$(STAMP): $(RUNTIME)
+	@echo "== adding the test, notebook and TensorBoard extras to $(VENV)"
+	$(PIP) -e ".[dev,notebooks,tensorboard]"
+	touch $@
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/sciml demo
 
 test: $(STAMP)

@@ -14,9 +14,12 @@ from importlib.metadata import PackageNotFoundError, version
 # exit with "double free or corruption". Loading pyproj first avoids it.
 import pyproj  # noqa: F401
 
+#: The distribution that installs the ``sciml`` package (the name ``sciml`` is taken on PyPI).
+DISTRIBUTION = "sciml-workflows"
+
 try:
-    __version__ = version("sciml")
+    __version__ = version(DISTRIBUTION)
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+__all__ = ["DISTRIBUTION", "__version__"]

@@ -8,9 +8,10 @@ import platform
 import torch
 import torch.distributed as dist
 
-#: Packages whose versions the report lists.
+import sciml
+
+#: Packages whose versions the report lists after sciml's own.
 PACKAGES = (
-    "sciml",
     "torch",
     "numpy",
     "xarray",
@@ -38,6 +39,7 @@ def _version(name: str) -> str:
 def environment_report() -> str:
     """Return a plain-text report of versions, devices and distributed backends."""
     lines = [f"python        {platform.python_version()} ({platform.platform()})"]
+    lines.append(f"{'sciml':<13} {sciml.__version__}")
     lines += [f"{name:<13} {_version(name)}" for name in PACKAGES]
     lines.append(f"cpu threads   {torch.get_num_threads()}")
     if torch.cuda.is_available():
