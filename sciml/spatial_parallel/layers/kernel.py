@@ -190,7 +190,10 @@ def permuted_convolution(
     if perm == IDENTITY:
         return _call(x, weight, bias, geometry)
     dims = _dims(perm)
-    y = _call(x.permute(dims), weight.permute(dims), bias, geometry.permuted(perm))
+    # contiguous before the call, so that autograd keeps the copy the kernel reads and the
+    # backward does not copy the permuted view again
+    moved = x.permute(dims).contiguous()
+    y = _call(moved, weight.permute(dims), bias, geometry.permuted(perm))
     return y.permute(_dims(_inverse(perm))).contiguous()
 
 
