@@ -77,6 +77,12 @@ PASSTHROUGH = frozenset(
         "is_xla",
         "is_mps",
         "is_inference",
+        "untyped_storage",
+        "_typed_storage",
+        "storage",
+        "is_neg",
+        "is_conj",
+        "_is_zerotensor",
     }
 )
 #: Ops whose result is laid out as their first argument (other tensor arguments are options).

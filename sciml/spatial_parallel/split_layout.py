@@ -27,7 +27,6 @@ from sciml.spatial_parallel.split_tensor import (
     SplitTensor,
     local_shape,
     refuse,
-    split_names,
     tensors_in,
     unwrap,
     wrap_split,
@@ -53,10 +52,6 @@ def _move(ctx: SplitContext, x: torch.Tensor, dim: int, axis: int, pieces: Any, 
     """Re-partition ``x`` (this rank's pieces along ``dim``) to the standard blocks."""
     coord = ctx.mesh.spatial_coords[axis]
     return redistribute(x, dim, pieces, size, coord=coord, group=ctx.mesh.dim_groups[axis])
-
-
-def _bounds(size: int, parts: int) -> tuple[tuple[int, int], ...]:
-    return block_bounds(size, parts)
 
 
 # reshapes ------------------------------------------------------------------------------------
@@ -196,7 +191,7 @@ def _cat(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, 
         pieces: list[list[tuple[int, int]]] = [[] for _ in range(ctx.mesh.grid[axis])]
         offset = 0
         for t in tensors:
-            for coord, (lo, hi) in enumerate(_bounds(t._gshape[dim], ctx.mesh.grid[axis])):
+            for coord, (lo, hi) in enumerate(block_bounds(t._gshape[dim], ctx.mesh.grid[axis])):
                 pieces[coord].append((offset + lo, offset + hi))
             offset += t._gshape[dim]
         out = _move(ctx, out, dim, axis, tuple(tuple(p) for p in pieces), gshape[dim])
@@ -269,7 +264,7 @@ def _pad_split(
     """Pad (or crop, negative amounts) the global ``size`` along the split ``dim``."""
     lo_pad, hi_pad = amount
     parts = ctx.mesh.grid[axis]
-    blocks = _bounds(size, parts)
+    blocks = block_bounds(size, parts)
     new = size + lo_pad + hi_pad
     if new < 0:
         raise refuse(func, split, f"pads the global size {size} along dim {dim} to {new} < 0")
@@ -343,7 +338,7 @@ def _getitem(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
             start, stop, step = item.indices(size)
             count = len(range(start, stop, step))
             pieces = []
-            for c, (a, b) in enumerate(_bounds(size, ctx.mesh.grid[split[dim]])):
+            for c, (a, b) in enumerate(block_bounds(size, ctx.mesh.grid[split[dim]])):
                 first = start if a <= start else start + -(-(a - start) // step) * step
                 last = min(b, stop)
                 n = len(range(first, last, step)) if first < last else 0
@@ -400,7 +395,7 @@ def _interpolate(
             out = out.index_select(dim, source.to(out.device))
             continue
         axis = split[dim]
-        blocks = _bounds(x._gshape[dim], ctx.mesh.grid[axis])
+        blocks = block_bounds(x._gshape[dim], ctx.mesh.grid[axis])
         pieces = []
         for a, b in blocks:
             inside = ((source >= a) & (source < b)).nonzero().reshape(-1)
@@ -479,4 +474,4 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "expand_as": _expand,
     "broadcast_to": _expand,
 }
-__all__ = ["HANDLERS", "split_names"]
+__all__ = ["HANDLERS"]
