@@ -48,9 +48,15 @@ at the first forward pass (pool padding over half the kernel, a transposed
 convolution's ``output_padding`` not below its stride or dilation,
 ``align_corners`` with a nearest mode), dense layers applied to a split
 volume, and a halo wider than a neighbour's block (:class:`HaloError`: use
-fewer ranks along that axis or a larger input). Custom modules that call
-``torch.nn.functional`` convolutions directly are not seen by
-``parallelize``.
+fewer ranks along that axis or a larger input).
+
+The model's own forward code sees its split inputs as
+:class:`~sciml.spatial_parallel.split_tensor.SplitTensor` blocks: their
+shapes are the global ones, reductions, pads, concatenations, slices and
+reshapes along split axes are computed as on the whole tensor, and any other
+op that touches a split axis (a functional convolution, ``cumsum`` along
+depth, ...) raises :class:`SplitOpError` naming the op, the axis and the
+line (:mod:`sciml.spatial_parallel.split_dispatch` lists the tables).
 
 :mod:`sciml.spatial_parallel.testing` compares a parallel model with its
 single-device model (``sciml spatial check``, the tests and notebook 01 use it).
@@ -61,6 +67,8 @@ from sciml.spatial_parallel.heads import (
     SpatialDropout,
     SpatialDropout3d,
     SpatialFlatten,
+    SpatialLayerNorm,
+    SpatialPReLU,
 )
 from sciml.spatial_parallel.io import read_block
 from sciml.spatial_parallel.layers import (
@@ -72,10 +80,15 @@ from sciml.spatial_parallel.layers import (
 )
 from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
 from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.norm import SpatialBatchNorm3d, SpatialGroupNorm
+from sciml.spatial_parallel.norm import (
+    SpatialBatchNorm3d,
+    SpatialGroupNorm,
+    SpatialInstanceNorm3d,
+)
 from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
 from sciml.spatial_parallel.partition import HaloError, block_bounds
 from sciml.spatial_parallel.sharding import shard, unshard
+from sciml.spatial_parallel.split_tensor import SplitOpError
 
 __all__ = [
     "HaloError",
@@ -88,9 +101,13 @@ __all__ = [
     "SpatialDropout3d",
     "SpatialFlatten",
     "SpatialGroupNorm",
+    "SpatialInstanceNorm3d",
+    "SpatialLayerNorm",
     "SpatialMaxPool3d",
     "SpatialMesh",
+    "SpatialPReLU",
     "SpatialUpsample",
+    "SplitOpError",
     "block_bounds",
     "global_loss",
     "gradient_sync",

@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from sciml.spatial_parallel.split_tensor import tensors_in
+
 #: The collectives a log records (those the package calls).
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "barrier")
 #: Point-to-point functions, recorded as unbatched when called outside a batch.
@@ -52,16 +54,6 @@ class Collective:
 
     name: str
     devices: tuple[str, ...]
-
-
-def _tensors(values: Sequence[Any]) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            found.append(value)
-        elif isinstance(value, list | tuple):
-            found.extend(v for v in value if isinstance(v, torch.Tensor))
-    return found
 
 
 def _message(kind: str, tensor: torch.Tensor, peer: int, tag: int) -> Message:
@@ -103,7 +95,7 @@ class CommLog:
 
     def _collective(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            devices = tuple(str(t.device) for t in _tensors([*args, *kwargs.values()]))
+            devices = tuple(str(t.device) for t in tensors_in([*args, *kwargs.values()]))
             with self._lock:
                 self.collectives.append(Collective(name, devices))
             return original(*args, **kwargs)

@@ -131,12 +131,8 @@ def refuse(func: Any, split: Split, why: str) -> SplitOpError:
     )
 
 
-class SplitTensor(torch.Tensor):
-    """This rank's block of a global tensor split over the spatial mesh (see the module)."""
-
-    _ctx: SplitContext
-    _gshape: Shape
-    _split: Split
+class _Dispatched(torch.Tensor):
+    """A tensor whose torch ops go through the split-op tables (:func:`dispatch`)."""
 
     @classmethod
     def __torch_function__(
@@ -146,9 +142,17 @@ class SplitTensor(torch.Tensor):
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        """Run ``func`` as on the global tensor, or raise naming it."""
+        """Run ``func`` as on the global tensor (results keep their kind), or raise naming it."""
         with torch._C.DisableTorchFunctionSubclass():
             return dispatch(func, tuple(args), kwargs or {})
+
+
+class SplitTensor(_Dispatched):
+    """This rank's block of a global tensor split over the spatial mesh (see the module)."""
+
+    _ctx: SplitContext
+    _gshape: Shape
+    _split: Split
 
     def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
         """The global shape and the split dims (the values are this rank's only)."""
@@ -160,23 +164,11 @@ class SplitTensor(torch.Tensor):
         )
 
 
-class ReplicatedTensor(torch.Tensor):
+class ReplicatedTensor(_Dispatched):
     """A tensor with the same value on every spatial rank, made from split blocks."""
 
     _ctx: SplitContext
     _sciml_replicated = True  # read by is_replicated
-
-    @classmethod
-    def __torch_function__(
-        cls,
-        func: Any,
-        types: Any,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        """Run ``func``; tensor results stay replicated (see the module)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            return dispatch(func, tuple(args), kwargs or {})
 
 
 def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -> torch.Tensor:
