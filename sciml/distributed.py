@@ -242,6 +242,12 @@ def init_distributed(
             world_size=launch.world_size,
             timeout=delta,
         )
+    if launch.world_size > 1:
+        # gloo connects each pair while the group is built: a rank that finishes, runs
+        # and destroys its group while a slower peer is still connecting breaks that
+        # peer's init ("Connection closed by peer"). One small all-reduce (CPU, so gloo
+        # also under the device-aware nccl groups) lets no rank leave before the mesh is up.
+        dist.all_reduce(torch.zeros(1))
     logger.debug(
         "rank %d/%d initialised (%s, %s)", launch.rank, launch.world_size, backend, launch.source
     )
