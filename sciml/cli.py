@@ -26,6 +26,7 @@ Conventions every subcommand follows:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import sys
@@ -235,7 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Without arguments it prints the help. Returns the command's exit code. A
     library error is printed as one line on stderr (exit code
     :data:`EXIT_FAILURE`); with ``--debug`` it propagates with its traceback.
+    While the command runs, the library's status lines (what a phase does, one
+    line per training epoch, a run's summary: :mod:`sciml.progress`) show on
+    stderr, from rank 0 only under torchrun or srun.
     """
+    from sciml.progress import status_lines
+
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command(argv)
     parser = build_parser([command] if command in WORKFLOW_COMMANDS else [])
@@ -244,7 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with status_lines() if _prints_errors() else contextlib.nullcontext():
+            return int(args.func(args) or 0)
     except Exception as err:
         if args.debug:
             raise
