@@ -88,6 +88,7 @@ non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
 positive_float = _number(float, lambda v: v > 0, "a finite number > 0")
 non_negative_float = _number(float, lambda v: v >= 0, "a finite number >= 0")
 finite_float = _number(float, lambda v: True, "a finite number")
+fraction = _number(float, lambda v: 0 < v < 1, "a fraction between 0 and 1, exclusive")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

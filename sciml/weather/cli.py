@@ -6,6 +6,7 @@ import argparse
 
 from sciml.cli import (
     Subparsers,
+    fraction,
     non_negative_int,
     positive_float,
     positive_int,
@@ -104,6 +105,51 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _cmd_split(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from sciml.weather.data import open_ensemble
+    from sciml.weather.split import write_splits
+
+    paths = write_splits(
+        open_ensemble(args.data),
+        args.out,
+        inputs=args.data,
+        overwrite=args.overwrite,
+        validation=args.validation,
+        test=args.test,
+        val_start=args.val_start,
+        test_start=args.test_start,
+    )
+    for name, path in paths.items():
+        with open_ensemble(path) as part:
+            times = part["time"].values
+        first, last = (np.datetime_as_string(time, unit="m") for time in (times[0], times[-1]))
+        print(f"{name}: {times.size} start date(s), {first} .. {last} -> {path}")
+    return 0
+
+
+def _register_split(sub: Subparsers) -> None:
+    split = sub.add_parser(
+        "split",
+        help="split an ensemble file by start date into train.nc, validation.nc and test.nc",
+        description="Whole start dates in time order: training first, then validation, then "
+        "test. By fractions of the start dates (default: the last 20%% test, the 20%% before "
+        "validate) or by the first validation and test dates. The three files appear "
+        "together, written to temporary names first.",
+    )
+    split.add_argument("data", nargs="+", help="ensemble file(s) with a time dimension")
+    split.add_argument("--out", required=True, help="output folder")
+    split.add_argument("--validation", type=fraction, help="fraction of start dates (0.2)")
+    split.add_argument("--test", type=fraction, help="fraction of the last start dates (0.2)")
+    split.add_argument(
+        "--val-start", help="first validation date, e.g. 2000-06-01 (with --test-start)"
+    )
+    split.add_argument("--test-start", help="first test date (with --val-start)")
+    split.add_argument("--overwrite", action="store_true", help="replace existing split files")
+    split.set_defaults(func=_cmd_split)
 
 
 def _register_train(sub: Subparsers) -> None:
@@ -248,6 +294,7 @@ def register(subparsers: Subparsers) -> None:
     score.add_argument("--lat-weights", action="store_true", help="cos-latitude weighting")
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)
+    _register_split(sub)
     _register_train(sub)
     _register_evaluate(sub)
     register_spread(sub)

@@ -16,7 +16,11 @@ from sciml.cli import (
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["lead_times", "register_toy"]
+__all__ = ["PRESET_NAMES", "lead_times", "register_toy"]
+
+#: The names of :data:`sciml.weather.toy_presets.PRESETS`, for ``--help`` without importing
+#: the QG model.
+PRESET_NAMES = ("qg-imperfect-v1", "qg-perfect-v1")
 
 
 def lead_times(text: str) -> list[float]:
@@ -132,7 +136,7 @@ def register_toy(sub: Subparsers) -> None:
         "evaluation preset). On SIGUSR1/SIGTERM the finished batches of start dates are kept "
         "next to --out and the command exits with 3; the same command resumes them.",
     )
-    preset.add_argument("name", help="preset name")
+    preset.add_argument("name", choices=PRESET_NAMES, help="preset name")
     preset.add_argument("--out", required=True, help="output netCDF path")
     preset.add_argument(
         "--start-dates", type=positive_int, help="the preset's first N start dates only"
