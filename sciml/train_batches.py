@@ -2,7 +2,7 @@
 
 :class:`EpochLoader` reads an epoch's batches of indices (split into
 :func:`micro_batches` for gradient accumulation) with workers that persist
-across epochs, :func:`progress` shows it as a tqdm bar, :func:`split_loss`
+across epochs, :func:`progress` shows its steps as a tqdm bar, :func:`split_loss`
 checks what ``loss_fn`` returned and :func:`tagged` names the values for the
 metrics log.
 """
@@ -232,17 +232,18 @@ class EpochLoader:
             iterator._shutdown_workers()
 
 
-def progress(
-    loader: Iterator[Any], *, total: int, initial: int, desc: str, show: bool
-) -> Iterator[Any]:
-    """The loader's batches behind a tqdm bar (shown only when ``show``)."""
-    bar = tqdm(
-        loader,
+def progress(*, total: int, initial: int, desc: str, show: bool) -> tqdm:
+    """A tqdm bar over an epoch's optimiser steps, drawn only when ``show``.
+
+    Its postfix shows the running training loss (see :func:`sciml.training.fit`); it is
+    removed when closed, as the epoch's status line replaces it.
+    """
+    return tqdm(
         total=total,
         initial=initial,
         desc=desc,
         disable=not show,
         leave=False,
         dynamic_ncols=True,
+        unit="step",
     )
-    return iter(bar)

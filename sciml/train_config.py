@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from sciml.progress import ALWAYS, Progress
+
 __all__ = ["RESUMABLE_FIELDS", "TrainConfig"]
 
 #: :class:`TrainConfig` fields that may differ when a run is resumed: they
@@ -75,7 +77,10 @@ class TrainConfig:
         min_delta: Smallest change of ``monitor`` that counts as an improvement (>= 0).
         grad_clip: Clip the gradient norm to this value (> 0).
         scheduler_interval: Step the scheduler after every ``"epoch"`` or ``"step"``.
-        progress: Show a tqdm progress bar on rank 0.
+        progress: Show a tqdm bar of each epoch's steps on rank 0: ``True`` where
+            it is seen (stderr is a terminal, or in a notebook), ``"always"`` also
+            in a batch job's log, ``False`` never. The status lines of
+            :mod:`sciml.train_report` do not depend on it.
         tensorboard: Also log to TensorBoard when it is installed.
         handle_signals: Checkpoint and return on SIGTERM/SIGUSR1.
     """
@@ -95,7 +100,7 @@ class TrainConfig:
     min_delta: float = 0.0
     grad_clip: float | None = None
     scheduler_interval: Literal["epoch", "step"] = "epoch"
-    progress: bool = True
+    progress: Progress = True
     tensorboard: bool = True
     handle_signals: bool = True
 
@@ -116,7 +121,11 @@ class TrainConfig:
         _require_choice("precision", self.precision, ("fp32", "bf16"))
         _require_int("checkpoint_every", self.checkpoint_every, 1, optional=True)
         _require_int("patience", self.patience, 1, optional=True)
-        for name in ("shuffle", "drop_last", "progress", "tensorboard", "handle_signals"):
+        if not (isinstance(self.progress, bool) or self.progress == ALWAYS):
+            raise ValueError(
+                f"TrainConfig.progress must be True, False or {ALWAYS!r}, got {self.progress!r}"
+            )
+        for name in ("shuffle", "drop_last", "tensorboard", "handle_signals"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"TrainConfig.{name} must be True or False, got {getattr(self, name)!r}"

@@ -1,7 +1,9 @@
 """The training loop that every workflow uses.
 
 :func:`fit` trains a model on a map-style dataset with deterministic
-shuffling, shows tqdm progress on rank 0, logs metrics to CSV (and
+shuffling, shows a tqdm bar with the running loss on rank 0 (on a terminal or
+in a notebook), says what it does in status lines (:mod:`sciml.train_report`:
+one per epoch and a closing summary), logs metrics to CSV (and
 TensorBoard when installed), writes atomic checkpoints, resumes exactly where
 a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
 (Slurm preemption or time limit) into a checkpoint and a clean return::
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,12 +66,14 @@ from torch.utils.data import Dataset
 from sciml.checkpoint import save_checkpoint
 from sciml.cpu_allocator import keep_freed_memory
 from sciml.distributed import PreemptionFlag, all_reduce_sums, gather_objects, world
+from sciml.progress import bar_visible
 from sciml.run_dir import RunDirError, lock_run_dir
 from sciml.run_log import open_metrics_log
 from sciml.sampling import epoch_batches, seed_everything
 from sciml.train_batches import EpochLoader, accumulate, micro_batches, progress, tagged
 from sciml.train_config import RESUMABLE_FIELDS, TrainConfig
 from sciml.train_perf import EpochClock, log_perf
+from sciml.train_report import TrainReport, epoch_line
 from sciml.train_setup import (
     LoopState,
     LossFn,
@@ -132,6 +137,11 @@ class _Trainer:
             if data is not None
         }
         self.clock = EpochClock()
+        self.report = TrainReport(
+            setup.run_dir, setup.config, setup.monitor, enabled=setup.rank == 0
+        )
+        self.steps = len(self.epoch_parts(self.state.epoch))  # of the epoch being trained
+        self.epoch_start = time.perf_counter()
 
     @property
     def best_path(self) -> Path:
@@ -140,13 +150,26 @@ class _Trainer:
 
     def fit(self) -> TrainResult:
         """Train the remaining epochs; the log and the loader workers are closed however it ends."""
+        s = self.s
+        val_samples = (
+            None if s.val_dataset is None else dataset_length("val_dataset", s.val_dataset)
+        )
+        self.report.started(
+            self.state,
+            steps=self.steps,
+            samples=dataset_length("train_dataset", s.train_dataset),
+            val_samples=val_samples,
+        )
         try:
-            with PreemptionFlag(self.s.config.handle_signals) as self.signals:
+            with PreemptionFlag(s.config.handle_signals) as self.signals:
                 status = self.run()
         finally:
             self.log.close()
             for loader in self.loaders.values():
                 loader.close()
+        self.report.finished(
+            status, self.state, steps=self.steps, best_path=self.best_path, last_path=s.last
+        )
         return self.result(status)
 
     def run(self) -> Status:
@@ -159,9 +182,15 @@ class _Trainer:
         return "completed"
 
     def train_epoch(self) -> bool:
-        """Train the rest of the current epoch; false if stopped by a signal."""
+        """Train the rest of the current epoch; false if stopped by a signal.
+
+        The bar (on rank 0, where :func:`sciml.progress.bar_visible` says it is seen)
+        counts the epoch's optimiser steps and shows the running mean of the steps'
+        training loss since it started.
+        """
         s, state = self.s, self.state
         parts = self.epoch_parts(state.epoch)
+        self.steps, self.epoch_start = len(parts), time.perf_counter()
         s.model.train()
         first = sum(len(batch) for batch in parts[: state.step_in_epoch])
         todo = parts[state.step_in_epoch :]
@@ -171,23 +200,29 @@ class _Trainer:
             [p for batch in self.epoch_parts(state.epoch + 1) for p in batch] if following else None
         )
         loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first, then=then)
-        shown = progress(
-            self.clock.batches(loader),
-            total=len(flat) + first,
-            initial=first,
+        batches = self.clock.batches(loader)
+        bar = progress(
+            total=len(parts),
+            initial=state.step_in_epoch,
             desc=f"epoch {state.epoch + 1}/{s.config.epochs}",
-            show=s.rank == 0 and s.config.progress,
+            show=s.rank == 0 and bar_visible(s.config.progress),
         )
-        for batch_parts in todo:
-            self.train_step([next(shown) for _ in batch_parts], [len(p) for p in batch_parts])
-            if state.global_step == self.preempt_after:
-                self.signals.request()
-            if self.signals.any_rank():
-                self.checkpoint(s.last)
-                return False
-            every = s.config.checkpoint_every
-            if every and state.global_step % every == 0:
-                self.checkpoint(s.last)
+        loss_sum, samples = 0.0, 0
+        with bar:
+            for batch_parts in todo:
+                sizes = [len(p) for p in batch_parts]
+                values = self.train_step([next(batches) for _ in batch_parts], sizes)
+                loss_sum, samples = loss_sum + values["loss"] * sum(sizes), samples + sum(sizes)
+                bar.set_postfix(loss=f"{loss_sum / samples:.4g}", refresh=False)
+                bar.update()
+                if state.global_step == self.preempt_after:
+                    self.signals.request()
+                if self.signals.any_rank():
+                    self.checkpoint(s.last)
+                    return False
+                every = s.config.checkpoint_every
+                if every and state.global_step % every == 0:
+                    self.checkpoint(s.last)
         return True
 
     def epoch_parts(self, epoch: int) -> list[list[list[int]]]:
@@ -204,8 +239,12 @@ class _Trainer:
         )
         return [micro_batches(batch, s.config.micro_batches) for batch in batches]
 
-    def train_step(self, parts: list[Any], sizes: list[int]) -> None:
-        """One optimiser step over a batch's parts; adds its values to the epoch's sums."""
+    def train_step(self, parts: list[Any], sizes: list[int]) -> dict[str, float]:
+        """One optimiser step over a batch's parts; adds its values to the epoch's sums.
+
+        Returns:
+            The step's global values, as the metrics log records them.
+        """
         s, state = self.s, self.state
         s.optimizer.zero_grad(set_to_none=True)
         where = f"at step {state.global_step}"
@@ -225,7 +264,9 @@ class _Trainer:
         state.step_in_epoch += 1
         state.global_step += 1
         self.clock.step_done(sum(sizes))
-        self.log.log(tagged("train_step", global_values(values, scale)), state.global_step)
+        logged = global_values(values, scale)
+        self.log.log(tagged("train_step", logged), state.global_step)
+        return logged
 
     def end_of_epoch(self) -> bool:
         """Validate, log, checkpoint; true if early stopping ends the run."""
@@ -245,6 +286,9 @@ class _Trainer:
         bytes_read = getattr(s.train_dataset, "bytes_read", None)
         figures = self.clock.figures(s.device, bytes_read)
         log_perf(s.run_dir / "perf.csv", figures, epoch=state.epoch, step=state.global_step)
+        # every rank of a replica counts its samples: the sum over ranks counts each that often
+        _, samples = all_reduce_sums({}, self.clock.samples)
+        samples //= world()[1] // s.replica[1]
         self.clock = EpochClock()
         if s.scheduler is not None and s.config.scheduler_interval == "epoch":
             s.scheduler.step()
@@ -256,6 +300,17 @@ class _Trainer:
             state.best, state.bad_epochs = metrics[s.monitor], 0
         else:
             state.bad_epochs += 1
+        self.report.epoch(
+            epoch_line(
+                state.epoch,
+                s.config.epochs,
+                metrics,
+                monitor=s.monitor,
+                improved=improved,
+                seconds=time.perf_counter() - self.epoch_start,
+                samples=samples,
+            )
+        )
         self.checkpoint(s.last)
         if improved:
             self.checkpoint(self.best_path)
