@@ -33,6 +33,11 @@ def best_epoch(history: list[dict[str, float]], monitor: str, config: TrainConfi
     return found
 
 
+def _count(number: int, noun: str) -> str:
+    """``"1 epoch"``, ``"2 epochs"``."""
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _value(value: float) -> str:
     """A metric as the lines show it: five significant digits."""
     return f"{value:.5g}"
@@ -105,8 +110,8 @@ class TrainReport:
         if state.global_step == 0:
             val = "no validation set" if val_samples is None else f"{val_samples} validation"
             self._info(
-                f"training in {self.run_dir}: {epochs} epochs of {steps} steps, "
-                f"{samples} training samples, {val}"
+                f"training in {self.run_dir}: {_count(epochs, 'epoch')} of "
+                f"{_count(steps, 'step')}, {samples} training samples, {val}"
             )
         else:
             self._info(
@@ -143,11 +148,13 @@ class TrainReport:
         elif status == "early_stopped":
             self._info(
                 f"stopped early after epoch {state.epoch}/{epochs}: {self.monitor} did not "
-                f"improve for {state.bad_epochs} epochs; {state.global_step} steps, {took}"
+                f"improve for {_count(state.bad_epochs, 'epoch')}; "
+                f"{_count(state.global_step, 'step')}, {took}"
             )
         else:
             self._info(
-                f"completed {state.epoch} epochs ({state.global_step} steps) in {took}; "
+                f"completed {_count(state.epoch, 'epoch')} ({_count(state.global_step, 'step')}) "
+                f"in {took}; "
                 f"last checkpoint {last_path}"
             )
         best = best_epoch(state.history, self.monitor, self.config)

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,15 @@ def test_data_then_train_in_one_process(tmp_path: Path, capsys: pytest.CaptureFi
     assert "wrote 4 samples of 8^3 voxels" in capsys.readouterr().out
     run = tmp_path / "run"
     assert main(["unet3d", "train", str(data), "--run-dir", str(run), "--no-progress", *TINY]) == 0
-    assert "completed after 2 steps" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "completed after 2 steps" in shown.out
+    # the status lines on stderr: the epoch's loss as metrics.csv has it (5 significant
+    # digits shown), the summary with the best epoch's checkpoint
+    with open(run / "metrics.csv", newline="") as handle:
+        logged = {r["metric"]: float(r["value"]) for r in csv.DictReader(handle) if r["epoch"]}
+    epoch = re.search(r"^epoch 1/1: train_loss (\S+) \(best\),", shown.err, re.MULTILINE)
+    assert epoch and float(epoch[1]) == pytest.approx(logged["train_loss"], rel=5e-5), shown.err
+    assert f"checkpoint {run}/checkpoints/best.pt" in shown.err.splitlines()[-1]
     assert {r["metric"] for r in _steps(run)} == {"loss", "accuracy"}
     assert (run / "norm_stats.json").exists() and (run / "perf.csv").exists()
 
