@@ -11,6 +11,7 @@ from sciml.cli import (
     positive_float,
     positive_int,
 )
+from sciml.weather.options import LOSS_SCALES, MODELS
 from sciml.weather.spread_cli import register_spread
 from sciml.weather.toy_cli import register_toy
 
@@ -153,9 +154,6 @@ def _register_split(sub: Subparsers) -> None:
 
 
 def _register_train(sub: Subparsers) -> None:
-    from sciml.weather.loss_scale import LOSS_SCALES
-    from sciml.weather.train import MODELS
-
     train = sub.add_parser(
         "train",
         help="train a post-processing model (EMOS, MLP, U-Net, mixed, pooled) on an ensemble "

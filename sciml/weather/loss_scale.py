@@ -21,13 +21,10 @@ import pandas as pd
 import xarray as xr
 
 from sciml.weather.metrics import crps_ensemble
+from sciml.weather.options import LOSS_SCALES
 from sciml.xrchannels import NormStats, channel_arrays
 
 __all__ = ["LOSS_SCALES", "raw_crps_scale"]
-
-#: ``"raw-crps"``: each channel's and lead time's CRPS divided by the raw ensemble's;
-#: ``"none"``: the plain mean CRPS in normalised units.
-LOSS_SCALES = ("raw-crps", "none")
 
 
 def raw_crps_scale(

@@ -72,6 +72,7 @@ from torch import Tensor, nn
 
 from sciml.models import UNet
 from sciml.models.unet import Norm
+from sciml.weather.options import SPREAD_LOSSES as LOSSES
 from sciml.weather.periodic import periodic_conv3d
 
 __all__ = [
@@ -89,7 +90,6 @@ SIGMA_MIN = 1e-4
 #: Weight of the field mean of the sample variance in an untrained model's estimate of the
 #: underlying variance (the local sample variance's is 1).
 FIELD_MEAN_WEIGHT = 0.1
-LOSSES = ("l1", "mse", "log_l1", "crps")
 Loss = Literal["l1", "mse", "log_l1", "crps"]
 SPATIAL = ("lat", "lon")
 

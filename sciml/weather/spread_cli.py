@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sciml.cli import Subparsers, non_negative_int, positive_float, positive_int
+from sciml.weather.options import SPREAD_LOSSES
 
 __all__ = ["register_spread"]
 
@@ -63,8 +64,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _add_train(sub: Subparsers) -> None:
-    from sciml.weather.spread import LOSSES
-
     train = sub.add_parser(
         "train",
         help="train a 3-D U-Net to predict the full ensemble's spread from k members",
@@ -83,7 +82,9 @@ def _add_train(sub: Subparsers) -> None:
         metavar="N",
         help="lead times stacked: the current one and the N-1 before it (1: current only)",
     )
-    train.add_argument("--loss", choices=LOSSES, default="l1", help="loss against the spread")
+    train.add_argument(
+        "--loss", choices=SPREAD_LOSSES, default="l1", help="loss against the spread"
+    )
     train.add_argument(
         "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
     )

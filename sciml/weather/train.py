@@ -47,6 +47,7 @@ from sciml.weather.emos import fit_emos, pack_coefficients
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.loss_scale import LOSS_SCALES, raw_crps_scale
 from sciml.weather.mixed import MixedPostProcessor
+from sciml.weather.options import DEEP_MODELS, MODELS
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.pooled import PooledPostProcessor
 from sciml.weather.postprocess import Backbone, GaussianPostProcessor, PostProcessor
@@ -67,8 +68,6 @@ __all__ = [
     "train_postprocessor",
 ]
 
-DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
-MODELS = ("emos", *DEEP_MODELS)
 RUN_CONFIG = "weather_run.json"
 #: Format of ``weather_run.json``; 3: it records the training data's grid, lead times and
 #: start dates (2: the deep models read the lead time, a 4-output head).
