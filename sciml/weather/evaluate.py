@@ -34,6 +34,7 @@ seed) and ``seeds`` their number (0 for the raw ensembles). Runs of the same mod
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from sciml.progress import phase
 from sciml.weather import metrics
 from sciml.weather.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.predict import predict_run
@@ -63,6 +65,9 @@ SCORES = (
     "reliability",
 )
 SKILLS = {"crps_skill": "crps", "crps_efi_skill": "crps_efi", "crps_extreme_skill": "crps_extreme"}
+
+#: Says which run is predicted and which forecast scored (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -194,26 +199,34 @@ def score_runs(
     if larger:
         raise ValueError(f"runs {larger} use more members than the test data have ({full})")
     keep = ["lead_time", *{d for run in runs for d in run.config.channel_dims}]
-    forecasts = [predict_run(run.path, test, data=data) for run in runs]
+    forecasts = []
+    for number, run in enumerate(runs, start=1):
+        with phase(logger, f"predicting {run.name} ({number}/{len(runs)} runs, {run.path})"):
+            forecasts.append(predict_run(run.path, test, data=data))
     rows: list[dict] = []
     histograms: dict[str, dict[str, xr.DataArray]] = {}
     reference = test if climate is None else climate
-    for var in variables:
-        truth = test[f"{var}_truth"].astype(np.float64).load()
-        ensemble = test[var].load()
-        dims = [d for d in truth.dims if d not in keep]
-        target = _Target(
-            truth,
-            extreme_events(truth, reference[f"{var}_truth"], dim=dims, fraction=extreme_fraction),
-            efi_weight(ensemble, reference[var]),
-            dims,
-            full + 1,
-        )
+    for number, var in enumerate(variables, start=1):
+        where = f"{var} ({number}/{len(variables)} variables)"
+        with phase(logger, f"{where}: reading it and its extreme events"):
+            truth = test[f"{var}_truth"].astype(np.float64).load()
+            ensemble = test[var].load()
+            dims = [d for d in truth.dims if d not in keep]
+            climate_truth = reference[f"{var}_truth"]
+            target = _Target(
+                truth,
+                extreme_events(truth, climate_truth, dim=dims, fraction=extreme_fraction),
+                efi_weight(ensemble, reference[var]),
+                dims,
+                full + 1,
+            )
         for k in sorted({full, *(run.config.members for run in runs)}, reverse=True):
-            rows += _raw_rows(ensemble.isel(member=slice(k)), var, target, histograms)
+            with phase(logger, f"{where}: scoring raw_{k}"):
+                rows += _raw_rows(ensemble.isel(member=slice(k)), var, target, histograms)
         for run, forecast in zip(runs, forecasts, strict=True):
             if var in run.config.variables:
-                rows += _model_rows(run, var, forecast[var], target, histograms)
+                with phase(logger, f"{where}: scoring {run.name}"):
+                    rows += _model_rows(run, var, forecast[var], target, histograms)
     table = _with_skills(pd.DataFrame(rows), keep, full)
     return Evaluation(
         _with_seeds(table, runs), histograms, "test" if climate is None else "climate"

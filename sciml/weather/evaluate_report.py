@@ -18,7 +18,8 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from sciml.io_utils import atomic_write_text, save_figure
-from sciml.weather.evaluate import Evaluation
+from sciml.progress import phase
+from sciml.weather.evaluate import Evaluation, logger
 from sciml.weather.plots import reliability_histograms, scores_by_lead
 
 __all__ = ["SUMMARY", "describe", "skill_by_lead", "write_evaluation"]
@@ -108,10 +109,13 @@ def write_evaluation(
     if figures is not None:
         folder = Path(figures)
         folder.mkdir(parents=True, exist_ok=True)
-        for model, histograms in evaluation.histograms.items():
-            fig = reliability_histograms(histograms, title=f"{model}: rank / PIT histograms")
-            written.append(_save(fig, folder / _filename("reliability", model)))
-        for variable in dict.fromkeys(table.variable):
-            fig = skill_by_lead(evaluation, variable)
-            written.append(_save(fig, folder / _filename("crps_skill", variable)))
+        variables = list(dict.fromkeys(table.variable))
+        count = len(evaluation.histograms) + len(variables)
+        with phase(logger, f"drawing {count} figures into {folder}"):
+            for model, histograms in evaluation.histograms.items():
+                fig = reliability_histograms(histograms, title=f"{model}: rank / PIT histograms")
+                written.append(_save(fig, folder / _filename("reliability", model)))
+            for variable in variables:
+                fig = skill_by_lead(evaluation, variable)
+                written.append(_save(fig, folder / _filename("crps_skill", variable)))
     return written

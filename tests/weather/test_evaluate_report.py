@@ -37,8 +37,22 @@ def test_evaluate_writes_every_output_in_seconds(
     assert main(argv) == 0
     seconds = time.perf_counter() - start
     assert seconds < 60, f"evaluate took {seconds:.1f} s on a 2-date set"
-    printed = capsys.readouterr().out
+    shown = capsys.readouterr()
+    printed = shown.out
     assert "climate data's start dates" in printed and "raw_4" in printed
+    # stderr says what each phase does when it starts, and when it is done
+    started = [line[: -len(" ...")] for line in shown.err.splitlines() if line.endswith(" ...")]
+    psi = "psi (1/1 variables)"
+    assert started == [
+        f"predicting emos_2 (1/1 runs, {files['emos']})",
+        f"{psi}: reading it and its extreme events",
+        f"{psi}: scoring raw_4",
+        f"{psi}: scoring raw_2",
+        f"{psi}: scoring emos_2",
+        f"drawing 4 figures into {tmp_path}",
+    ]
+    done = [line.split(": done in ")[0] for line in shown.err.splitlines() if ": done in " in line]
+    assert done == started
     rows = json.loads(out["json"].read_text())
     # the DESIGN contract: one row per (model, variable, level, lead time), raw_4 and raw_2
     assert {r["model"] for r in rows} == {"raw_4", "raw_2", "emos_2"}
