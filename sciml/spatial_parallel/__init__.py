@@ -62,33 +62,72 @@ line (:mod:`sciml.spatial_parallel.split_dispatch` lists the tables).
 single-device model (``sciml spatial check``, the tests and notebook 01 use it).
 """
 
-from sciml.spatial_parallel.heads import (
-    SpatialAdaptiveAvgPool3d,
-    SpatialDropout,
-    SpatialDropout3d,
-    SpatialFlatten,
-    SpatialLayerNorm,
-    SpatialPReLU,
-)
-from sciml.spatial_parallel.io import read_block
-from sciml.spatial_parallel.layers import (
-    SpatialAvgPool3d,
-    SpatialConv3d,
-    SpatialConvTranspose3d,
-    SpatialMaxPool3d,
-    SpatialUpsample,
-)
-from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
-from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.norm import (
-    SpatialBatchNorm3d,
-    SpatialGroupNorm,
-    SpatialInstanceNorm3d,
-)
-from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
-from sciml.spatial_parallel.partition import HaloError, block_bounds
-from sciml.spatial_parallel.sharding import shard, unshard
-from sciml.spatial_parallel.split_tensor import SplitOpError
+from typing import TYPE_CHECKING
+
+from sciml.lazy_package import make_lazy
+
+if TYPE_CHECKING:
+    from sciml.spatial_parallel.heads import (
+        SpatialAdaptiveAvgPool3d,
+        SpatialDropout,
+        SpatialDropout3d,
+        SpatialFlatten,
+        SpatialLayerNorm,
+        SpatialPReLU,
+    )
+    from sciml.spatial_parallel.io import read_block
+    from sciml.spatial_parallel.layers import (
+        SpatialAvgPool3d,
+        SpatialConv3d,
+        SpatialConvTranspose3d,
+        SpatialMaxPool3d,
+        SpatialUpsample,
+    )
+    from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
+    from sciml.spatial_parallel.mesh import SpatialMesh
+    from sciml.spatial_parallel.norm import (
+        SpatialBatchNorm3d,
+        SpatialGroupNorm,
+        SpatialInstanceNorm3d,
+    )
+    from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
+    from sciml.spatial_parallel.partition import HaloError, block_bounds
+    from sciml.spatial_parallel.sharding import shard, unshard
+    from sciml.spatial_parallel.split_tensor import SplitOpError
+
+#: The module of each public name (imported on first use, so that the command line and
+#: small modules of this package can be imported without torch).
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "SpatialAdaptiveAvgPool3d",
+            "SpatialDropout",
+            "SpatialDropout3d",
+            "SpatialFlatten",
+            "SpatialLayerNorm",
+            "SpatialPReLU",
+        ),
+        "heads",
+    ),
+    "read_block": "io",
+    **dict.fromkeys(
+        (
+            "SpatialAvgPool3d",
+            "SpatialConv3d",
+            "SpatialConvTranspose3d",
+            "SpatialMaxPool3d",
+            "SpatialUpsample",
+        ),
+        "layers",
+    ),
+    **dict.fromkeys(("global_loss", "mse_loss", "spatial_mean"), "loss"),
+    "SpatialMesh": "mesh",
+    **dict.fromkeys(("SpatialBatchNorm3d", "SpatialGroupNorm", "SpatialInstanceNorm3d"), "norm"),
+    **dict.fromkeys(("gradient_sync", "parallelize"), "parallelize"),
+    **dict.fromkeys(("HaloError", "block_bounds"), "partition"),
+    **dict.fromkeys(("shard", "unshard"), "sharding"),
+    "SplitOpError": "split_tensor",
+}
 
 __all__ = [
     "HaloError",
@@ -118,3 +157,5 @@ __all__ = [
     "spatial_mean",
     "unshard",
 ]
+
+make_lazy(__name__, _HOMES)

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+from typing import TYPE_CHECKING
 
 from sciml.cli import Subparsers, non_negative_int, positive_int
-from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.spatial_parallel.planner import MODELS, parse_memory
-from sciml.spatial_parallel.planner_cost import Grid
-from sciml.spatial_parallel.planner_graph import Graph
-from sciml.spatial_parallel.planner_layers import ConvCost
-from sciml.spatial_parallel.planner_profile import PROFILES, Profile
+from sciml.spatial_parallel.partition import MESH_AXES
+from sciml.spatial_parallel.planner_options import MODELS, parse_memory
+from sciml.spatial_parallel.planner_profile import PROFILES
+
+if TYPE_CHECKING:
+    from sciml.spatial_parallel.planner_cost import Grid
+    from sciml.spatial_parallel.planner_graph import Graph
+    from sciml.spatial_parallel.planner_layers import ConvCost
+    from sciml.spatial_parallel.planner_profile import Profile
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
 CHECK_DEPTH = 2

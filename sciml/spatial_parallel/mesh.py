@@ -16,10 +16,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from sciml.collectives import all_reduce_cpu
-from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
-
-#: The axes of the process grid, in rank order (``width`` fastest).
-MESH_AXES = ("data", *DIM_NAMES)
+from sciml.spatial_parallel.partition import DIM_NAMES, MESH_AXES, block_bounds
 
 
 class SpatialMesh:

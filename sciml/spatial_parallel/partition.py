@@ -17,6 +17,8 @@ from typing import Literal
 
 Boundary = Literal["fill", "replicate", "reflect", "circular"]
 DIM_NAMES = ("depth", "height", "width")
+#: The axes of the process grid, in rank order (``width`` fastest).
+MESH_AXES = ("data", *DIM_NAMES)
 
 
 class HaloError(ValueError):
