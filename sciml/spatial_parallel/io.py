@@ -7,9 +7,9 @@ is the one-call read of an array's block.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal
 
-import dask
 import numpy as np
 import torch
 
@@ -66,7 +66,8 @@ def read_block(
         index = (slice(None), *index[1:])
     block = array[index]
     values = getattr(block, "data", block) if hasattr(block, "dims") else block
-    if dask.is_dask_collection(values):
+    dask = sys.modules.get("dask")  # a Dask collection exists only once Dask is imported
+    if dask is not None and dask.is_dask_collection(values):
         (values,) = dask.compute(values, scheduler="synchronous")
     tensor = torch.from_numpy(np.ascontiguousarray(values))
     tensor = tensor if dtype is None else tensor.to(dtype)
