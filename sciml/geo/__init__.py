@@ -22,8 +22,9 @@ until a geo function is called.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
     from sciml.geo.grid import RasterGrid
@@ -66,16 +67,4 @@ __all__ = [
     "write_road_mask",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module on first use."""
-    if name not in _HOMES:
-        raise AttributeError(f"module 'sciml.geo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"sciml.geo.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the public ones not yet imported included."""
-    return sorted({*globals(), *_HOMES})
+make_lazy(__name__, _HOMES)
