@@ -20,6 +20,7 @@ than samples) are listed with the reason.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 from torch import nn
 
 from sciml.cores import usable_cores
+from sciml.progress import phase
 from sciml.spatial_parallel.planner_cost import (
     MEMORY_TERMS,
     TIME_TERMS,
@@ -48,6 +50,9 @@ from sciml.spatial_parallel.planner_layers import (
 )
 from sciml.spatial_parallel.planner_options import MODELS, parse_memory
 from sciml.spatial_parallel.planner_profile import Profile, get_profile
+
+#: Says when convolutions are timed (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
 
 
 def build_model(name: str, in_channels: int) -> nn.Module:
@@ -213,7 +218,10 @@ def measure_costs(
             conv = conv_of(layer, grid, first=index == 0, ranks=min(math.prod(grid), cores))
             if conv is not None and conv.key not in known:
                 wanted.append(conv)
-    fresh = measure_convs(wanted, repeats=repeats)
+    fresh: dict[str, ConvCost] = {}
+    if wanted:
+        with phase(logger, f"timing {len(wanted)} local convolutions of the model on this CPU"):
+            fresh = measure_convs(wanted, repeats=repeats)
     if cache is not None and fresh:
         save_costs(fresh, cache)
     return {**known, **fresh}

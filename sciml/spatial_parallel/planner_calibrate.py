@@ -40,6 +40,7 @@ caches it.
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import tempfile
@@ -52,6 +53,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sciml.cores import usable_cores
+from sciml.progress import phase
 from sciml.spatial_parallel.layers.kernel import ONEDNN, ConvGeometry, cpu_backend
 from sciml.spatial_parallel.planner_measure import cache_evictor
 from sciml.spatial_parallel.planner_profile import Profile
@@ -352,18 +354,28 @@ def concurrency(threads: int) -> int:
     return max(1, usable_cores() // threads)
 
 
+#: Says which measurement runs (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
+
+
 def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
-    """Measure this machine (a few seconds) and return its profile.
+    """Measure this machine (tens of seconds) and return its profile.
 
     ``threads`` intra-op threads time the kernels: one, as ``sciml.spawn`` gives each rank.
+    Each measurement says when it starts and how long it took (:data:`logger`).
     """
     from sciml.distributed import spawn, torch_threads
 
     with torch_threads(threads):
-        conv = conv_constants(device=device)
-        mem_bw = memory_bandwidth(device=device)
-        cache_bw = memory_bandwidth(device=device, cold=False)
-    net = spawn(network_constants, 2)[0]
+        with phase(logger, f"calibrating: convolution rates on {device}"):
+            conv = conv_constants(device=device)
+        with phase(logger, f"calibrating: memory bandwidth on {device}, cold and cached"):
+            mem_bw = memory_bandwidth(device=device)
+            cache_bw = memory_bandwidth(device=device, cold=False)
+    with phase(logger, "calibrating: halo exchange and all-reduce between 2 local processes"):
+        net = spawn(network_constants, 2)[0]
+    with phase(logger, "calibrating: file read bandwidth"):
+        read_bw = read_bandwidth()
     pages = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     memory = float(torch.cuda.get_device_properties(0).total_memory) if device == "cuda" else None
     return Profile(
@@ -386,7 +398,7 @@ def calibrate(*, device: str = "cpu", threads: int = 1) -> Profile:
         concurrency=concurrency(threads),
         allreduce_latency=net["allreduce_latency"],
         sync_wait=net["sync_wait"],
-        read_bw=read_bandwidth(),
+        read_bw=read_bw,
         overlap=device == "cuda",
         source=f"measured by sciml spatial plan --calibrate on {device} "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__})",

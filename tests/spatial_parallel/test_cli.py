@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,10 @@ def test_calibrate_caches_and_plans_with_it(
     cache = tmp_path / "profile.json"
     args = ["spatial", "plan", "--model", "cosmoflow", "--shape", "4x32x32x32", "--world", "2"]
     assert main([*args, "--memory", "1GiB", "--calibrate", "--cache", str(cache)]) == 0
-    assert f"profile cached at {cache}" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert f"profile cached at {cache}" in shown.out
+    timing = r"timing [0-9]+ local convolutions of the model on this CPU"
+    assert re.search(rf"^{timing} \.\.\.\n{timing}: done in ", shown.err, re.MULTILINE), shown.err
     costs = load_costs(tmp_path / "profile_convs.json")  # the planned grids' convolutions
     assert costs and set(costs.values()) == {measured}
     assert main([*args, "--memory", "1GiB", "--profile", "calibrated", "--cache", str(cache)]) == 0

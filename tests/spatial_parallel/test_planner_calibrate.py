@@ -144,3 +144,26 @@ def test_the_calibration_refuses_a_native_series_run_on_onednn(
     monkeypatch.setattr(planner_calibrate, "cpu_backend", lambda *args: "Mkldnn")
     with pytest.raises(RuntimeError, match="not its native kernel"):
         conv_constants()
+
+
+def test_the_calibration_says_which_measurement_runs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the measurements themselves are tested above: here only what each phase reports
+    rates = ("conv_rate", "conv_bwd_rate", "native_conv_rate", "native_conv_bwd_rate")
+    conv = dict.fromkeys((*rates, "op_overhead"), 1.0)
+    net = dict.fromkeys(("latency", "bandwidth", "allreduce_latency", "sync_wait"), 1.0)
+    monkeypatch.setattr(planner_calibrate, "conv_constants", lambda **kwargs: conv)
+    monkeypatch.setattr(planner_calibrate, "memory_bandwidth", lambda **kwargs: 1.0)
+    monkeypatch.setattr(planner_calibrate, "read_bandwidth", lambda: 1.0)
+    monkeypatch.setattr("sciml.distributed.spawn", lambda fn, n: [net | {"halo_overhead": 0.0}])
+    caplog.set_level("INFO", logger="sciml")
+    planner_calibrate.calibrate()
+    lines = [record.getMessage() for record in caplog.records]
+    assert [line for line in lines if line.endswith(" ...")] == [
+        "calibrating: convolution rates on cpu ...",
+        "calibrating: memory bandwidth on cpu, cold and cached ...",
+        "calibrating: halo exchange and all-reduce between 2 local processes ...",
+        "calibrating: file read bandwidth ...",
+    ]
+    assert len([line for line in lines if ": done in " in line]) == 4
