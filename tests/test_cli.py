@@ -3,6 +3,7 @@
 import argparse
 import importlib
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -86,6 +87,44 @@ def test_help_imports_no_workflow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.split("\n")[-2] == "['sciml.cli']"
+
+
+#: Libraries that take seconds to import; no ``--help`` may need them.
+HEAVY_LIBRARIES = ("torch", "xarray", "pandas", "dask", "matplotlib", "geopandas", "rasterio")
+
+# Builds the full parser, prints every (sub)command's help, then prints the heavy
+# libraries imported and the number of helps printed.
+_EVERY_HELP = """
+import argparse, contextlib, io, json, sys
+from sciml.cli import build_parser, main
+
+def paths(parser, prefix=()):
+    yield prefix
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from paths(sub, (*prefix, name))
+
+shown = 0
+for path in paths(build_parser()):
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+        main([*path, "--help"])
+    shown += out.getvalue().startswith("usage: sciml")
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[1])))
+print(json.dumps({"heavy": heavy, "shown": shown}))
+"""
+
+
+def test_every_help_imports_no_heavy_library() -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", _EVERY_HELP, json.dumps(HEAVY_LIBRARIES)],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout)
+    assert result["shown"] == 1 + len(list(_subcommand_paths(build_parser())))
+    assert result["heavy"] == []
 
 
 def test_workflow_placeholders_say_what_the_workflows_register() -> None:
