@@ -19,8 +19,10 @@ Conventions every subcommand follows:
   SIGUSR1/SIGTERM;
 - an exception from the library becomes one line ``sciml: error: ...`` and
   exit code 1 (``sciml --debug ...`` shows the traceback);
-- under torchrun or srun only rank 0 prints these error lines (every rank
-  exits with the code), so that a job shows each error once.
+- a job shows each error once (every rank exits with
+  the code): under srun rank 0 prints it; under torchrun each rank writes it
+  to its elastic error file and torchrun's failure summary shows it as the
+  root cause (torchrun's own exit code is 1 for any failure).
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import math
+import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeAlias, cast
+
+from sciml.io_utils import atomic_write_text
 
 #: What a workflow's ``register`` receives: the ``sciml`` parser's subcommands.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -64,6 +71,9 @@ EXIT_FAILURE = 1
 
 #: Exit code of a usage error (argparse's).
 EXIT_USAGE = 2
+
+#: The variable naming the file torchrun's agent reads a failed worker's error from.
+ELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 
 
 def _number(kind: type, test: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -126,6 +136,28 @@ def _prints_errors() -> bool:
         return True
 
 
+def _report_error(line: str) -> None:
+    """Show the one-line error ``line`` once per job.
+
+    Under torchrun every rank writes it to its elastic error file
+    (:data:`ELASTIC_ERROR_FILE`) and none prints it: torchrun's failure summary
+    shows it as the root cause (the first rank to fail), also when the agent
+    stopped the other ranks, rank 0 included, before they could print. Elsewhere
+    rank 0 prints it on stderr (under srun too).
+    """
+    path = os.environ.get(ELASTIC_ERROR_FILE)
+    if path:
+        stamp = str(int(time.time()))
+        record = {"message": {"message": line, "extraInfo": {"timestamp": stamp}}}
+        try:
+            atomic_write_text(path, json.dumps(record))
+            return
+        except OSError as err:
+            line = f"{line} (not written to {ELASTIC_ERROR_FILE} {path}: {err})"
+    if _prints_errors():
+        print(line, file=sys.stderr)
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default, except for required options and those without one."""
 
@@ -154,10 +186,10 @@ class _Parser(argparse.ArgumentParser):
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        """Print the usage and ``message`` (rank 0 only) and exit with :data:`EXIT_USAGE`."""
+        """Show the usage (rank 0) and ``message`` once per job; exit with :data:`EXIT_USAGE`."""
         if _prints_errors():
             self.print_usage(sys.stderr)
-            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        _report_error(f"{self.prog}: error: {message}")
         sys.exit(EXIT_USAGE)
 
 
@@ -256,11 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if args.debug:
             raise
-        if _prints_errors():
-            print(
-                f"sciml: error: {type(err).__name__}: {err} (--debug shows the traceback)",
-                file=sys.stderr,
-            )
+        _report_error(f"sciml: error: {type(err).__name__}: {err} (--debug shows the traceback)")
         return EXIT_FAILURE
 
 
