@@ -39,7 +39,7 @@ from sciml.spatial_parallel.layers.kernel import (
     ConvGeometry,
     cpu_backend,
     fast_layout,
-    permuted_convolution,
+    layout_convolution,
 )
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 from sciml.spatial_parallel.planner_graph import Layer
@@ -221,7 +221,7 @@ def _run(conv: LocalConv, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor
         )
     if conv.kind == "AvgPool3d":
         return F.avg_pool3d(x, conv.kernel, conv.stride, conv.padding, conv.ceil_mode)
-    return permuted_convolution(x, weight, None, conv.geometry, conv.layout)
+    return layout_convolution(x, weight, None, conv.geometry, conv.layout)
 
 
 def _weight_shape(conv: LocalConv) -> tuple[int, ...]:

@@ -12,9 +12,13 @@ block, thinner than the whole tensor, can fall below the threshold where the
 unsplit layer did not. A permutation of the three spatial axes, applied alike
 to the input, the weight and the geometry, is the same convolution:
 :func:`fast_layout` picks one under which the block gets the unsplit layer's
-kernel, and :func:`convolution` applies it. CUDA tensors, float64 (never
-oneDNN) and bfloat16 (always oneDNN where the CPU supports it) keep their
-layout.
+kernel. The selector only reads the shape: a (not transposed) convolution then
+calls oneDNN directly on the block in its own layout (:class:`OneDNNConvolution`),
+which spares the copies in and out of the permuted layout; only its weight
+gradient, which has no oneDNN op of its own, is computed in the permuted
+layout. A transposed convolution runs in the permuted layout
+(:func:`permuted_convolution`). CUDA tensors, float64 (never oneDNN) and
+bfloat16 (always oneDNN where the CPU supports it) keep their layout.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from sciml.spatial_parallel.layers.base import autocast_dtype
 
@@ -214,4 +219,141 @@ def convolution(
         return _call(x, weight, bias, geometry)
     dtype = autocast_dtype(x) or x.dtype
     perm = fast_layout(tuple(x.shape), tuple(unsplit), dtype, geometry)
+    return layout_convolution(x, weight, bias, geometry, perm)
+
+
+def layout_convolution(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    geometry: ConvGeometry,
+    perm: Triple,
+) -> torch.Tensor:
+    """The convolution of ``x`` on the kernel the layout ``perm`` reaches.
+
+    Where ``perm`` moves a float32 (not transposed) convolution onto oneDNN,
+    :class:`OneDNNConvolution` runs it there in ``x``'s own layout; otherwise
+    :func:`permuted_convolution`. Under ``torch.compile``, always the latter.
+    """
+    direct = (
+        perm != IDENTITY
+        and not geometry.transposed
+        and x.dtype == weight.dtype == torch.float32
+        and autocast_dtype(x) is None
+        and not torch.compiler.is_compiling()
+    )
+    if direct:
+        out: torch.Tensor = OneDNNConvolution.apply(x, weight, bias, geometry, perm)
+        return out
     return permuted_convolution(x, weight, bias, geometry, perm)
+
+
+def _flipped(weight: torch.Tensor, groups: int) -> torch.Tensor:
+    """The weight of the convolution that is ``weight``'s adjoint at stride 1.
+
+    ``(out, in / groups, k...)`` becomes ``(in, out / groups, k...)``, group by
+    group, with every spatial axis reversed.
+    """
+    out, per_group, *kernel = weight.shape
+    grouped = weight.reshape(groups, out // groups, per_group, *kernel).transpose(1, 2)
+    return grouped.reshape(groups * per_group, out // groups, *kernel).flip(2, 3, 4)
+
+
+def _adjoint_padding(geometry: ConvGeometry) -> Triple | None:
+    """Padding of the stride-1 convolution that gives the input gradient, or None.
+
+    ``dilation * (kernel - 1) - padding`` on each axis; None where the forward
+    has a stride or pads more than its kernel reaches.
+    """
+    if geometry.stride != (1, 1, 1):
+        return None
+    pads = tuple(
+        d * (k - 1) - p
+        for d, k, p in zip(geometry.dilation, geometry.weight[2:], geometry.padding, strict=True)
+    )
+    return pads if min(pads) >= 0 else None  # type: ignore[return-value]
+
+
+def _onednn(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    padding: Sequence[int],
+    geometry: ConvGeometry,
+) -> torch.Tensor:
+    out: torch.Tensor = torch.ops.aten.mkldnn_convolution(
+        x,
+        weight,
+        bias,
+        list(padding),
+        list(geometry.stride),
+        list(geometry.dilation),
+        geometry.groups,
+    )
+    return out
+
+
+class OneDNNConvolution(torch.autograd.Function):
+    """A float32 convolution on oneDNN in the input's own layout, forward and backward.
+
+    PyTorch's ``mkldnn_convolution`` runs any shape on oneDNN, but its
+    backward goes through ``convolution_backward``, whose kernel choice reads
+    the shape again. The input gradient is the adjoint convolution, itself a
+    ``mkldnn_convolution`` at stride 1 (:func:`_adjoint_padding`); otherwise,
+    and for the weight and bias gradients, ``convolution_backward`` is given
+    the tensors in the layout ``perm`` (``fast_layout``'s), where its choice is
+    oneDNN. Not differentiable twice.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        geometry: ConvGeometry,
+        perm: Triple,
+    ) -> torch.Tensor:
+        """``x``'s convolution by ``mkldnn_convolution``."""
+        ctx.save_for_backward(x, weight)
+        ctx.geometry, ctx.perm = geometry, perm  # type: ignore[attr-defined]
+        return _onednn(x, weight, bias, geometry.padding, geometry)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Input gradient by the adjoint convolution; weight and bias in the moved layout."""
+        x, weight = ctx.saved_tensors
+        geometry: ConvGeometry = ctx.geometry
+        need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad = grad.contiguous()
+        grad_x = None
+        adjoint = _adjoint_padding(geometry)
+        if need_x and adjoint is not None:
+            stride_one = ConvGeometry(
+                geometry.weight, (1, 1, 1), adjoint, geometry.dilation, geometry.groups
+            )
+            grad_x = _onednn(grad, _flipped(weight, geometry.groups), None, adjoint, stride_one)
+        mask = [need_x and grad_x is None, need_weight, need_bias]
+        grad_weight = grad_bias = None
+        if any(mask):
+            dims, back = _dims(ctx.perm), _dims(_inverse(ctx.perm))
+            moved = geometry.permuted(ctx.perm)
+            moved_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                grad.permute(dims),
+                x.permute(dims),
+                weight.permute(dims),
+                [weight.shape[0]] if need_bias else None,
+                list(moved.stride),
+                list(moved.padding),
+                list(moved.dilation),
+                False,
+                [0, 0, 0],
+                geometry.groups,
+                mask,
+            )
+            if mask[0]:
+                grad_x = moved_x.permute(back).contiguous()
+            if need_weight:
+                grad_weight = grad_weight.permute(back)
+        return grad_x, grad_weight, grad_bias, None, None
