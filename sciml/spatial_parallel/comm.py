@@ -48,6 +48,7 @@ class _ReplicatedSum(torch.autograd.Function):
         return grad, None
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """Sum over ``group``; the backward sums the gradients too (split-loss convention)."""
     if dist.get_world_size(group) == 1:
@@ -55,6 +56,7 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     return _AllReduceSum.apply(x, group)
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def replicated_sum(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """Sum over ``group`` into a replicated tensor; gradients pass straight through."""
     if dist.get_world_size(group) == 1:
@@ -140,6 +142,7 @@ def _check_blocks(x: torch.Tensor, mesh: SpatialMesh, *, spatial: bool, batch: b
         )
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def gather_replicated(
     x: torch.Tensor,
     mesh: SpatialMesh,

@@ -97,6 +97,7 @@ class _HaloExtend(torch.autograd.Function):
         return exchange.finish_backward(None), None
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def halo_extend(x: torch.Tensor, plan: HaloPlan) -> torch.Tensor:
     """``x`` extended (or trimmed) to the input range its output block needs.
 
@@ -142,6 +143,7 @@ class _HaloFinish(torch.autograd.Function):
         return (ctx.exchange.like.new_zeros(0), None, *(None for _ in ctx.boxes))
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def halo_start(x: torch.Tensor, plan: HaloPlan) -> tuple[torch.Tensor, torch.Tensor, Exchange]:
     """Post the exchange of ``x`` without waiting for it.
 
@@ -154,6 +156,7 @@ def halo_start(x: torch.Tensor, plan: HaloPlan) -> tuple[torch.Tensor, torch.Ten
     return alias, token, exchange
 
 
+@torch.compiler.disable  # collectives: run eagerly under torch.compile
 def halo_finish(
     token: torch.Tensor, exchange: Exchange, boxes: list[Box], *, halo_only: bool = False
 ) -> tuple[torch.Tensor, ...]:

@@ -24,6 +24,12 @@ parameter outside the dense layers), that gradient is divided by the group
 size (:func:`replicated_use`).
 
 Swapped layers and the model's exit see plain tensors (:func:`unwrap`).
+
+Under ``torch.compile`` the compiler never traces a wrapped tensor: every op
+on one (and every read of its shape) is a graph break that runs eagerly as
+above, so compiled code never sees a block's local extent where the model's
+code asks for the global one; the split layers' local compute, on plain
+tensors, is compiled between those breaks.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 
 import sciml
@@ -131,10 +138,43 @@ def refuse(func: Any, split: Split, why: str) -> SplitOpError:
     )
 
 
+#: Tensor attributes whose value on a wrapped tensor is not that of its plain block.
+LAYOUT_ATTRIBUTES = ("shape", "data", "T", "mT", "H", "mH", "real", "imag")
+_BLOCK_SHAPE: Any = torch._C.TensorBase.shape  # the C-level attribute, not the property below
+
+
+def _eager_attribute(name: str) -> property:
+    """``Tensor.<name>`` read and written through ``__torch_function__``, outside compiled graphs.
+
+    ``torch.compile`` reads tensor attributes of the tensors it does not trace
+    straight from the C level: for a split block that is the block's own shape
+    (or view), so a graph would branch on, and guard on, the local block's
+    extent. As a Python property the compiler calls it instead, eagerly.
+    """
+    getset = getattr(torch._C.TensorBase, name)
+
+    @torch.compiler.disable
+    def get(self: torch.Tensor) -> Any:
+        return getset.__get__(self)
+
+    @torch.compiler.disable
+    def put(self: torch.Tensor, value: Any) -> None:
+        getset.__set__(self, value)
+
+    return property(get, put, doc=getset.__doc__)
+
+
 class _Dispatched(torch.Tensor):
-    """A tensor whose torch ops go through the split-op tables (:func:`dispatch`)."""
+    """A tensor whose torch ops go through the split-op tables (:func:`dispatch`).
+
+    Under ``torch.compile`` every op on it is a graph break that runs eagerly
+    through :func:`dispatch` (the compiler models these tensors as opaque
+    objects: ``torch._dynamo.config.nontraceable_tensor_subclasses``); the plain
+    tensors inside the split layers are compiled.
+    """
 
     @classmethod
+    @torch.compiler.disable
     def __torch_function__(
         cls,
         func: Any,
@@ -145,6 +185,10 @@ class _Dispatched(torch.Tensor):
         """Run ``func`` as on the global tensor (results keep their kind), or raise naming it."""
         with torch._C.DisableTorchFunctionSubclass():
             return dispatch(func, tuple(args), kwargs or {})
+
+
+for _name in LAYOUT_ATTRIBUTES:
+    setattr(_Dispatched, _name, _eager_attribute(_name))
 
 
 class SplitTensor(_Dispatched):
@@ -169,6 +213,9 @@ class ReplicatedTensor(_Dispatched):
 
     _ctx: SplitContext
     _sciml_replicated = True  # read by is_replicated
+
+
+torch._dynamo.config.nontraceable_tensor_subclasses.update({SplitTensor, ReplicatedTensor})
 
 
 def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -> torch.Tensor:
@@ -279,7 +326,7 @@ def map_tensors(values: Sequence[Any], fn: Callable[[torch.Tensor], Any]) -> tup
 def local_shape(x: torch.Tensor) -> Shape:
     """The shape of ``x``'s block on this rank."""
     with torch._C.DisableTorchFunctionSubclass():
-        return tuple(x.shape)
+        return tuple(_BLOCK_SHAPE.__get__(x))
 
 
 def global_numel(x: SplitTensor) -> int:
