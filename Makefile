@@ -4,6 +4,7 @@
 #   make notebooks   each notebook run as shipped (the sizes a user opens it with)
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
+#   make gpu-check OUT=DIR   benchmarks/gpu_check.py on one GPU (no .venv needed) -> DIR/gpu_check.{json,md}
 # On a GPU machine drop the CPU pin: `make CONSTRAINTS= test`.
 
 PYTHON ?= python3
@@ -16,7 +17,7 @@ RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test notebooks bench lab lint install clean
+.PHONY: demo test notebooks bench lab lint install clean gpu-check
 
 $(RUNTIME): pyproject.toml constraints.txt
 	@echo "== setting up $(VENV): sciml and its runtime dependencies (a few minutes, once)"
@@ -45,10 +46,12 @@ notebooks: $(STAMP)
 PRESET := runs/bench/qg-imperfect-v1.nc
 WEATHER_RUNS := runs/bench/weather_postprocess_runs
 ON_PRESET := weather_postprocess weather_extremes weather_spread
+# Benchmarks with a target of their own.
+NOT_IN_BENCH := gpu_check
 
 bench: $(STAMP) $(PRESET)
 	@for script in benchmarks/[!_]*.py; do \
-		case " $(ON_PRESET) " in *" $$(basename $$script .py) "*) continue;; esac; \
+		case " $(ON_PRESET) $(NOT_IN_BENCH) " in *" $$(basename $$script .py) "*) continue;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || exit 1; \
 	done
 	$(BIN)/python benchmarks/weather_postprocess.py $(PRESET) --work $(WEATHER_RUNS)
@@ -58,6 +61,14 @@ bench: $(STAMP) $(PRESET)
 
 $(PRESET): $(STAMP)
 	$(BIN)/sciml weather preset qg-imperfect-v1 --out $@ --quiet
+
+# A GPU machine may hold the repository and its Python alone: the venv's Python when there is one,
+# else $(PYTHON), with the working tree on PYTHONPATH. GPU_CHECK_ARGS: e.g. --dry-run, --only NAME.
+GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+
+gpu-check:
+	@test -n "$(OUT)" || { echo "make gpu-check needs OUT=DIR (where gpu_check.json and gpu_check.md go)"; exit 2; }
+	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py $(OUT) $(GPU_CHECK_ARGS)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

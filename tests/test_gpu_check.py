@@ -1,0 +1,174 @@
+"""benchmarks/gpu_check.py: its dry run on the CPU, on a Python without the workflows' extras.
+
+The GPU machines the check is made for hold torch, numpy, scipy, pandas,
+xarray, matplotlib, tqdm, h5py, numba and pytest, and none of the other
+runtime dependencies: the dry run here runs with those refused at import
+(a ``sitecustomize`` on ``PYTHONPATH``, in every process the check starts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+#: The runtime dependencies (pyproject.toml) a bare GPU machine lacks, and monai.
+ABSENT = (
+    *("zarr", "dask", "distributed", "netCDF4", "geopandas", "rasterio", "shapely"),
+    *("pyproj", "pyogrio", "osmnx", "pyrosm", "monai"),
+)
+_BLOCKER = f"""
+import importlib.abc, sys
+
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {ABSENT!r}:
+            raise ImportError(f"{{name}} is not installed on the GPU machine")
+        return None
+
+sys.meta_path.insert(0, _Absent())
+"""
+SECTIONS = ["environment", "cuda_tests", "conv_stack", "training", "planner", "largest"]
+
+
+def _check(out: Path, *args: str, blocker: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), str(REPO)]))
+    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), str(out), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def blocker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("absent")
+    (folder / "sitecustomize.py").write_text(_BLOCKER)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dry_run(
+    tmp_path_factory: pytest.TempPathFactory, blocker: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("gpu-check")
+    done = _check(out, "--dry-run", blocker=blocker)
+    report = json.loads((out / "gpu_check.json").read_text())
+    return done, report, (out / "gpu_check.md").read_text()
+
+
+def test_the_dry_run_runs_every_section_without_the_absent_packages(
+    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
+) -> None:
+    done, report, _ = dry_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert report["benchmark"] == "gpu_check" and report["dry_run"] is True
+    assert list(report["sections"]) == SECTIONS
+    failed = {n: s.get("error") for n, s in report["sections"].items() if s["status"] != "ok"}
+    assert failed == {}
+    assert all(s["rows"] for s in report["sections"].values())
+    # every section's process saw the refusals
+    assert {"zarr", "dask", "netCDF4", "geopandas", "rasterio"} <= set(
+        report["environment"]["missing_packages"]
+    )
+    assert [r["section"] for r in report["rows"]] == SECTIONS
+
+
+def test_the_dry_runs_figures(
+    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
+) -> None:
+    sections = dry_run[1]["sections"]
+    outcomes = {r["outcome"] for r in sections["cuda_tests"]["rows"]}
+    assert outcomes == {"skipped"}  # no CUDA here; on a GPU: passed
+    stack = sections["conv_stack"]["rows"]
+    assert {(r["precision"], r["layout"]) for r in stack} == {
+        (p, layout) for p in ("fp32", "bf16") for layout in ("ncdhw", "channels_last_3d")
+    }
+    for row in stack:
+        for key in ("parallel_whole", "plain_half_depth", "plain_half_width"):
+            assert row[f"{key}_over_plain_whole"] == row[f"{key}_ms"] / row["plain_whole_ms"]
+    training = sections["training"]["rows"]
+    assert {r["model"] for r in training} == {"cosmoflow", "unet"}
+    assert all(r["samples_per_s"] == r["shape"][0] / r["step_s"] for r in training)
+    planner = {r["model"]: r for r in sections["planner"]["rows"]}
+    assert set(planner) == {"cosmoflow", "unet"}
+    for name, row in planner.items():
+        assert row["time_ratio"] == row["measured_step_s"] / row["predicted_step_s"]
+        trained = next(r for r in training if r["model"] == name and r["precision"] == "fp32")
+        assert row["training_step_s"] == trained["step_s"]  # the training section's run
+    largest = sections["largest"]["rows"]
+    assert {(r["precision"], r["outcome"]) for r in largest} == {
+        ("bf16", "trained"),
+        ("fp32", "trained"),
+    }
+
+
+def test_the_markdown_names_the_device_and_every_section(
+    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
+) -> None:
+    text = dry_run[2]
+    assert text.startswith("# GPU check (dry run on the CPU)\n")
+    assert "- device: cpu" in text and "- torch: " in text
+    for name in SECTIONS:
+        assert f"\n## {name}: ok (" in text
+
+
+def test_without_a_gpu_each_section_fails_on_its_own_and_says_why(
+    tmp_path: Path, blocker: Path
+) -> None:
+    done = _check(tmp_path, "--only", "environment", "--only", "largest", blocker=blocker)
+    assert done.returncode == 1
+    sections = json.loads((tmp_path / "gpu_check.json").read_text())["sections"]
+    assert [s["status"] for s in sections.values()] == ["failed", "failed"]
+    environment = sections["environment"]
+    assert environment["rows"][0]["cuda_available"] is False  # the rows before the failure
+    assert "no CUDA device: run the GPU check with --dry-run" in environment["error"]
+    assert "gpu_check.md" in os.listdir(tmp_path)
+
+
+def _module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def test_a_check_out_of_time_starts_no_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the check hides the GPU from itself
+    check = _module("gpu_check", monkeypatch)
+    assert check.main([str(tmp_path), "--dry-run", "--budget", "1"]) == 1
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert {s["status"] for s in report["sections"].values()} == {"not run"}
+    assert "not started: 1 s left of the check's 1 s" in report["sections"]["largest"]["notes"][0]
+
+
+def test_a_stopped_pytest_keeps_the_tests_it_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = _module("_gpu_probe", monkeypatch)
+    log = (
+        "tests/spatial_parallel/test_cuda.py::test_one_rank_nccl_matches_the_plain_model PASSED"
+        " [ 16%]\n"
+        "tests/spatial_parallel/test_cuda.py::test_two_processes_share_one_gpu_over_gloo[True] "
+        "FAILED [ 33%]\n"
+        "tests/spatial_parallel/test_cuda.py::test_two_processes_share_one_gpu_over_gloo[False] "
+    )
+    assert probe.finished_tests(log) == [
+        ("test_one_rank_nccl_matches_the_plain_model", "passed"),
+        ("test_two_processes_share_one_gpu_over_gloo[True]", "failed"),
+    ]
+
+
+def test_a_section_that_wrote_nothing_has_no_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = _module("_gpu_report", monkeypatch)
+    assert report.read_part(tmp_path / "absent.json") == {"rows": [], "notes": []}
+    part = report.Part(tmp_path / "p.json", deadline=0.0, dry_run=True, scratch=tmp_path)
+    assert part.enough(1, "the thing") is False
+    assert report.read_part(tmp_path / "p.json")["notes"][0].startswith("skipped the thing: ")
