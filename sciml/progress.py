@@ -17,11 +17,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Literal, TextIO
 
-__all__ = ["ALWAYS", "Progress", "bar_visible", "duration", "phase", "status_lines"]
+__all__ = [
+    "ALWAYS",
+    "Milestones",
+    "Progress",
+    "bar_visible",
+    "duration",
+    "phase",
+    "status_lines",
+]
 
 #: The value of a ``progress`` option that draws the bar even where nobody watches.
 ALWAYS = "always"
@@ -75,6 +84,51 @@ def duration(seconds: float) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+class Milestones:
+    """A status line each time another tenth of some work is done: a bar for a batch log.
+
+    ``advance`` may be called from several threads.
+
+    Args:
+        logger: Where the lines go (``INFO``).
+        what: What the work is (each line starts with it).
+        total: Units of work in all (>= 0; none: no line).
+        unit: The unit's name, plural.
+        enabled: Log anything (e.g. ``not bar_visible(progress)``: where no bar shows).
+    """
+
+    def __init__(
+        self, logger: logging.Logger, what: str, total: int, *, unit: str, enabled: bool
+    ) -> None:
+        """Start counting (and the clock) at zero."""
+        if total < 0:
+            raise ValueError(f"Milestones.total must be >= 0, got {total}")
+        self.logger, self.what, self.total, self.unit = logger, what, total, unit
+        self.enabled, self.done, self.tenths = enabled, 0, 0
+        self.start = time.perf_counter()
+        self.lock = threading.Lock()
+
+    def advance(self, amount: int) -> None:
+        """Count ``amount`` more units; log a line if another tenth is done."""
+        with self.lock:
+            self.done += amount
+            tenths = min(10, self.done * 10 // self.total) if self.total else 0
+            if tenths <= self.tenths:
+                return
+            self.tenths = tenths
+            if self.enabled:
+                took = duration(time.perf_counter() - self.start)
+                self.logger.info(
+                    "%s: %d%% (%d/%d %s) after %s",
+                    self.what,
+                    tenths * 10,
+                    self.done,
+                    self.total,
+                    self.unit,
+                    took,
+                )
 
 
 class _Stderr(logging.StreamHandler):

@@ -39,6 +39,7 @@ resumable batched runs of :func:`write_toy_ensemble` in :mod:`.toy_io` (its
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, fields, replace
@@ -49,9 +50,13 @@ import torch
 import xarray as xr
 from tqdm import tqdm
 
+from sciml.progress import Milestones, bar_visible, phase
 from sciml.weather.qg import QGParams, TwoLayerQG
 from sciml.weather.toy_io import Batches, OnBatch, to_dataset, write_ensemble, write_resumably
 from sciml.weather.toy_settings import ToySettings, check_settings
+
+#: Says what the generation does (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
 
 __all__ = ["generate_ensemble", "write_ensemble", "write_toy_ensemble"]
 
@@ -218,24 +223,30 @@ def _integrate(
     stop: Callable[[], bool],
 ) -> xr.Dataset | None:
     members, start_dates = settings.members, settings.start_dates
-    batch, drag = _initial_states(settings, models, torch.Generator().manual_seed(settings.seed))
+    days = settings.spin_up + settings.interval * (start_dates - 1)
+    with phase(logger, f"QG ensemble: the truth's {days:g} days to {start_dates} start dates"):
+        generator = torch.Generator().manual_seed(settings.seed)
+        batch, drag = _initial_states(settings, models, generator)
     n = models.truth.params.n
     shape = (start_dates, members + 1, len(steps), 2, n, n)
     psi, q = np.empty(shape), np.empty(shape)
     group = max(1, BATCH_ENTRIES // (members + 1))  # start dates per batch: bounded memory
     parts = [slice(i, min(i + group, start_dates)) for i in range(0, start_dates, group)]
-    bar = tqdm(
-        total=start_dates * int(steps[-1]),
-        disable=not progress,
-        desc="QG ensemble",
-        unit="date-step",
-    )
+    shown, total = bar_visible(progress), start_dates * int(steps[-1])
+    bar = tqdm(total=total, disable=not shown, desc="QG ensemble", unit="date-step")
+    what = f"QG ensemble: {start_dates} start dates x {members + 1} members to day "
+    what += f"{settings.lead_times[-1]:g}"
+    milestones = Milestones(logger, what, total, unit="date-steps", enabled=not shown)
+
+    def advance(amount: int) -> None:
+        bar.update(amount)
+        milestones.advance(amount)
 
     def integrate(index: int) -> None:
         part = parts[index]
         if index in done:
             psi[part], q[part] = done[index]
-            bar.update(int(steps[-1]) * (part.stop - part.start))
+            advance(int(steps[-1]) * (part.stop - part.start))
             return
         state, current = batch[part], 0
         for lead, target in enumerate(steps):
@@ -243,7 +254,7 @@ def _integrate(
                 if stop():
                     raise _Interrupted
                 state = models.step(state, drag[part])
-            bar.update((target - current) * (part.stop - part.start))
+            advance((target - current) * (part.stop - part.start))
             current = target
             psi[part, :, lead] = models.truth.to_grid(models.streamfunction(state)).numpy()
             q[part, :, lead] = models.truth.to_grid(state).numpy()
@@ -252,7 +263,8 @@ def _integrate(
 
     interrupted = False
     with ThreadPoolExecutor(max_workers=threads) as pool:  # torch ops release the GIL
-        for future in [pool.submit(integrate, index) for index in range(len(parts))]:
+        futures = [pool.submit(integrate, index) for index in range(len(parts))]
+        for future in futures:
             try:
                 future.result()
             except _Interrupted:

@@ -211,3 +211,17 @@ def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path: Path) ->
     settings |= {"interval": 0.5}
     toy_module.write_toy_ensemble(reference, handle_signals=False, **settings)
     assert out.read_bytes() == reference.read_bytes()
+
+
+def test_generation_reports_in_lines_where_no_bar_shows(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level("INFO", logger="sciml")
+    settings = {"members": 2, "start_dates": 2, "lead_times": (0, 0.5), "spin_up": 1.0}
+    generate_ensemble(**settings, interval=0.5, params=SMALL, progress=True)  # type: ignore[arg-type]
+    assert capfd.readouterr().err == ""  # stderr is no terminal here: no bar drawn into it
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3 and lines[0] == "QG ensemble: the truth's 1.5 days to 2 start dates ..."
+    assert lines[1].startswith("QG ensemble: the truth's 1.5 days to 2 start dates: done in ")
+    # 2 start dates x 20 steps of 0.025 days, in one batch
+    assert lines[2].startswith("QG ensemble: 2 start dates x 3 members to day 0.5: 100% (40/40 ")
