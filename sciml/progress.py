@@ -123,7 +123,7 @@ class Milestones:
                 self.logger.info(
                     "%s: %d%% (%d/%d %s) after %s",
                     self.what,
-                    tenths * 10,
+                    min(self.done, self.total) * 100 // self.total,
                     self.done,
                     self.total,
                     self.unit,

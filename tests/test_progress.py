@@ -82,7 +82,7 @@ def test_milestones_log_each_tenth_once_from_any_thread(
     jump = Milestones(logger, "jump", 20, unit="items", enabled=True)
     jump.advance(15)  # past 7 tenths at once: one line
     jump.advance(0)
-    assert [line.split(" after")[0] for line in _messages(caplog)] == ["jump: 70% (15/20 items)"]
+    assert [line.split(" after")[0] for line in _messages(caplog)] == ["jump: 75% (15/20 items)"]
     caplog.clear()
     Milestones(logger, "quiet", 2, unit="items", enabled=False).advance(2)
     assert _messages(caplog) == []

@@ -24,6 +24,7 @@ atomically (a temporary name, then a rename). Sample ``i`` depends only on ``(se
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from sciml.progress import Milestones, phase
 from sciml.xrstore import write_manifest
 
 __all__ = ["PARAMS", "RANGES", "gaussian_field", "write_cosmology", "write_segmentation"]
@@ -44,6 +46,9 @@ PARAMS = ("sigma", "slope", "nbar", "growth")
 RANGES = {"sigma": (0.5, 1.5), "slope": (-2.5, -0.5), "nbar": (2.0, 8.0), "growth": (0.6, 0.9)}
 #: Redshift channels of a CosmoFlow volume.
 CHANNELS = 4
+
+#: Says how far the generation is (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
 
 
 def _check_sizes(samples: int, size: int, chunks: int | None, seed: int) -> int:
@@ -109,16 +114,17 @@ def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        ds.to_zarr(
-            partial,
-            mode="w",
-            encoding=encoding,
-            consolidated=True,
-            zarr_format=2,
-            write_empty_chunks=True,
-        )
-        write_manifest(partial)
-        os.rename(partial, path)
+        with phase(logger, f"writing {path} ({ds.nbytes / 2**20:.1f} MiB)"):
+            ds.to_zarr(
+                partial,
+                mode="w",
+                encoding=encoding,
+                consolidated=True,
+                zarr_format=2,
+                write_empty_chunks=True,
+            )
+            write_manifest(partial)
+            os.rename(partial, path)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -126,9 +132,18 @@ def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
 
 
 def _samples(
-    samples: int, seed: int, draw: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]
+    samples: int,
+    seed: int,
+    draw: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]],
+    *,
+    what: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-    pairs = [draw(np.random.default_rng([seed, i])) for i in range(samples)]
+    """``samples`` draws stacked; a status line at each tenth done (``what`` names them)."""
+    milestones = Milestones(logger, what, samples, unit="samples", enabled=True)
+    pairs = []
+    for i in range(samples):
+        pairs.append(draw(np.random.default_rng([seed, i])))
+        milestones.advance(1)
     return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
 
@@ -150,7 +165,12 @@ def write_cosmology(
         FileExistsError: If ``path`` exists.
     """
     chunks = _check_sizes(samples, size, chunks, seed)
-    counts, params = _samples(samples, seed, lambda rng: _cosmology_sample(size, rng))
+    counts, params = _samples(
+        samples,
+        seed,
+        lambda rng: _cosmology_sample(size, rng),
+        what=f"CosmoFlow volumes of {size}^3 voxels",
+    )
     ds = xr.Dataset(
         {
             "volume": (("sample", "channel", "z", "y", "x"), counts, {"transform": "log1p"}),
@@ -180,7 +200,12 @@ def write_segmentation(
     ``volume`` ``(sample, channel, z, y, x)`` and ``label`` ``(sample, z, y, x)``.
     """
     chunks = _check_sizes(samples, size, chunks, seed)
-    volume, labels = _samples(samples, seed, lambda rng: _segmentation_sample(size, rng))
+    volume, labels = _samples(
+        samples,
+        seed,
+        lambda rng: _segmentation_sample(size, rng),
+        what=f"3D U-Net fields of {size}^3 voxels",
+    )
     ds = xr.Dataset(
         {
             "volume": (("sample", "channel", "z", "y", "x"), volume),

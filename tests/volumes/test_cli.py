@@ -26,7 +26,10 @@ def _steps(run_dir: Path) -> list[dict[str, str]]:
 def test_data_then_train_in_one_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "seg.zarr"
     assert main(["unet3d", "data", str(data), "--samples", "4", "--size", "8", "--seed", "1"]) == 0
-    assert "wrote 4 samples of 8^3 voxels" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "wrote 4 samples of 8^3 voxels" in shown.out
+    assert "3D U-Net fields of 8^3 voxels: 100% (4/4 samples) after " in shown.err
+    assert f"writing {data} (" in shown.err and ": done in " in shown.err.splitlines()[-1]
     run = tmp_path / "run"
     assert main(["unet3d", "train", str(data), "--run-dir", str(run), "--no-progress", *TINY]) == 0
     shown = capsys.readouterr()
