@@ -20,14 +20,16 @@ PYTEST_WORKERS ?= 2
 .PHONY: demo test notebooks bench lab lint install clean gpu-check
 
 $(RUNTIME): pyproject.toml constraints.txt
-	@echo "== setting up $(VENV): sciml and its runtime dependencies (a few minutes, once)"
+	@echo "== setting up $(VENV) with $(PYTHON) and the newest pip (seconds)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --progress-bar off --upgrade pip
+	@echo "== installing sciml and its runtime dependencies (torch, xarray, dask, geopandas ...)"
+	@echo "   into $(VENV): a few minutes, once; pip lists each package as it goes"
 	$(PIP) -e .
 	touch $@
 
 $(STAMP): $(RUNTIME)
-	@echo "== adding the test, notebook and TensorBoard extras to $(VENV)"
+	@echo "== adding the test, notebook and TensorBoard extras to $(VENV) (a few minutes, once)"
 	$(PIP) -e ".[dev,notebooks,tensorboard]"
 	touch $@
 
