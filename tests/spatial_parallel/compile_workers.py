@@ -1,0 +1,137 @@
+"""Rank functions of the torch.compile tests: compiled parallel models against eager, one device.
+
+Each case runs the single-device model (the float64 reference), the parallel
+model eagerly and the same parallel model under ``torch.compile`` on the same
+global batches, and returns the worst relative error of every compared
+quantity: the gathered output, this rank's input gradient block and every
+parameter gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
+from sciml.spatial_parallel.split_tensor import SplitOpError
+from sciml.spatial_parallel.testing import relative_error
+
+
+class GlobalMeanHead(nn.Module):
+    """A convolution, a shape branch, a functional global mean and a dense head."""
+
+    def __init__(self) -> None:
+        """Build the convolution and the head."""
+        super().__init__()
+        self.conv = nn.Conv3d(2, 3, 3, padding=1)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Pad an odd depth to even, then standardise by, and classify, the global mean."""
+        y = torch.relu(self.conv(x))
+        if y.shape[2] % 2:
+            y = F.pad(y, (0, 0, 0, 0, 0, 1))
+        mean = y.mean(dim=(2, 3, 4))
+        return self.head(mean) * y.size(3)
+
+
+class RefusedOp(nn.Module):
+    """A convolution, then a running sum along the depth: not computable on blocks."""
+
+    def __init__(self) -> None:
+        """Build the convolution."""
+        super().__init__()
+        self.conv = nn.Conv3d(2, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The running sum of the convolution along depth."""
+        return self.conv(x).cumsum(2)
+
+
+def build(case: str) -> tuple[nn.Module, int]:
+    """The model of ``case`` and its input channels."""
+    from sciml.models import CosmoFlow, UNet
+
+    torch.manual_seed(0)
+    if case == "cosmoflow":
+        return CosmoFlow(2, 3, base_filters=4, n_conv=2), 2
+    if case == "unet":
+        return UNet(1, 2, base_channels=4, depth=2), 1
+    if case == "global_mean":
+        return GlobalMeanHead(), 2
+    raise ValueError(f"unknown case {case!r}")
+
+
+def _weights_block(w: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
+    """This rank's loss weights: its block of a split output, all of a replicated one."""
+    return shard(w, mesh) if w.dim() == 5 else w
+
+
+def compiled_errors(
+    mesh_kwargs: dict[str, int],
+    case: str,
+    depths: list[int],
+    compiler: str,
+    size: int = 12,
+) -> dict[str, Any]:
+    """Worst relative errors of eager and compiled parallel runs, one step per global depth.
+
+    The loss of each step is ``sum(y * w)`` with random weights ``w``;
+    gradients accumulate over the steps, and a depth that changes between
+    steps makes the compiled model meet new global shapes (while a rank's
+    block may keep its own). ``compiler`` is the ``torch.compile`` backend.
+    Also returns how many graphs the compiler made.
+    """
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    mesh = SpatialMesh(**mesh_kwargs)
+    model, channels = build(case)
+    reference = model.double()
+    eager = parallelize(reference, mesh)
+    compiled = torch.compile(parallelize(reference, mesh), backend=compiler)
+    generator = torch.Generator().manual_seed(1)
+    errors: dict[str, float] = {}
+
+    def worst(key: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+        errors[key] = max(errors.get(key, 0.0), relative_error(actual, expected))
+
+    for depth in depths:
+        shape = (2, channels, depth, size, size)
+        x = torch.randn(shape, dtype=torch.float64, generator=generator)
+        xref = x.clone().requires_grad_()
+        y = reference(xref)
+        w = torch.randn(y.shape, dtype=torch.float64, generator=generator)
+        (y * w).sum().backward()
+        assert xref.grad is not None
+        for kind, pmodel in (("eager", eager), ("compiled", compiled)):
+            xin = shard(x, mesh).requires_grad_()
+            out = pmodel(xin)
+            (out * _weights_block(w, mesh)).sum().backward()
+            assert xin.grad is not None
+            whole = unshard(out.detach(), mesh) if out.dim() == 5 else out.detach()
+            worst(f"{kind}:out", whole, y.detach())
+            worst(f"{kind}:xgrad", xin.grad, shard(xref.grad, mesh))
+    for kind, pmodel in (("eager", eager), ("compiled", compiled)):
+        for (name, p), ref in zip(pmodel.named_parameters(), reference.parameters(), strict=True):
+            assert p.grad is not None and ref.grad is not None
+            worst(f"{kind}:grad:{name}", p.grad, ref.grad)
+    return {"errors": errors, "graphs": counters["stats"]["unique_graphs"]}
+
+
+def refused_under_compile(mesh_kwargs: dict[str, int], compiler: str) -> str:
+    """The error a compiled parallel model raises on an op it cannot compute on blocks."""
+    torch._dynamo.reset()
+    mesh = SpatialMesh(**mesh_kwargs)
+    torch.manual_seed(0)
+    compiled = torch.compile(parallelize(RefusedOp().double(), mesh), backend=compiler)
+    x = shard(torch.randn(1, 2, 8, 6, 6, dtype=torch.float64), mesh)
+    try:
+        compiled(x)
+    except SplitOpError as err:
+        return str(err)
+    return "no error"
