@@ -1,7 +1,8 @@
 """The timed workloads of the spatial benchmarks (rank functions for ``spawn``).
 
 Imported by ``benchmarks/spatial_*.py`` (run as scripts, so this folder is on
-``sys.path``, in the spawned ranks too) and by notebook 01.
+``sys.path``, in the spawned ranks too) and by notebook 01, with the interval
+they give their per-round ratios (:func:`median_interval`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -102,6 +104,24 @@ def time_conv_stack(
         "cpu_seconds": statistics.median(cpu[1:]),
         "halo_wait": statistics.median(waits[1:]),
     }
+
+
+def median_interval(
+    values: list[float], *, level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median of ``values`` at ``level``.
+
+    ``resamples`` resamples of ``values`` (with replacement, of its size) from
+    a generator seeded with ``seed``; the interval's ends are the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of their medians.
+    """
+    if not values or not 0 < level < 1:
+        raise ValueError(f"need at least one value and 0 < level < 1; got {values}, {level}")
+    sample = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(sample, size=(resamples, sample.size)), axis=1)
+    lo, hi = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
 
 
 def _status_mib(field: str) -> float:

@@ -20,7 +20,8 @@ The target is ``T2 / T1 <= 0.75``.
 The three runs are interleaved for ``--rounds`` rounds of ``--repeats`` steps
 (after one warm-up each), so that a change of load hits them alike; each
 round gives its ratios, and the table shows the medians over rounds (steps
-and rounds), with the load average and the share of CPU time the host took
+and rounds) and the blocking ratio's 95% percentile-bootstrap interval
+(rounds resampled), with the load average and the share of CPU time the host took
 (steal) over the run: the machine may be shared. On a loaded machine two
 processes get a larger share of the cores than one, which flatters T2/T1;
 CPU2/CPU1, the slower rank's CPU time per step (one intra-op thread) over the
@@ -36,7 +37,7 @@ import statistics
 from typing import Any
 
 from _report import cpu_times, steal_fraction, write_report
-from _spatial_workloads import time_conv_stack
+from _spatial_workloads import median_interval, time_conv_stack
 
 from sciml.distributed import spawn
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "--sizes", type=int, nargs="+", default=[48], help="S: the conv stack's edge"
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--channels", type=int, default=16)
     parser.add_argument("--out", default="runs/bench/spatial_efficiency.json")
     args = parser.parse_args(argv)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(
         f"{'stack':>15} {'edge':>5} {'T1 (s)':>8} {'T2 block':>9} {'T2 overlap':>11} "
-        f"{'T2/T1 block':>12} {'T2/T1 overlap':>14} {'CPU2/CPU1 block':>16}"
+        f"{'T2/T1 block':>12} {'95% interval':>16} {'T2/T1 overlap':>14} {'CPU2/CPU1 block':>16}"
     )
     start, load_before = cpu_times(), os.getloadavg()
     for size in sizes:
@@ -102,18 +103,22 @@ def main(argv: list[str] | None = None) -> int:
                 ratios = [r[f"t2_{mode}"] / r["t1"] for r in runs]
                 row[f"ratio_{mode}"] = statistics.median(ratios)
                 row[f"ratio_{mode}_range"] = [min(ratios), max(ratios)]
+                row[f"ratio_{mode}_ci95"] = median_interval(ratios)
                 row[f"efficiency_{mode}"] = 1 / (2 * row[f"ratio_{mode}"])
             row["meets_target"] = row["ratio_blocking"] <= TARGET
             rows.append(row)
+            lo, hi = row["ratio_blocking_ci95"]
             print(
                 f"{stack:>15} {row['size']:>5} {row['t1']:>8.3f} {row['t2_blocking']:>9.3f} "
                 f"{row['t2_overlap']:>11.3f} {row['ratio_blocking']:>12.2f} "
+                f"{f'[{lo:.2f}, {hi:.2f}]':>16} "
                 f"{row['ratio_overlap']:>14.2f} {row['cpu_ratio_blocking']:>16.2f}"
             )
     steal = steal_fraction(start, cpu_times())
     load = {"load_avg_before": load_before, "load_avg_after": os.getloadavg(), "steal": steal}
     print(
-        f"medians over {rounds} interleaved rounds of {repeats} steps; target T2/T1 <= {TARGET}; "
+        f"medians over {rounds} interleaved rounds of {repeats} steps (percentile-bootstrap 95% "
+        f"interval of the median ratio over rounds); target T2/T1 <= {TARGET}; "
         f"load average {load_before[0]:.2f} -> {load['load_avg_after'][0]:.2f}, "
         f"steal {'unknown' if steal is None else f'{steal:.1%}'}"
     )

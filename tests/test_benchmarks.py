@@ -98,3 +98,53 @@ def test_steal_is_the_share_of_ticks_the_host_took(tmp_path: Path) -> None:
         report.cpu_times(stat=stat)
     live = report.cpu_times()  # this machine's, where Linux has one
     assert live is None or 0 <= live[0] <= live[1]
+
+
+def _benchmark(monkeypatch: pytest.MonkeyPatch, name: str) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module(name)  # by name: the spawned ranks import it too
+
+
+def test_the_median_interval_is_the_bootstrap_quantile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five values: a resample's median is x_(k) or less with probability P(Bin(5, k/5) >= 3).
+
+    That is 0.058, 0.317, 0.683, 0.942, 1 for k = 1..5, so the 2.5% and 97.5%
+    quantiles of the resampled medians are x_(1) and x_(5), the 25% and 75%
+    ones x_(2) and x_(4), each far from a boundary for 10,000 resamples.
+    """
+    interval = _benchmark(monkeypatch, "_spatial_workloads").median_interval
+    values = [3.0, 1.0, 5.0, 2.0, 4.0]
+    assert interval(values) == (1.0, 5.0)
+    assert interval(values, level=0.5) == (2.0, 4.0)
+    assert interval([2.0] * 7) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="at least one value"):
+        interval([])
+
+
+def test_the_mechanism_cost_benchmark_runs_quick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Both models, on and off: the median ratio over rounds inside its interval."""
+    module = _benchmark(monkeypatch, "spatial_mechanism_cost")
+    out = tmp_path / "cost.json"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["model"] for row in rows] == ["cosmoflow", "unet"]
+    for row in rows:
+        lo, hi = row["ratio_ci95"]
+        assert row["off_ms"] > 0 and row["on_ms"] > 0 and lo <= row["ratio"] <= hi, row
+
+
+def test_the_efficiency_benchmark_runs_quick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Both stacks, one process against two: each ratio inside its interval."""
+    module = _benchmark(monkeypatch, "spatial_efficiency")
+    out = tmp_path / "efficiency.json"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["stack"] for row in rows] == ["conv", "conv-pool-conv"]
+    for row in rows:
+        for mode in ("blocking", "overlap"):
+            lo, hi = row[f"ratio_{mode}_ci95"]
+            assert row["t1"] > 0 and lo <= row[f"ratio_{mode}"] <= hi, row
