@@ -7,12 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 from tqdm.auto import tqdm
 
-from sciml import train_batches
+from sciml import train_batches, training
+from sciml.distributed import spawn
 from sciml.progress import bar_visible, status_lines
 from sciml.train_config import TrainConfig
-from tests.test_training import _rows, _train
+from tests.scripts.train_job import make_problem, mse
+from tests.test_training import CONFIG, _rows, _train
 
 # Values are shown with 5 significant digits: rounding moves one by at most half a unit
 # of its 5th digit, 5e-5 of it.
@@ -140,3 +144,31 @@ def test_a_bad_progress_option_is_named() -> None:
         ValueError, match=r"TrainConfig.progress must be True, False or 'always', got 'yes'"
     ):
         TrainConfig(progress="yes")  # type: ignore[arg-type]
+
+
+def _epoch_samples(run_dir: str, replica: tuple[int, int] | None) -> list[int]:
+    """The training samples each epoch line counts, on 2 ranks (DDP when each is a replica)."""
+    counted: list[int] = []
+
+    def spy(*args: object, samples: int, **kwargs: object) -> str:
+        counted.append(samples)
+        return "an epoch"
+
+    training.epoch_line = spy  # type: ignore[assignment]  # this spawned process only
+    model, train, _ = make_problem()
+    model[2].p = 0.0
+    wrapped = nn.parallel.DistributedDataParallel(model) if replica is None else model
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.05)
+    config = TrainConfig(**(CONFIG | {"epochs": 2, "batch_size": 4}))
+    training.fit(wrapped, optimizer, train, mse, run_dir=run_dir, config=config, replica=replica)
+    return counted
+
+
+@pytest.mark.parametrize(
+    ("replica", "name"), [(None, "two replicas"), ((0, 1), "one replica on two ranks")]
+)
+def test_the_epoch_line_counts_each_training_sample_once(
+    tmp_path: Path, replica: tuple[int, int] | None, name: str
+) -> None:
+    # 32 training samples an epoch, however the ranks share them
+    assert spawn(_epoch_samples, 2, str(tmp_path / "run"), replica) == [[32, 32], [32, 32]], name
