@@ -46,6 +46,12 @@ def driver_version() -> str:
     return "unknown (no nvidia-smi, no /proc/driver/nvidia/version)"
 
 
+def _nccl_version() -> str:
+    """NCCL's version (torch gives a tuple, or an int in older releases)."""
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def environment(part: Part) -> None:
     """The device, driver, torch, CUDA and cuDNN versions, and the optional packages present."""
     row: Row = {
@@ -63,7 +69,9 @@ def environment(part: Part) -> None:
             "driver": driver_version(),
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "nccl": _nccl_version(),
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
         }
     else:
         row["device"] = f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)"

@@ -79,7 +79,7 @@ def sizes(dry_run: bool) -> Sizes:
         return Sizes(volume, 2, train, (16, 24), warmup=1, steps=2, small_models=True)
     volume = (4, 4, 128, 128, 128)
     train = {"cosmoflow": volume, "unet": volume}
-    return Sizes(volume, 5, train, (256, 384, 512), warmup=3, steps=10)
+    return Sizes(volume, 5, train, (256, 384, 512, 640, 768), warmup=3, steps=10)
 
 
 def sync(device: str) -> None:
