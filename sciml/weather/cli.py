@@ -137,7 +137,7 @@ def _register_split(sub: Subparsers) -> None:
         "split",
         help="split an ensemble file by start date into train.nc, validation.nc and test.nc",
         description="Whole start dates in time order: training first, then validation, then "
-        "test. By fractions of the start dates (default: the last 20%% test, the 20%% before "
+        "test. By fractions of the start dates (default: the last 20% test, the 20% before "
         "validate) or by the first validation and test dates. The three files appear "
         "together, written to temporary names first.",
     )
