@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from _gpu_report import Part, Row
-from _gpu_workloads import Shape, Sizes, release, sizes, train_rate
+from _gpu_workloads import Shape, Sizes, failure, release, sizes, train_rate
 from torch import nn
 
 from sciml.cli import main
@@ -170,9 +170,8 @@ def largest(part: Part) -> None:
                     cfg.model("cosmoflow"), shape, device=part.device, dtype=dtype,
                     layout="ncdhw", warmup=1, steps=2, host_batches=1,
                 )  # fmt: skip
-            except RuntimeError as err:  # out of memory, or a size a kernel refuses
-                kind = "out of memory" if isinstance(err, torch.cuda.OutOfMemoryError) else "error"
-                row["outcome"] = f"{kind}: {str(err).splitlines()[0]}"
+            except Exception as err:  # out of memory, or a size a kernel refuses: recorded
+                row["outcome"] = failure(err)
             else:
                 row |= {"outcome": "trained", "step_s": figures["step_s"]}
                 row["peak_gib"] = figures["peak_gib"]

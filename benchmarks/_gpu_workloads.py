@@ -25,7 +25,7 @@ from torch import nn
 
 from sciml.distributed import init_distributed
 from sciml.models import CosmoFlow, UNet
-from sciml.spatial_parallel import SpatialMesh, parallelize
+from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 from sciml.spatial_parallel.planner import build_model
 
 #: MLPerf HPC v3.0 CosmoFlow, data parallel on H100: about 200 samples/s per GPU.
@@ -141,7 +141,8 @@ def conv_stack(part: Part) -> None:
     torch.manual_seed(0)
     features = cast(nn.Sequential, cfg.model("cosmoflow").get_submodule("features"))
     plain = features[: 3 * cfg.stack_blocks].to(device)  # conv, activation, pool per block
-    parallel = parallelize(copy.deepcopy(plain), SpatialMesh(), device=torch.device(device))
+    mesh = SpatialMesh()
+    parallel = parallelize(copy.deepcopy(plain), mesh, device=torch.device(device))
     n, c, d, h, w = cfg.stack
     shapes = {
         "whole": (n, c, d, h, w),
@@ -159,11 +160,12 @@ def conv_stack(part: Part) -> None:
                 blocks = shapes if name == "plain" else {"whole": shapes["whole"]}
                 for block, shape in blocks.items():
                     x = torch.randn(shape, device=device).to(memory_format=memory_format)
+                    x = shard(x, mesh) if name == "parallel" else x
                     try:
                         step = _forward_backward(model, x, device, dtype)
                         seconds = median_seconds(step, device=device, **timing)
-                    except RuntimeError as err:
-                        row[f"{name}_{block}_error"] = str(err).splitlines()[0]
+                    except Exception as err:  # recorded: the other configurations still run
+                        row[f"{name}_{block}_error"] = failure(err)
                         continue
                     row[f"{name}_{block}_ms"] = seconds * 1e3
             whole = row.get("plain_whole_ms")
@@ -172,6 +174,23 @@ def conv_stack(part: Part) -> None:
                     if f"{key}_ms" in row:
                         row[f"{key}_over_plain_whole"] = row[f"{key}_ms"] / whole
             part.add(row)
+    note_failures(part)
+
+
+def failure(err: BaseException) -> str:
+    """A row's record of a failed run: out of memory said as such, else the error's first line."""
+    kind = "out of memory" if isinstance(err, torch.cuda.OutOfMemoryError) else type(err).__name__
+    lines = str(err).strip().splitlines()
+    return f"{kind}: {lines[0] if lines else ''}"
+
+
+def note_failures(part: Part) -> None:
+    """Say in the section's notes how many of its rows hold a failed run."""
+    failed = [r for r in part.rows if any(k.endswith("error") for k in r)]
+    if failed:
+        part.note(
+            f"{len(failed)} of {len(part.rows)} rows hold a failed run: see their error columns"
+        )
 
 
 def train_rate(
@@ -254,8 +273,8 @@ def training(part: Part) -> None:
                 warmup=cfg.warmup,
                 steps=cfg.steps,
             )
-        except torch.cuda.OutOfMemoryError as err:
-            row["error"] = f"out of memory: {str(err).splitlines()[0]}"
+        except Exception as err:  # recorded: the other runs still run
+            row["error"] = failure(err)
         if name == "cosmoflow" and "samples_per_s" in row:
             row["over_mlperf_h100"] = row["samples_per_s"] / MLPERF_H100_SAMPLES_PER_S
         part.add(row)
@@ -266,3 +285,4 @@ def training(part: Part) -> None:
         "samples/s per GPU (data parallel); over_mlperf_h100 is this run's rate over it"
     )
     part.note("Zarr-store throughput is not part of this check (a bare GPU machine has no zarr)")
+    note_failures(part)

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -101,6 +102,8 @@ def test_the_dry_runs_figures(
         assert row["time_ratio"] == row["measured_step_s"] / row["predicted_step_s"]
         trained = next(r for r in training if r["model"] == name and r["precision"] == "fp32")
         assert row["training_step_s"] == trained["step_s"]  # the training section's run
+    failed = [r for r in stack + training if any(key.endswith("error") for key in r)]
+    assert failed == []
     largest = sections["largest"]["rows"]
     assert {(r["precision"], r["outcome"]) for r in largest} == {
         ("bf16", "trained"),
@@ -172,3 +175,11 @@ def test_a_section_that_wrote_nothing_has_no_rows(
     part = report.Part(tmp_path / "p.json", deadline=0.0, dry_run=True, scratch=tmp_path)
     assert part.enough(1, "the thing") is False
     assert report.read_part(tmp_path / "p.json")["notes"][0].startswith("skipped the thing: ")
+
+
+def test_a_failed_run_is_recorded_by_its_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    failure = _module("_gpu_workloads", monkeypatch).failure
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB\nmore")
+    assert failure(oom) == "out of memory: CUDA out of memory. Tried to allocate 8.00 GiB"
+    assert failure(ValueError("bad size")) == "ValueError: bad size"
+    assert failure(RuntimeError()) == "RuntimeError: "
