@@ -42,7 +42,7 @@ from sciml.spatial_parallel.split_hooks import (
     wrap_inputs,
     wrap_output,
 )
-from sciml.spatial_parallel.split_tensor import SplitContext, SplitTensor
+from sciml.spatial_parallel.split_tensor import SplitContext, SplitTensor, eager
 
 #: Layers replaced by their spatially parallel version.
 SWAPS: dict[type[nn.Module], Any] = {
@@ -206,12 +206,12 @@ def _trace_shapes(
     shape = None if input_shape is None else tuple(input_shape)
     trace = ShapeTrace(meta_copy(original), names, ctx.mesh, input_shape=shape)
 
-    @torch.compiler.disable
+    @eager
     def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         trace.begin(module, args, kwargs)
         return wrap_inputs(args, kwargs, trace.entry, ctx) if ctx.enabled else None
 
-    @torch.compiler.disable
+    @eager
     def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
         output = unwrap_outputs(output)
         trace.end(output)
@@ -222,7 +222,7 @@ def _trace_shapes(
     for name in names:
         layer = model.get_submodule(name)
 
-        @torch.compiler.disable
+        @eager
         def take(module: nn.Module, args: tuple[Any, ...], name: str = name) -> Any:
             assert isinstance(module, SpatialLayer)
             traced = trace.take(name, module._label())
@@ -231,7 +231,7 @@ def _trace_shapes(
             module._traced = traced
             return unwrap_inputs(args)
 
-        @torch.compiler.disable
+        @eager
         def give(module: nn.Module, args: tuple[Any, ...], output: Any, name: str = name) -> Any:
             if not (trace.inside and ctx.enabled):  # called on its own: plain in, plain out
                 return output
@@ -374,7 +374,5 @@ def parallelize(
     sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
     model.__dict__["spatial_grad_sync"] = sync
     model.__dict__["spatial_mesh"] = mesh
-    model.register_forward_hook(
-        torch.compiler.disable(lambda module, args, output: sync.watch(output))
-    )
+    model.register_forward_hook(eager(lambda module, args, output: sync.watch(output)))
     return model

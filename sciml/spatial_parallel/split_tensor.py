@@ -138,6 +138,18 @@ def refuse(func: Any, split: Split, why: str) -> SplitOpError:
     )
 
 
+#: Why the compiler stops at split blocks (what ``torch.compile(..., fullgraph=True)`` reports).
+EAGER_REASON = (
+    "sciml spatial_parallel: split blocks, and the parallel model's hooks that wrap them, run "
+    "eagerly between compiled graphs; compile a parallel model without fullgraph=True"
+)
+
+
+def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run eagerly under ``torch.compile``, a graph break that names :data:`EAGER_REASON`."""
+    return torch.compiler.disable(fn, reason=EAGER_REASON)
+
+
 #: Tensor attributes whose value on a wrapped tensor is not that of its plain block.
 LAYOUT_ATTRIBUTES = ("shape", "data", "T", "mT", "H", "mH", "real", "imag")
 _BLOCK_SHAPE: Any = torch._C.TensorBase.shape  # the C-level attribute, not the property below
@@ -153,11 +165,11 @@ def _eager_attribute(name: str) -> property:
     """
     getset = getattr(torch._C.TensorBase, name)
 
-    @torch.compiler.disable
+    @eager
     def get(self: torch.Tensor) -> Any:
         return getset.__get__(self)
 
-    @torch.compiler.disable
+    @eager
     def put(self: torch.Tensor, value: Any) -> None:
         getset.__set__(self, value)
 
@@ -174,7 +186,7 @@ class _Dispatched(torch.Tensor):
     """
 
     @classmethod
-    @torch.compiler.disable
+    @eager
     def __torch_function__(
         cls,
         func: Any,

@@ -123,15 +123,18 @@ def compiled_errors(
     return {"errors": errors, "graphs": counters["stats"]["unique_graphs"]}
 
 
-def refused_under_compile(mesh_kwargs: dict[str, int], compiler: str) -> str:
-    """The error a compiled parallel model raises on an op it cannot compute on blocks."""
-    torch._dynamo.reset()
+def refused_under_compile(mesh_kwargs: dict[str, int], compiler: str) -> dict[str, str]:
+    """A compiled parallel model's errors: an op it cannot compute on blocks; fullgraph=True."""
     mesh = SpatialMesh(**mesh_kwargs)
     torch.manual_seed(0)
-    compiled = torch.compile(parallelize(RefusedOp().double(), mesh), backend=compiler)
+    model = parallelize(RefusedOp().double(), mesh)
     x = shard(torch.randn(1, 2, 8, 6, 6, dtype=torch.float64), mesh)
-    try:
-        compiled(x)
-    except SplitOpError as err:
-        return str(err)
-    return "no error"
+    messages = {}
+    for case, options in {"op": {}, "fullgraph": {"fullgraph": True}}.items():
+        torch._dynamo.reset()  # compiled code is cached by frame, whatever the options
+        try:
+            torch.compile(model, backend=compiler, **options)(x)
+            messages[case] = "no error"
+        except (SplitOpError, torch._dynamo.exc.Unsupported) as err:
+            messages[case] = f"{type(err).__name__}: {err}"
+    return messages
