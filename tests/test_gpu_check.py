@@ -37,6 +37,8 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Absent())
 """
+# one worker runs the module's dry run once (module-scoped fixture)
+pytestmark = pytest.mark.xdist_group("gpu_check")
 SECTIONS = ["environment", "cuda_tests", "conv_stack", "training", "planner", "largest"]
 
 
