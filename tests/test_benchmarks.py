@@ -132,7 +132,11 @@ def test_the_mechanism_cost_benchmark_runs_quick(
     assert [row["model"] for row in rows] == ["cosmoflow", "unet"]
     for row in rows:
         lo, hi = row["ratio_ci95"]
+        cpu_lo, cpu_hi = row["cpu_ratio_ci95"]
         assert row["off_ms"] > 0 and row["on_ms"] > 0 and lo <= row["ratio"] <= hi, row
+        assert cpu_lo <= row["cpu_ratio"] <= cpu_hi, row
+        over_lo, over_hi = row["overhead_ms_ci95"]
+        assert over_lo <= row["overhead_ms"] <= over_hi and row["small"] == row["size"], row
 
 
 def test_the_efficiency_benchmark_runs_quick(
