@@ -44,13 +44,18 @@ def profile_path(part: Part) -> Path:
     return part.scratch / "planner_profile.json"
 
 
+def calibration_arguments(path: Path) -> list[str]:
+    """``sciml`` arguments that calibrate the GPU and cache its profile at ``path``."""
+    return ["spatial", "plan", "--calibrate", "--device", "cuda", "--cache", str(path)]
+
+
 def calibrate_cuda(path: Path) -> Profile:
     """``sciml spatial plan --calibrate --device cuda --cache PATH``, and the profile it wrote.
 
     Raises:
         RuntimeError: If the command fails (its error output included).
     """
-    args = ["spatial", "plan", "--calibrate", "--device", "cuda", "--cache", str(path)]
+    args = calibration_arguments(path)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(args)

@@ -185,3 +185,19 @@ def test_a_failed_run_is_recorded_by_its_kind(monkeypatch: pytest.MonkeyPatch) -
     assert failure(oom) == "out of memory: CUDA out of memory. Tried to allocate 8.00 GiB"
     assert failure(ValueError("bad size")) == "ValueError: bad size"
     assert failure(RuntimeError()) == "RuntimeError: "
+
+
+def test_the_gpu_calibration_is_a_command_sciml_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one planner call a dry run cannot make (it calibrates the GPU) parses as meant."""
+    from sciml.cli import build_parser
+
+    arguments = _module("_gpu_planner", monkeypatch).calibration_arguments(tmp_path / "p.json")
+    args = build_parser(["spatial"]).parse_args(arguments)
+    assert (args.calibrate, args.device, args.cache, args.model) == (
+        True,
+        "cuda",
+        str(tmp_path / "p.json"),
+        None,  # calibrate and cache only: no grid is priced
+    )
