@@ -212,8 +212,9 @@ def convolution(
 ) -> torch.Tensor:
     """``x``'s convolution on the kernel the unsplit input (shape ``unsplit``) would get.
 
-    On the CPU, in the layout of :func:`fast_layout` (under ``torch.autocast``,
-    for the dtype it computes in); elsewhere as given.
+    On the CPU, on the kernel :func:`fast_layout`'s layout reaches (under
+    ``torch.autocast``, for the dtype it computes in; :func:`layout_convolution`);
+    elsewhere as given.
     """
     if x.device.type != "cpu":
         return _call(x, weight, bias, geometry)
@@ -275,17 +276,13 @@ def _adjoint_padding(geometry: ConvGeometry) -> Triple | None:
 
 
 def _onednn(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    padding: Sequence[int],
-    geometry: ConvGeometry,
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geometry: ConvGeometry
 ) -> torch.Tensor:
     out: torch.Tensor = torch.ops.aten.mkldnn_convolution(
         x,
         weight,
         bias,
-        list(padding),
+        list(geometry.padding),
         list(geometry.stride),
         list(geometry.dilation),
         geometry.groups,
@@ -317,7 +314,7 @@ class OneDNNConvolution(torch.autograd.Function):
         """``x``'s convolution by ``mkldnn_convolution``."""
         ctx.save_for_backward(x, weight)
         ctx.geometry, ctx.perm = geometry, perm  # type: ignore[attr-defined]
-        return _onednn(x, weight, bias, geometry.padding, geometry)
+        return _onednn(x, weight, bias, geometry)
 
     @staticmethod
     @once_differentiable
@@ -330,10 +327,11 @@ class OneDNNConvolution(torch.autograd.Function):
         grad_x = None
         adjoint = _adjoint_padding(geometry)
         if need_x and adjoint is not None:
-            stride_one = ConvGeometry(
-                geometry.weight, (1, 1, 1), adjoint, geometry.dilation, geometry.groups
+            flipped = _flipped(weight, geometry.groups)
+            transpose = ConvGeometry(
+                tuple(flipped.shape), (1, 1, 1), adjoint, geometry.dilation, geometry.groups
             )
-            grad_x = _onednn(grad, _flipped(weight, geometry.groups), None, adjoint, stride_one)
+            grad_x = _onednn(grad, flipped, None, transpose)
         mask = [need_x and grad_x is None, need_weight, need_bias]
         grad_weight = grad_bias = None
         if any(mask):
