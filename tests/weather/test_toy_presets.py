@@ -73,6 +73,9 @@ def test_the_preset_command_names_an_unknown_preset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "preset.nc"
-    assert main(["weather", "preset", "qg", "--out", str(out), "--quiet"]) == 1
-    assert "no toy preset 'qg'; presets: ['qg-imperfect-v1'" in capsys.readouterr().err
+    # a usage error, before anything is imported or written
+    with pytest.raises(SystemExit) as exit_info:
+        main(["weather", "preset", "qg", "--out", str(out), "--quiet"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'qg' (choose from 'qg-imperfect-v1'" in capsys.readouterr().err
     assert not out.exists()
