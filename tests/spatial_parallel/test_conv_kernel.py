@@ -177,6 +177,41 @@ def test_onednn_in_the_block_s_own_layout_is_the_same_convolution(
         assert bool(((o.double() - r).abs() <= bound).all()), f"{name}: {(o - r).abs().max():.3g}"
 
 
+def _penalty_weight_grad(
+    x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, v: torch.Tensor, fn: Any
+) -> torch.Tensor:
+    """d/dw of <v, dL/dx> for L = <g, conv(x, w)>: a gradient penalty's double backward."""
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    (grad_x,) = torch.autograd.grad(fn(x, w, None), x, g, create_graph=True)
+    (grad_w,) = torch.autograd.grad((grad_x * v).sum(), w)
+    return grad_w
+
+
+@pytest.mark.parametrize(("shape", "geometry", "perm"), DIRECT)
+def test_onednn_in_the_block_s_own_layout_is_differentiable_twice(
+    shape: tuple[int, ...], geometry: ConvGeometry, perm: tuple[int, int, int]
+) -> None:
+    """A gradient penalty through the direct path, within the float32 bound of float64.
+
+    dL/dx is linear in w, so d<v, dL/dx>/dw is the weight gradient of conv(v, w)
+    for the output gradient g: one reduction, bounded like the weight gradient.
+    """
+    generator = torch.Generator().manual_seed(1)
+    x, v = (torch.randn(shape, dtype=torch.float64, generator=generator) for _ in range(2))
+    w = torch.randn(geometry.weight, dtype=torch.float64, generator=generator)
+    g = torch.randn_like(_run(x, w, None, geometry))
+    ref = _penalty_weight_grad(x, w, g, v, lambda *t: _run(*t, geometry))
+    got = _penalty_weight_grad(
+        x.float(),
+        w.float(),
+        g.float(),
+        v.float(),
+        lambda *t: OneDNNConvolution.apply(*t, geometry, perm),
+    )
+    bound = _bounds(v, w, None, g, geometry, torch.float32)[2]
+    assert bool(((got.double() - ref).abs() <= bound).all()), f"{(got - ref).abs().max():.3g}"
+
+
 def test_the_layout_moves_a_thin_block_onto_onednn() -> None:
     """The block below the threshold gets a layout on oneDNN; the op's own choice says so."""
     assert cpu_backend(BLOCK, torch.float32, CONV) == "Slow3d"

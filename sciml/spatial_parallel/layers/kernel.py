@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.autograd.function import FunctionCtx
 
 from sciml.spatial_parallel.layers.base import autocast_dtype
 
@@ -299,7 +299,8 @@ class OneDNNConvolution(torch.autograd.Function):
     ``mkldnn_convolution`` at stride 1 (:func:`_adjoint_padding`); otherwise,
     and for the weight and bias gradients, ``convolution_backward`` is given
     the tensors in the layout ``perm`` (``fast_layout``'s), where its choice is
-    oneDNN. Not differentiable twice.
+    oneDNN. Its backward is made of differentiable ops, so a gradient penalty
+    (``create_graph=True``) differentiates it again.
     """
 
     @staticmethod
@@ -317,7 +318,6 @@ class OneDNNConvolution(torch.autograd.Function):
         return _onednn(x, weight, bias, geometry)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """Input gradient by the adjoint convolution; weight and bias in the moved layout."""
         x, weight = ctx.saved_tensors
