@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
+    from sciml.spatial_parallel.first_order import SecondDerivativeError
     from sciml.spatial_parallel.heads import (
         SpatialAdaptiveAvgPool3d,
         SpatialDropout,
@@ -127,6 +128,7 @@ _HOMES = {
     **dict.fromkeys(("HaloError", "block_bounds"), "partition"),
     **dict.fromkeys(("shard", "unshard"), "sharding"),
     "SplitOpError": "split_tensor",
+    "SecondDerivativeError": "first_order",
 }
 
 __all__ = [
@@ -146,6 +148,7 @@ __all__ = [
     "SpatialMesh",
     "SpatialPReLU",
     "SpatialUpsample",
+    "SecondDerivativeError",
     "SplitOpError",
     "block_bounds",
     "global_loss",

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from sciml.collectives import collective_device
+from sciml.spatial_parallel.first_order import first_order_only
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import block_bounds
 
@@ -30,6 +31,7 @@ class _AllReduceSum(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only("an all-reduce over the spatial ranks")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.clone()
         dist.all_reduce(grad, group=ctx.group)

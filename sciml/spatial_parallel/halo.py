@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from sciml.spatial_parallel.exchange import Exchange, take
+from sciml.spatial_parallel.first_order import first_order_only
 from sciml.spatial_parallel.halo_plan import HaloPlan
 from sciml.spatial_parallel.overlap import Box
 
@@ -91,6 +92,7 @@ class _HaloExtend(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only("a halo exchange")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         exchange: Exchange = ctx.exchange
         exchange.start_backward([(exchange.plan.full_box, grad)])
@@ -123,6 +125,7 @@ class _HaloStart(torch.autograd.Function):
         return x.view_as(x), x.new_zeros(0)
 
     @staticmethod
+    @first_order_only("a halo exchange")
     def backward(ctx: Any, grad: torch.Tensor | None, _token: Any) -> tuple[torch.Tensor, None]:
         return ctx.exchange.finish_backward(grad), None
 
@@ -137,6 +140,7 @@ class _HaloFinish(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only("a halo exchange")
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         pairs = [(box, g) for box, g in zip(ctx.boxes, grads, strict=True) if g is not None]
         ctx.exchange.start_backward(pairs)

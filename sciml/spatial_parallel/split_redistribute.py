@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sciml.spatial_parallel.first_order import first_order_only
 from sciml.spatial_parallel.partition import block_bounds
 
 #: Each coordinate's pieces along the dim: ``[lo, hi)`` in the new global index.
@@ -68,6 +69,7 @@ class _Redistribute(torch.autograd.Function):
         return _assemble(parts, dim, pieces, targets[coord][0], x)
 
     @staticmethod
+    @first_order_only("a re-partition of a split block")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         longest = max(hi - lo for ((lo, hi),) in ctx.targets)
         parts = _gather(grad.contiguous(), ctx.dim, longest, ctx.group)

@@ -46,6 +46,7 @@ import torch._dynamo
 import torch.distributed as dist
 
 import sciml
+from sciml.spatial_parallel.first_order import first_order_only
 from sciml.spatial_parallel.layers.base import REPLICATED_TAG
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
@@ -285,6 +286,7 @@ class _SplitUse(torch.autograd.Function):
         return x.view_as(x)
 
     @staticmethod
+    @first_order_only("an all-reduce over the spatial ranks")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
