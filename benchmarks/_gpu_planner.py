@@ -172,9 +172,15 @@ def largest(part: Part) -> None:
             }
             try:
                 figures = train_rate(
-                    cfg.model("cosmoflow"), shape, device=part.device, dtype=dtype,
-                    layout="ncdhw", warmup=1, steps=2, host_batches=1,
-                )  # fmt: skip
+                    cfg.model("cosmoflow"),
+                    shape,
+                    device=part.device,
+                    dtype=dtype,
+                    layout="ncdhw",
+                    warmup=1,
+                    steps=2,
+                    host_batches=1,
+                )
             except Exception as err:  # out of memory, or a size a kernel refuses: recorded
                 row["outcome"] = failure(err)
             else:
