@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel.exchange import HaloTimer
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import parallelize
@@ -157,3 +158,11 @@ def peak_memory(
     before = _status_mib("VmRSS")
     model(x).sum().backward()
     return {"peak_mib": _status_mib("VmHWM") - before, "input_mib": x.numel() * 4 / 2**20}
+
+
+def volume_model(name: str, size: int) -> tuple[nn.Module, tuple[int, ...]]:
+    """CosmoFlow (``"cosmoflow"``) or the 3D U-Net (``"unet"``), and its input on ``size``^3."""
+    torch.manual_seed(0)
+    if name == "cosmoflow":
+        return CosmoFlow(4, 4, base_filters=16, n_conv=4), (1, 4, size, size, size)
+    return UNet(1, 2, base_channels=8, depth=3), (1, 1, size, size, size)

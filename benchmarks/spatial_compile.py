@@ -3,7 +3,7 @@
 Usage: python benchmarks/spatial_compile.py [--quick] [--rounds 7] [--steps 3] [--size 48]
        [--compiler inductor] [--out PATH]
 
-CosmoFlow and the 3D U-Net (``sciml.models``, the models of
+CosmoFlow and the 3D U-Net (``_spatial_workloads.volume_model``, as in
 ``spatial_mechanism_cost.py``) on 2 gloo ranks (depth split), one thread
 each; one training step = forward + backward of ``sum(y * 0.5)``. The same
 parallel model runs eagerly and through ``torch.compile`` (ops on split
@@ -28,8 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from _report import write_report
-from _spatial_workloads import median_interval
-from spatial_mechanism_cost import _model as volume_model
+from _spatial_workloads import median_interval, volume_model
 
 from sciml.distributed import spawn
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard

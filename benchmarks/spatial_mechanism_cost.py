@@ -33,21 +33,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from _report import write_report
-from _spatial_workloads import median_interval
+from _spatial_workloads import median_interval, volume_model
 
 from sciml.distributed import spawn
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 
 TARGET = 1.02
-
-
-def _model(name: str, size: int) -> tuple[torch.nn.Module, tuple[int, ...]]:
-    from sciml.models import CosmoFlow, UNet
-
-    torch.manual_seed(0)
-    if name == "cosmoflow":
-        return CosmoFlow(4, 4, base_filters=16, n_conv=4), (1, 4, size, size, size)
-    return UNet(1, 2, base_channels=8, depth=3), (1, 1, size, size, size)
 
 
 def time_rounds(name: str, size: int, rounds: int, steps: int) -> list[dict[str, float]]:
@@ -58,7 +49,7 @@ def time_rounds(name: str, size: int, rounds: int, steps: int) -> list[dict[str,
     """
     torch.set_num_threads(1)
     mesh = SpatialMesh(depth=2)
-    model, shape = _model(name, size)
+    model, shape = volume_model(name, size)
     pmodel = parallelize(model, mesh)
     context = pmodel.__dict__["spatial_split_context"]
     x = shard(torch.randn(shape), mesh)
