@@ -46,6 +46,7 @@ class _ReplicatedSum(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only("a sum into a replicated tensor")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
 
@@ -82,6 +83,7 @@ class _Gather(torch.autograd.Function):
         return out
 
     @staticmethod
+    @first_order_only("a gather into a replicated tensor")
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         return grad[ctx.index].contiguous(), None, None, None
 
