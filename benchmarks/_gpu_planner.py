@@ -3,8 +3,8 @@
 ``planner``: ``sciml spatial plan --calibrate --device cuda`` measures this
 machine's constants; the planner then prices the training section's models on
 one rank, and its predictions are set against the planner's own measurements
-(:func:`~sciml.spatial_parallel.planner_measure.time_step` and
-:func:`~sciml.spatial_parallel.planner_measure.step_memory`, one rank) and
+(:func:`~sciml.spatial_parallel.planner.measure.time_step` and
+:func:`~sciml.spatial_parallel.planner.measure.step_memory`, one rank) and
 against the training section's float32 runs. ``largest``: CosmoFlow at batch 1
 on growing cubes, the planner's peak memory (and whether it fits the device)
 against a real run, until the device runs out of memory.
@@ -28,10 +28,10 @@ from torch import nn
 
 from sciml.cli import main
 from sciml.distributed import spawn
-from sciml.spatial_parallel.planner_cost import Estimate, estimate
-from sciml.spatial_parallel.planner_graph import trace
-from sciml.spatial_parallel.planner_measure import step_memory, time_step
-from sciml.spatial_parallel.planner_profile import Profile, get_profile, load_profile
+from sciml.spatial_parallel.planner.cost import Estimate, estimate
+from sciml.spatial_parallel.planner.graph import trace
+from sciml.spatial_parallel.planner.measure import step_memory, time_step
+from sciml.spatial_parallel.planner.profile import Profile, get_profile, load_profile
 
 MODELS = ("cosmoflow", "unet")
 #: The planner's claims: step time within 30%, memory within 15%.

@@ -2,7 +2,7 @@
 
 Sections ``conv_stack`` and ``training`` of ``benchmarks/gpu_check.py``, and the
 training step the ``largest`` section runs. The models are the planner's
-(:func:`sciml.spatial_parallel.planner.build_model`: ``CosmoFlow(4, 4)`` and
+(:func:`sciml.spatial_parallel.planner.plan.build_model`: ``CosmoFlow(4, 4)`` and
 ``UNet(4, 2)``), so the planner section prices what these sections run. A
 training step is an Adam step on the mean square of the output, with the
 batch copied from pinned host memory (in-memory data).
@@ -26,7 +26,7 @@ from torch import nn
 from sciml.distributed import init_distributed
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard
-from sciml.spatial_parallel.planner import build_model
+from sciml.spatial_parallel.planner.plan import build_model
 
 #: MLPerf HPC v3.0 CosmoFlow, data parallel on H100: about 200 samples/s per GPU.
 MLPERF_H100_SAMPLES_PER_S = 200.0

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sciml.models import CosmoFlow, UNet
-from sciml.spatial_parallel.exchange import HaloTimer
+from sciml.spatial_parallel.halo.exchange import HaloTimer
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import parallelize
 from sciml.spatial_parallel.sharding import shard

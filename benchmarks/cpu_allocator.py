@@ -7,7 +7,7 @@ For the planner validation's CosmoFlow 64^3 and U-Net 32^3
 data-parallel processes (one sample each) and on a 2-way depth split, Adam
 steps are timed (``planner_measure.time_step``: the best step of the slowest
 rank) under glibc's default ``malloc`` policy and under
-:func:`sciml.cpu_allocator.keep_freed_memory` (what :func:`sciml.training.fit`
+:func:`sciml.distributed.cpu_allocator.keep_freed_memory` (what :func:`sciml.training.fit`
 switches on for the CPU), alternating the two ``--rounds`` times so that both
 see the same drift of the machine. Per case: the median over rounds of each
 policy's step time, its thread CPU time, kernel part and minor page faults,
@@ -26,7 +26,7 @@ from _report import write_report
 from spatial_plan_validation import models
 
 from sciml.distributed import spawn
-from sciml.spatial_parallel.planner_measure import time_step
+from sciml.spatial_parallel.planner.measure import time_step
 
 #: (model, edge of the cube, grid (data, depth, height, width)).
 CASES = [

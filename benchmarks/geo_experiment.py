@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _report import write_report
 
-from sciml.cli import non_negative_int, positive_float, positive_int
+from sciml.cli_args import non_negative_int, positive_float, positive_int
 from sciml.distributed import PreemptionFlag
 from sciml.geo.experiment import ExperimentInterrupted
 from sciml.training import EXIT_REQUEUE

@@ -6,7 +6,7 @@ Usage: python benchmarks/spatial_mechanism_cost.py [--quick] [--rounds 30] [--st
 CosmoFlow and the 3D U-Net (``sciml.models``) on 2 gloo ranks (depth split),
 one training step = forward + backward of ``sum(y * w)``. The same parallel
 model runs with the mechanism on (its forward code sees
-:class:`~sciml.spatial_parallel.split_tensor.SplitTensor` blocks) and off
+:class:`~sciml.spatial_parallel.split.tensor.SplitTensor` blocks) and off
 (plain blocks, as before it existed), in interleaved rounds whose order
 alternates, so that both see the same machine load. A round times ``steps``
 steps of each and keeps each one's fastest (the slower rank's time; the

@@ -28,9 +28,9 @@ from _report import write_report
 from matplotlib.figure import Figure
 
 from sciml.io_utils import save_figure
-from sciml.spatial_parallel.planner import build_model, plan_graph
-from sciml.spatial_parallel.planner_graph import trace
-from sciml.spatial_parallel.planner_profile import PROFILES
+from sciml.spatial_parallel.planner.graph import trace
+from sciml.spatial_parallel.planner.plan import build_model, plan_graph
+from sciml.spatial_parallel.planner.profile import PROFILES
 
 WORLDS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 #: (model, channels, edge) of the two workloads.

@@ -41,13 +41,13 @@ from torch import nn
 
 from sciml.distributed import spawn
 from sciml.models import CosmoFlow, UNet
-from sciml.spatial_parallel.planner import measure_costs
-from sciml.spatial_parallel.planner_calibrate import calibrate
-from sciml.spatial_parallel.planner_cost import Estimate, estimate
-from sciml.spatial_parallel.planner_graph import Graph, trace
-from sciml.spatial_parallel.planner_halo import Grid
-from sciml.spatial_parallel.planner_measure import step_memory, time_step
-from sciml.spatial_parallel.planner_profile import Profile, load_profile
+from sciml.spatial_parallel.planner.calibrate import calibrate
+from sciml.spatial_parallel.planner.cost import Estimate, estimate
+from sciml.spatial_parallel.planner.graph import Graph, trace
+from sciml.spatial_parallel.planner.halo import Grid
+from sciml.spatial_parallel.planner.measure import step_memory, time_step
+from sciml.spatial_parallel.planner.plan import measure_costs
+from sciml.spatial_parallel.planner.profile import Profile, load_profile
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ Two tables, on local gloo processes:
 1. **Inside steps.** For split grids of the validation's U-Net 32^3 and
    CosmoFlow 48^3 (``spatial_plan_validation.models``), Adam steps on
    random data; per step and rank: wall and thread CPU time, the time spent
-   waiting for halo messages (:class:`~sciml.spatial_parallel.exchange.HaloTimer`)
+   waiting for halo messages (:class:`~sciml.spatial_parallel.halo.exchange.HaloTimer`)
    and blocking in ``dist.all_reduce`` (normalisation statistics and gradient
    buckets), with the number of each, per call, and for the U-Net's
    normalisation pairs the first call against the second (which follows
@@ -38,8 +38,8 @@ from spatial_plan_validation import models
 
 from sciml.distributed import spawn
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard
-from sciml.spatial_parallel.exchange import HaloTimer
-from sciml.spatial_parallel.planner_calibrate import (
+from sciml.spatial_parallel.halo.exchange import HaloTimer
+from sciml.spatial_parallel.planner.calibrate import (
     GAP_SHAPE,
     SMALL,
     _allreduce,

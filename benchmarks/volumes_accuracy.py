@@ -29,7 +29,7 @@ from multiprocessing import get_context
 
 from _report import write_report
 
-from sciml.cli import positive_int
+from sciml.cli_args import positive_int
 from sciml.volumes.data import PARAMS
 from sciml.volumes.experiment import SizeRecipe, volume_size_run
 

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from _report import write_report
 
-from sciml.checkpoint import read_checkpoint
 from sciml.distributed import init_distributed, spawn
 from sciml.training import TrainConfig
+from sciml.training.checkpoint import read_checkpoint
 from sciml.volumes.data import write_cosmology, write_segmentation
 from sciml.volumes.train import VolumeTraining, train_volumes
 

@@ -7,9 +7,9 @@ The data are random fields of the shape of the ``qg-imperfect-v1`` preset (10 me
 7 lead times, 2 levels, 32 x 32, ``psi`` and ``q``; the time does not depend on the
 values), a biased truth, and a climate of ``--climate-dates`` other start dates. EMOS on 5
 and on 10 members and a per-grid-point MLP on 5 (one epoch; training is not timed) are
-scored on each test set: the seconds of :func:`sciml.weather.evaluate.score_runs` (the
+scored on each test set: the seconds of :func:`sciml.weather.postprocess.evaluate.score_runs` (the
 forecasts, every score, the EFI against the climate, the histograms) and of writing the
-JSON, CSV and figures (:func:`sciml.weather.evaluate_report.write_evaluation`). Prints a
+JSON, CSV and figures (:func:`sciml.weather.postprocess.evaluate_report.write_evaluation`). Prints a
 table and writes the rows as JSON.
 """
 
@@ -25,10 +25,10 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import positive_int
-from sciml.weather.evaluate import score_runs
-from sciml.weather.evaluate_report import write_evaluation
-from sciml.weather.train import train_postprocessor
+from sciml.cli_args import positive_int
+from sciml.weather.postprocess.evaluate import score_runs
+from sciml.weather.postprocess.evaluate_report import write_evaluation
+from sciml.weather.postprocess.train import train_postprocessor
 
 
 def _ensemble(dates: int, *, start: int, members: int = 10, seed: int = 0) -> xr.Dataset:

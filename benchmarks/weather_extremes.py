@@ -6,7 +6,8 @@ Usage: python benchmarks/weather_extremes.py DATA RUN_DIR [RUN_DIR ...] [--fract
 DATA and the split are those of ``benchmarks/weather_postprocess.py`` (``split_start_dates``;
 scores on the test dates, the truth's climatology from the training and validation dates).
 For the raw full and k-member ensembles and each run, on all points and on the
-``--fraction`` most extreme by the truth's anomaly (:func:`sciml.weather.extremes.extreme_events`,
+``--fraction`` most extreme by the truth's anomaly
+(:func:`sciml.weather.metrics.extremes.extreme_events`,
 the subset ``sciml weather evaluate`` scores), per variable: the mean CRPS, the RMSE of the
 forecast mean, the root-mean variance (spread) and the **conditional bias**
 ``mean((mean - truth) * sign(truth - climatology))``: negative when the forecast stays
@@ -27,12 +28,12 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import positive_float
+from sciml.cli_args import positive_float
 from sciml.weather import metrics
 from sciml.weather.data import split_start_dates
-from sciml.weather.extremes import extreme_events
-from sciml.weather.predict import predict_run
-from sciml.weather.train import read_run
+from sciml.weather.metrics.extremes import extreme_events
+from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.train import read_run
 
 
 def _summary(

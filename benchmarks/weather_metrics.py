@@ -23,10 +23,10 @@ import xarray as xr
 import xskillscore
 from _report import write_report
 
-from sciml.cli import positive_int
-from sciml.cores import usable_cores
-from sciml.weather.kernels import crps_ensemble_array
+from sciml.cli_args import positive_int
+from sciml.distributed.cores import usable_cores
 from sciml.weather.metrics import crps_ensemble
+from sciml.weather.metrics.kernels import crps_ensemble_array
 
 
 def _time_round_robin(

@@ -32,11 +32,11 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import positive_int
+from sciml.cli_args import positive_int
 from sciml.weather.data import split_start_dates
-from sciml.weather.evaluate import evaluate_runs
-from sciml.weather.loss_scale import LOSS_SCALES
-from sciml.weather.train import MODELS, train_postprocessor
+from sciml.weather.postprocess.evaluate import evaluate_runs
+from sciml.weather.postprocess.loss_scale import LOSS_SCALES
+from sciml.weather.postprocess.train import MODELS, train_postprocessor
 
 MARKER = "benchmark.json"
 

@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/weather_preset.py [--start-dates N] [--threads T] [--out PATH]
 
-Generates each preset of :mod:`sciml.weather.toy_presets` (``--start-dates`` takes the
+Generates each preset of :mod:`sciml.weather.toy.presets` (``--start-dates`` takes the
 first N start dates only, for a quicker look), splits it by start date and scores the raw
 10-member ensemble on the test dates, per variable, level and lead time: the mean error
 of the ensemble mean (bias), the RMS over grid points of the per-point mean error across
@@ -20,10 +20,10 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import positive_int
+from sciml.cli_args import positive_int
 from sciml.weather import metrics
 from sciml.weather.data import split_start_dates
-from sciml.weather.toy_presets import PRESETS, generate_preset
+from sciml.weather.toy.presets import PRESETS, generate_preset
 
 DIMS = ["time", "lat", "lon"]
 

@@ -30,11 +30,11 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli import non_negative_int, positive_int
+from sciml.cli_args import non_negative_int, positive_int
 from sciml.weather.data import split_start_dates
-from sciml.weather.spread import LOSSES
-from sciml.weather.spread_evaluate import evaluate_spread
-from sciml.weather.spread_train import train_spread
+from sciml.weather.spread.evaluate import evaluate_spread
+from sciml.weather.spread.model import LOSSES
+from sciml.weather.spread.train import train_spread
 
 
 def _config(table: pd.DataFrame) -> pd.Series:

@@ -1,6 +1,6 @@
 """sciml: scientific machine learning on one spine.
 
-Three workflows share the spine (``distributed``, ``training``, ``xrdata``,
+Three workflows share the spine (``distributed``, ``training``, ``datasets``,
 ``models``): spatially parallel 3D CNNs (:mod:`sciml.spatial_parallel`),
 ensemble weather post-processing (:mod:`sciml.weather`) and OSM road masks for
 tree segmentation (:mod:`sciml.geo`).

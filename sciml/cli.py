@@ -9,8 +9,8 @@ Conventions every subcommand follows:
 
 - every option has help text; ``--help`` shows its default (the formatter adds
   it, except for required options and those without one);
-- numeric options use the validating types below (:func:`positive_int`,
-  :func:`non_negative_float`, ...), so that a bad value is a usage error before
+- numeric options use the validating types of :mod:`sciml.cli_args`
+  (:func:`~sciml.cli_args.positive_int`, ...), so that a bad value is a usage error before
   any work starts;
 - a usage error prints the usage of the (sub)command it concerns and one line
   ``sciml ...: error: ...``, exit code 2 (argparse's);
@@ -31,21 +31,15 @@ import argparse
 import contextlib
 import importlib
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NoReturn, TypeAlias, cast
+from typing import NoReturn, cast
 
+from sciml.cli_args import Register, Subparsers
 from sciml.io_utils import atomic_write_text
-
-#: What a workflow's ``register`` receives: the ``sciml`` parser's subcommands.
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-#: The type of every workflow's ``register(subparsers)``.
-Register: TypeAlias = Callable[[Subparsers], None]
 
 #: Top-level workflow commands: name -> (module whose ``register(subparsers)``
 #: adds it, its one-line help in ``sciml --help``).
@@ -76,31 +70,6 @@ EXIT_USAGE = 2
 ELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 
 
-def _number(kind: type, test: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    """An argparse type converting to ``kind`` and rejecting values failing ``test``."""
-
-    def convert(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not (math.isfinite(value) and test(value)):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    convert.__name__ = expected  # argparse names the type in its messages
-    return convert
-
-
-#: Validating argparse types for numeric options.
-positive_int = _number(int, lambda v: v > 0, "an integer >= 1")
-non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = _number(float, lambda v: v > 0, "a finite number > 0")
-non_negative_float = _number(float, lambda v: v >= 0, "a finite number >= 0")
-finite_float = _number(float, lambda v: True, "a finite number")
-fraction = _number(float, lambda v: 0 < v < 1, "a fraction between 0 and 1, exclusive")
-
-
 def _cmd_info(args: argparse.Namespace) -> int:
     from sciml.info import environment_report
 
@@ -128,7 +97,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _prints_errors() -> bool:
     """Whether this process prints error lines: rank 0 of a launch, or a lone process."""
-    from sciml.launch import detect_launch
+    from sciml.distributed.launch import detect_launch
 
     try:
         return detect_launch().rank == 0

@@ -1,11 +1,12 @@
-"""Atomic file writes: outputs appear whole or not at all."""
+"""Atomic file writes (outputs appear whole or not at all) and Markdown tables."""
 
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,29 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return Path(path)
+
+
+def markdown_table(
+    header: Sequence[str], rows: Iterable[Sequence[object]], *, floats: str = ".3f"
+) -> str:
+    """A Markdown table; real non-integer cells are formatted with ``floats``, others with ``str``.
+
+    Args:
+        header: The column names.
+        rows: The rows, each with one cell per column.
+        floats: Format spec of float cells (pass strings for other formats).
+
+    Raises:
+        ValueError: A row whose number of cells differs from the header's.
+    """
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a table row has {len(row)} cells for {len(header)} columns: {row}")
+        cells = [format(c, floats) if _is_float(c) else str(c) for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _is_float(cell: object) -> bool:
+    return isinstance(cell, numbers.Real) and not isinstance(cell, numbers.Integral)

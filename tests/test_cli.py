@@ -15,14 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sciml.cli import (
-    EXIT_FAILURE,
-    EXIT_USAGE,
-    WORKFLOW_CLIS,
-    WORKFLOW_COMMANDS,
-    build_parser,
+from sciml.cli import EXIT_FAILURE, EXIT_USAGE, WORKFLOW_CLIS, WORKFLOW_COMMANDS, build_parser, main
+from sciml.cli_args import (
     finite_float,
-    main,
     non_negative_float,
     non_negative_int,
     positive_float,

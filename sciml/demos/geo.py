@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sciml.datasets import sample_path
 from sciml.demos import DemoInterrupted
-from sciml.demos.report import markdown_table, save_figure
+from sciml.demos.report import save_figure
 from sciml.geo.experiment import (
     OSBS_KNOWN,
     OSBS_TRAIN,
@@ -25,6 +25,7 @@ from sciml.geo.experiment import (
 from sciml.geo.plots import experiment_figure, labels_map, map_row, overlay
 from sciml.geo.rasters import read_image, write_geotiff
 from sciml.geo.scene import synthesize_scene
+from sciml.io_utils import markdown_table
 
 #: UTM 35N crop of the Helsinki extract (500 m x 500 m): a park and its streets.
 DEMO_BOUNDS = (385600.0, 6672150.0, 386100.0, 6672650.0)

@@ -7,8 +7,9 @@ import time
 
 import torch
 
-from sciml.demos.report import markdown_table, save_figure
+from sciml.demos.report import save_figure
 from sciml.distributed import spawn
+from sciml.io_utils import markdown_table
 from sciml.models import UNet
 from sciml.spatial_parallel.plots import plot_decomposition
 from sciml.spatial_parallel.testing import check_parallel

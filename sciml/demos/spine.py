@@ -2,7 +2,7 @@
 
 Learns 500 hPa temperature from the 850 hPa temperature and the two
 geopotential levels of the real ERA5 ensemble sample with a small 2D U-Net,
-through :class:`~sciml.xrdata.XarrayDataset` and :func:`~sciml.training.fit`.
+through :class:`~sciml.datasets.xarray_dataset.XarrayDataset` and :func:`~sciml.training.fit`.
 Training resumes from ``outdir/spine`` (``spine-quick`` in quick mode) when a
 previous run was interrupted; on a signal the section raises
 :class:`~sciml.demos.DemoInterrupted` after the checkpoint.
@@ -19,11 +19,11 @@ from matplotlib.ticker import MaxNLocator
 from torch import nn
 
 from sciml.datasets import sample_path
+from sciml.datasets.xarray_dataset import XarrayDataset, compute_stats, open_dataset
 from sciml.demos import stop_if_interrupted
 from sciml.demos.report import save_figure
 from sciml.models import UNet
 from sciml.training import TrainConfig, fit
-from sciml.xrdata import XarrayDataset, compute_stats, open_dataset
 
 
 def _loss(model: nn.Module, batch: torch.Tensor) -> dict[str, torch.Tensor]:

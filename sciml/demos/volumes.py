@@ -69,7 +69,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 
 def _losses(run_dir: Path, metric: str) -> str:
-    from sciml.demos.report import markdown_table  # matplotlib: not in the training ranks
+    from sciml.io_utils import markdown_table
 
     rows = [r for r in _csv(run_dir / "metrics.csv") if r["split"] in ("train_step", "epoch")]
     steps: dict[int, dict[str, str]] = {}
@@ -83,7 +83,7 @@ def _losses(run_dir: Path, metric: str) -> str:
 
 
 def _perf(run_dir: Path) -> str:
-    from sciml.demos.report import markdown_table
+    from sciml.io_utils import markdown_table
 
     rows = _csv(run_dir / "perf.csv")
     last = max(int(r["epoch"]) for r in rows)
@@ -98,7 +98,7 @@ def _perf(run_dir: Path) -> str:
 
 
 def _plan() -> str:
-    from sciml.spatial_parallel.planner import recommend
+    from sciml.spatial_parallel.planner.plan import recommend
 
     plan = recommend("cosmoflow", PLAN_SHAPE, world=PLAN_WORLD, memory="80GiB", profile="h100")
     return plan.table(top=3)

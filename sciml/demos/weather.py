@@ -17,8 +17,9 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from sciml.datasets import sample_path
-from sciml.demos.report import markdown_table, save_figure
+from sciml.demos.report import save_figure
 from sciml.distributed import torch_threads
+from sciml.io_utils import markdown_table
 
 
 def _save(fig: Figure, outdir: Path, name: str) -> str:
@@ -34,7 +35,7 @@ def demo(outdir: pathlib.Path, *, quick: bool = False) -> str:
     """Write the weather figures under ``outdir/weather`` and return the Markdown section."""
     from sciml.weather import metrics, plots
     from sciml.weather.data import open_ensemble
-    from sciml.weather.toy import generate_ensemble, write_ensemble
+    from sciml.weather.toy.ensemble import generate_ensemble, write_ensemble
     from sciml.weather.verify import leave_one_out_scores, score_summary
 
     figdir = Path(outdir) / "weather"
@@ -157,7 +158,7 @@ def _train_runs(train: xr.Dataset, folder: Path, *, k: int, epochs: int) -> list
     and 27 s instead of 8.5 s and 11 s).
     """
     from sciml.demos import DemoInterrupted
-    from sciml.weather.train import train_postprocessor
+    from sciml.weather.postprocess.train import train_postprocessor
 
     runs = []
     for model, members in (("emos", k), ("emos", train.sizes["member"]), ("mlp", k)):
@@ -185,10 +186,10 @@ def _summary(table: pd.DataFrame, reference: str) -> pd.DataFrame:
 def _postprocessing(figdir: Path, *, quick: bool) -> list[str]:
     """Train EMOS and an MLP on half the members of an imperfect toy; the evaluate table."""
     from sciml.weather import plots
-    from sciml.weather.evaluate import score_runs
-    from sciml.weather.evaluate_report import describe, skill_by_lead
-    from sciml.weather.toy import generate_ensemble
-    from sciml.weather.toy_presets import toy_preset
+    from sciml.weather.postprocess.evaluate import score_runs
+    from sciml.weather.postprocess.evaluate_report import describe, skill_by_lead
+    from sciml.weather.toy.ensemble import generate_ensemble
+    from sciml.weather.toy.presets import toy_preset
 
     preset = toy_preset("qg-imperfect-v1")
     size: dict[str, Any] = (

@@ -18,7 +18,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from sciml.cli import (
+from sciml.cli_args import (
     Subparsers,
     finite_float,
     non_negative_float,

@@ -195,11 +195,11 @@ def train_segmenter(
     Raises:
         ValueError: Bad options, or tiles the model cannot take.
         RunConfigError: ``run_dir`` holds a run of another configuration.
-        sciml.run_dir.RunDirError: Another process is training in ``run_dir``.
+        sciml.training.run_dir.RunDirError: Another process is training in ``run_dir``.
     """
     from sciml.io_utils import atomic_write_text
-    from sciml.run_dir import RunLock
     from sciml.training import TrainConfig, fit, seed_everything
+    from sciml.training.run_dir import RunLock
 
     _check_training(model, train_dataset, epochs=epochs, batch_size=batch_size, lr=lr, loss=loss)
     config = run_config(
@@ -249,7 +249,7 @@ def load_segmenter(run_dir: str | Path, *, checkpoint: str = "last") -> MaskedUN
         FileNotFoundError: No such run folder, ``model.json`` or checkpoint.
         ValueError: ``model.json`` does not describe a :class:`MaskedUNet`.
     """
-    from sciml.checkpoint import load_checkpoint
+    from sciml.training.checkpoint import load_checkpoint
 
     run_dir = Path(run_dir)
     if checkpoint not in ("last", "best"):

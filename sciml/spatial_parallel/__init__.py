@@ -51,12 +51,12 @@ volume, and a halo wider than a neighbour's block (:class:`HaloError`: use
 fewer ranks along that axis or a larger input).
 
 The model's own forward code sees its split inputs as
-:class:`~sciml.spatial_parallel.split_tensor.SplitTensor` blocks: their
+:class:`~sciml.spatial_parallel.split.tensor.SplitTensor` blocks: their
 shapes are the global ones, reductions, pads, concatenations, slices and
 reshapes along split axes are computed as on the whole tensor, and any other
 op that touches a split axis (a functional convolution, ``cumsum`` along
 depth, ...) raises :class:`SplitOpError` naming the op, the axis and the
-line (:mod:`sciml.spatial_parallel.split_dispatch` lists the tables).
+line (:mod:`sciml.spatial_parallel.split.dispatch` lists the tables).
 
 :mod:`sciml.spatial_parallel.testing` compares a parallel model with its
 single-device model (``sciml spatial check``, the tests and notebook 01 use it).
@@ -67,15 +67,7 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
-    from sciml.spatial_parallel.first_order import SecondDerivativeError
-    from sciml.spatial_parallel.heads import (
-        SpatialAdaptiveAvgPool3d,
-        SpatialDropout,
-        SpatialDropout3d,
-        SpatialFlatten,
-        SpatialLayerNorm,
-        SpatialPReLU,
-    )
+    from sciml.spatial_parallel.halo.first_order import SecondDerivativeError
     from sciml.spatial_parallel.io import read_block
     from sciml.spatial_parallel.layers import (
         SpatialAvgPool3d,
@@ -84,17 +76,25 @@ if TYPE_CHECKING:
         SpatialMaxPool3d,
         SpatialUpsample,
     )
-    from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
-    from sciml.spatial_parallel.mesh import SpatialMesh
-    from sciml.spatial_parallel.norm import (
+    from sciml.spatial_parallel.layers.heads import (
+        SpatialAdaptiveAvgPool3d,
+        SpatialDropout,
+        SpatialDropout3d,
+        SpatialFlatten,
+        SpatialLayerNorm,
+        SpatialPReLU,
+    )
+    from sciml.spatial_parallel.layers.norm import (
         SpatialBatchNorm3d,
         SpatialGroupNorm,
         SpatialInstanceNorm3d,
     )
+    from sciml.spatial_parallel.loss import global_loss, mse_loss, spatial_mean
+    from sciml.spatial_parallel.mesh import SpatialMesh
     from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
     from sciml.spatial_parallel.partition import HaloError, block_bounds
     from sciml.spatial_parallel.sharding import shard, unshard
-    from sciml.spatial_parallel.split_tensor import SplitOpError
+    from sciml.spatial_parallel.split.tensor import SplitOpError
 
 #: The module of each public name (imported on first use, so that the command line and
 #: small modules of this package can be imported without torch).
@@ -108,7 +108,7 @@ _HOMES = {
             "SpatialLayerNorm",
             "SpatialPReLU",
         ),
-        "heads",
+        "layers.heads",
     ),
     "read_block": "io",
     **dict.fromkeys(
@@ -123,12 +123,14 @@ _HOMES = {
     ),
     **dict.fromkeys(("global_loss", "mse_loss", "spatial_mean"), "loss"),
     "SpatialMesh": "mesh",
-    **dict.fromkeys(("SpatialBatchNorm3d", "SpatialGroupNorm", "SpatialInstanceNorm3d"), "norm"),
+    **dict.fromkeys(
+        ("SpatialBatchNorm3d", "SpatialGroupNorm", "SpatialInstanceNorm3d"), "layers.norm"
+    ),
     **dict.fromkeys(("gradient_sync", "parallelize"), "parallelize"),
     **dict.fromkeys(("HaloError", "block_bounds"), "partition"),
     **dict.fromkeys(("shard", "unshard"), "sharding"),
-    "SplitOpError": "split_tensor",
-    "SecondDerivativeError": "first_order",
+    "SplitOpError": "split.tensor",
+    "SecondDerivativeError": "halo.first_order",
 }
 
 __all__ = [

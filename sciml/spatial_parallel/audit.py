@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from sciml.spatial_parallel.split_tensor import tensors_in
+from sciml.spatial_parallel.split.tensor import tensors_in
 
 #: The collectives a log records (those the package calls).
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "barrier")

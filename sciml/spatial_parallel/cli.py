@@ -7,16 +7,16 @@ import functools
 import math
 from typing import TYPE_CHECKING
 
-from sciml.cli import Subparsers, non_negative_int, positive_int
+from sciml.cli_args import Subparsers, non_negative_int, positive_int
 from sciml.spatial_parallel.partition import MESH_AXES
-from sciml.spatial_parallel.planner_options import MODELS, parse_memory
-from sciml.spatial_parallel.planner_profile import PROFILES
+from sciml.spatial_parallel.planner.options import MODELS, parse_memory
+from sciml.spatial_parallel.planner.profile import PROFILES
 
 if TYPE_CHECKING:
-    from sciml.spatial_parallel.planner_cost import Grid
-    from sciml.spatial_parallel.planner_graph import Graph
-    from sciml.spatial_parallel.planner_layers import ConvCost
-    from sciml.spatial_parallel.planner_profile import Profile
+    from sciml.spatial_parallel.planner.cost import Grid
+    from sciml.spatial_parallel.planner.graph import Graph
+    from sciml.spatial_parallel.planner.layers import ConvCost
+    from sciml.spatial_parallel.planner.profile import Profile
 
 #: U-Net depth of ``sciml spatial check``: every spatial size must divide by 2**depth.
 CHECK_DEPTH = 2
@@ -113,8 +113,8 @@ def _print_blocks(args: argparse.Namespace, shape: tuple[int, ...]) -> None:
 
 
 def _profile(args: argparse.Namespace) -> Profile:
-    from sciml.spatial_parallel.planner_calibrate import calibrate
-    from sciml.spatial_parallel.planner_profile import get_profile, load_profile, save_profile
+    from sciml.spatial_parallel.planner.calibrate import calibrate
+    from sciml.spatial_parallel.planner.profile import get_profile, load_profile, save_profile
 
     if args.calibrate:
         profile = calibrate(device=args.device)
@@ -130,9 +130,9 @@ def _conv_costs(
     args: argparse.Namespace, graph: Graph, grid_list: list[Grid]
 ) -> dict[str, ConvCost]:
     """Measured convolutions for a calibrated profile (measured now with --calibrate)."""
-    from sciml.spatial_parallel.planner import costs_path, measure_costs
-    from sciml.spatial_parallel.planner_layers import load_costs
-    from sciml.spatial_parallel.planner_profile import default_cache
+    from sciml.spatial_parallel.planner.layers import load_costs
+    from sciml.spatial_parallel.planner.plan import costs_path, measure_costs
+    from sciml.spatial_parallel.planner.profile import default_cache
 
     if args.device != "cpu" or (not args.calibrate and args.profile != "calibrated"):
         return {}  # per-shape convolutions are measured on the CPU only
@@ -145,9 +145,9 @@ def _conv_costs(
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from sciml.spatial_parallel.planner import build_model, grids, plan_graph
-    from sciml.spatial_parallel.planner_cost import estimate
-    from sciml.spatial_parallel.planner_graph import trace
+    from sciml.spatial_parallel.planner.cost import estimate
+    from sciml.spatial_parallel.planner.graph import trace
+    from sciml.spatial_parallel.planner.plan import build_model, grids, plan_graph
 
     shape = _plan_shape(args)
     if args.model is None:

@@ -1,6 +1,6 @@
 """Sharded reads: each rank loads only its block of a global (N, C, D, H, W) array.
 
-For training from files, :class:`sciml.xrvolumes.ShardedVolumes` reads each
+For training from files, :class:`sciml.volumes.dataset.ShardedVolumes` reads each
 sample's block (its replica's samples chosen by ``fit``); :func:`read_block`
 is the one-call read of an array's block.
 """

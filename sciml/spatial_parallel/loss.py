@@ -12,8 +12,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from sciml.collectives import all_reduce_cpu
-from sciml.spatial_parallel.heads import is_replicated
+from sciml.distributed.collectives import all_reduce_cpu
+from sciml.spatial_parallel.layers.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import marked_global
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from sciml.collectives import all_reduce_cpu
+from sciml.distributed.collectives import all_reduce_cpu
 from sciml.spatial_parallel.partition import DIM_NAMES, MESH_AXES, block_bounds
 
 

@@ -11,16 +11,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
-from sciml.collectives import backend_devices
+from sciml.distributed.collectives import backend_devices
 from sciml.spatial_parallel.grad_sync import GradientSync
-from sciml.spatial_parallel.heads import (
-    SpatialAdaptiveAvgPool3d,
-    SpatialDropout,
-    SpatialDropout3d,
-    SpatialFlatten,
-    SpatialLayerNorm,
-    SpatialPReLU,
-)
 from sciml.spatial_parallel.layers import (
     SpatialAvgPool3d,
     SpatialConv3d,
@@ -29,20 +21,28 @@ from sciml.spatial_parallel.layers import (
     SpatialMaxPool3d,
     SpatialUpsample,
 )
-from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.norm import (
+from sciml.spatial_parallel.layers.heads import (
+    SpatialAdaptiveAvgPool3d,
+    SpatialDropout,
+    SpatialDropout3d,
+    SpatialFlatten,
+    SpatialLayerNorm,
+    SpatialPReLU,
+)
+from sciml.spatial_parallel.layers.norm import (
     SpatialBatchNorm3d,
     SpatialGroupNorm,
     SpatialInstanceNorm3d,
 )
+from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
-from sciml.spatial_parallel.split_hooks import (
+from sciml.spatial_parallel.split.hooks import (
     unwrap_inputs,
     unwrap_outputs,
     wrap_inputs,
     wrap_output,
 )
-from sciml.spatial_parallel.split_tensor import SplitContext, SplitTensor, eager
+from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, eager
 
 #: Layers replaced by their spatially parallel version.
 SWAPS: dict[type[nn.Module], Any] = {
@@ -200,7 +200,7 @@ def _trace_shapes(
 
     The model's split inputs enter as :class:`SplitTensor` blocks and its
     outputs leave as plain tensors; each split layer takes plain tensors and
-    gives wrapped ones (:mod:`sciml.spatial_parallel.split_tensor`).
+    gives wrapped ones (:mod:`sciml.spatial_parallel.split.tensor`).
     """
     names = [name for name, m in model.named_modules() if isinstance(m, SpatialLayer)]
     shape = None if input_shape is None else tuple(input_shape)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from sciml.spatial_parallel.comm import gather_replicated
-from sciml.spatial_parallel.heads import is_replicated
+from sciml.spatial_parallel.halo.collectives import gather_replicated
+from sciml.spatial_parallel.layers.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import mark_global
 

@@ -2,7 +2,7 @@
 
 :mod:`sciml.volumes.data` generates the data sets (``sciml cosmoflow data``,
 ``sciml unet3d data``); the volumes are read block by block by
-:class:`sciml.xrvolumes.ShardedVolumes`.
+:class:`sciml.volumes.dataset.ShardedVolumes`.
 """
 
 from typing import TYPE_CHECKING

@@ -7,7 +7,7 @@ this way (:func:`plan_mesh`, through
 * **What is priced**: the run's own model (its width, levels and dtype) on one
   step's global input ``(N, C, D, H, W)``, ``C, D, H, W`` read from the data
   file, for every ``data x depth x height x width`` grid of the launch's world
-  size (:func:`sciml.spatial_parallel.planner.recommend`). The global batch is
+  size (:func:`sciml.spatial_parallel.planner.plan.recommend`). The global batch is
   what stays fixed while grids are compared; the fastest grid that fits the
   memory and whose ``data`` divides ``N`` is taken, and each of its replicas
   trains on ``N / data`` samples per step.
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import torch
 
-from sciml.spatial_parallel.planner import Plan, recommend
-from sciml.spatial_parallel.planner_profile import PROFILES, Profile, default_cache, get_profile
+from sciml.spatial_parallel.planner.plan import Plan, recommend
+from sciml.spatial_parallel.planner.profile import PROFILES, Profile, default_cache, get_profile
+from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.mesh_record import MeshChoice, full_mesh
 from sciml.volumes.train import CLASSES, MODELS, VolumeTraining, build_model
-from sciml.xrvolumes import ShardedVolumes
 
 __all__ = ["default_profile", "plan_mesh", "rank_memory"]
 

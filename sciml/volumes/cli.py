@@ -36,14 +36,14 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sciml.cli import (
+from sciml.cli_args import (
     Subparsers,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
 )
-from sciml.launch import detect_launch
+from sciml.distributed.launch import detect_launch
 from sciml.spatial_parallel.cli import memory_size, parse_mesh
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def _auto_mesh(
     args: argparse.Namespace, options: VolumeTraining, ctx: DistributedContext
 ) -> dict[str, int]:
     """The grid of ``--mesh auto`` (collective): the recorded one, else the planner's."""
-    from sciml.spatial_parallel.planner_profile import get_profile
+    from sciml.spatial_parallel.planner.profile import get_profile
     from sciml.volumes.auto_mesh import default_profile, plan_mesh, rank_memory
     from sciml.volumes.mesh_record import choose_mesh
 

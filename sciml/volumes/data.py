@@ -18,7 +18,7 @@ rest).
 Both write an uncompressed Zarr (v2, consolidated) store chunked as
 ``(1, C, chunks, chunks, chunks)`` (so a rank's block is read as whole chunks),
 every chunk written (empty ones too) and inventoried in the store's manifest
-(:func:`sciml.xrstore.write_manifest`, checked when the store is opened),
+(:func:`sciml.datasets.store.write_manifest`, checked when the store is opened),
 atomically (a temporary name, then a rename). Sample ``i`` depends only on ``(seed, i)``.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from sciml.datasets.store import write_manifest
 from sciml.progress import Milestones, phase
-from sciml.xrstore import write_manifest
 
 __all__ = ["PARAMS", "RANGES", "gaussian_field", "write_cosmology", "write_segmentation"]
 

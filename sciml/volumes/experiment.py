@@ -30,15 +30,15 @@ import numpy as np
 import torch
 import xarray as xr
 
-from sciml.checkpoint import read_checkpoint, restore_checkpoint
+from sciml.datasets.channels import NormStats
 from sciml.distributed import init_distributed, torch_threads
 from sciml.io_utils import atomic_write_text
 from sciml.training import TrainConfig
+from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.volumes.data import PARAMS, write_cosmology
+from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.reference import reference_errors
 from sciml.volumes.train import VolumeTraining, build_model, train_volumes
-from sciml.xrchannels import NormStats
-from sciml.xrvolumes import ShardedVolumes
 
 __all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sciml.collectives import on_rank0, world
+from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.mesh import MESH_AXES
 

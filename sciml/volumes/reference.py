@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from sciml.datasets.store import check_store
 from sciml.volumes.data import PARAMS
-from sciml.xrstore import check_store
-from sciml.xrvolumes import VOLUME_DIMS, dims_by_name
+from sciml.volumes.dataset import VOLUME_DIMS, dims_by_name
 
 __all__ = ["reference_errors", "summary_statistics"]
 

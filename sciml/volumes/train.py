@@ -4,7 +4,7 @@
 (``sciml cosmoflow train`` / ``sciml unet3d train`` start it under torchrun,
 srun or one process): it builds the :class:`~sciml.spatial_parallel.SpatialMesh`
 (``data`` replicas times a spatial grid), reads each rank's block of every
-sample (:class:`~sciml.xrvolumes.ShardedVolumes`, statistics computed
+sample (:class:`~sciml.volumes.dataset.ShardedVolumes`, statistics computed
 collectively once and cached in the run folder), parallelizes the model and
 trains it with :func:`sciml.training.fit`.
 
@@ -28,14 +28,14 @@ import torch
 from torch import nn
 
 from sciml.models import CosmoFlow, UNet
-from sciml.run_dir import PlainValue
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.train_setup import LossFn, LossOutput
 from sciml.training import TrainConfig, TrainResult, fit
+from sciml.training.run_dir import PlainValue
+from sciml.training.setup import LossFn, LossOutput
+from sciml.volumes.dataset import ShardedVolumes, run_stats
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
 from sciml.volumes.volume_record import check_resume, check_val, describe, record_volumes
-from sciml.xrvolumes import ShardedVolumes, run_stats
 
 __all__ = ["MODELS", "VolumeTraining", "build_model", "learning_rate_factor", "train_volumes"]
 

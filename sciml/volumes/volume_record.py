@@ -16,12 +16,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sciml.collectives import on_rank0, world
+from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_write_text
-from sciml.run_dir import PlainValue, differences
+from sciml.training.run_dir import PlainValue, differences
 
 if TYPE_CHECKING:
-    from sciml.xrvolumes import ShardedVolumes
+    from sciml.volumes.dataset import ShardedVolumes
 
 __all__ = ["COMPARED", "RECORD", "check_resume", "check_val", "describe", "record_volumes"]
 

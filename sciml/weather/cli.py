@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from sciml.cli import (
+from sciml.cli_args import (
     Subparsers,
     fraction,
     non_negative_int,
     positive_float,
     positive_int,
+    runs_and_test_data,
 )
 from sciml.weather.options import LOSS_SCALES, MODELS
-from sciml.weather.spread_cli import register_spread
-from sciml.weather.toy_cli import register_toy
+from sciml.weather.spread.cli import register_spread
+from sciml.weather.toy.cli import register_toy
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -49,7 +50,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
     from sciml.weather.data import open_ensemble
-    from sciml.weather.train import train_postprocessor
+    from sciml.weather.postprocess.train import train_postprocessor
 
     with init_distributed() as ctx:
         status = train_postprocessor(
@@ -77,12 +78,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from sciml.demos.report import markdown_table
-    from sciml.io_utils import atomic_write_text
+    from sciml.io_utils import atomic_write_text, markdown_table
     from sciml.weather.data import open_ensemble
-    from sciml.weather.evaluate import score_runs
-    from sciml.weather.evaluate_report import SUMMARY, describe, write_evaluation
-    from sciml.weather.train import RUN_CONFIG
+    from sciml.weather.postprocess.evaluate import score_runs
+    from sciml.weather.postprocess.evaluate_report import SUMMARY, describe, write_evaluation
+    from sciml.weather.postprocess.train import RUN_CONFIG
 
     runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     climate = open_ensemble(args.climate) if args.climate else None
@@ -197,31 +197,6 @@ def _register_train(sub: Subparsers) -> None:
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
-
-
-def runs_and_test_data(
-    runs: list[str], data: list[str], *, marker: str
-) -> tuple[list[str], list[str]]:
-    """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
-
-    Without positional test data, the trailing paths of ``--run-dir`` that are not run
-    folders (no ``marker`` file in them) are the test data.
-
-    Raises:
-        ValueError: No test data in either place, or no run folder.
-    """
-    from pathlib import Path
-
-    if data:
-        return runs, data
-    count = len(runs)
-    while count and not (Path(runs[count - 1]) / marker).exists():
-        count -= 1
-    if count == len(runs):
-        raise ValueError("no test data given: name the test file(s) after the run folders")
-    if count == 0:
-        raise ValueError(f"no run folder among --run-dir {runs} (none holds {marker})")
-    return runs[:count], runs[count:]
 
 
 def _register_evaluate(sub: Subparsers) -> None:

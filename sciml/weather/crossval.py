@@ -3,7 +3,8 @@
 A real ensemble sample such as the bundled ERA5 file (10 members, 4 analysis times) has no
 verifying truth beside its members and too few start dates for a training / validation /
 test split. Two tools make the library's own training and evaluation
-(:func:`sciml.weather.train.train_postprocessor`, :func:`sciml.weather.evaluate.evaluate_runs`)
+(:func:`sciml.weather.postprocess.train.train_postprocessor`,
+:func:`sciml.weather.postprocess.evaluate.evaluate_runs`)
 apply to it:
 
 * :func:`members_as_truth`: each member in turn is the truth and the others are the
@@ -23,8 +24,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from sciml.weather.evaluate import evaluate_runs
-from sciml.weather.train import train_postprocessor
+from sciml.weather.postprocess.evaluate import evaluate_runs
+from sciml.weather.postprocess.train import train_postprocessor
 
 __all__ = ["leave_one_date_out", "members_as_truth"]
 
@@ -114,16 +115,16 @@ def leave_one_date_out(
     """Hold out each start date in turn: train on the others, score the held-out date.
 
     Each fold trains ``model`` on the other dates with
-    :func:`~sciml.weather.train.train_postprocessor` (a deep model validates on the last
+    :func:`~sciml.weather.postprocess.train.train_postprocessor` (a deep model validates on the last
     ``validation`` share of those dates, EMOS fits on all of them) into ``run_dir/date<i>``,
     and scores it with
-    :func:`~sciml.weather.evaluate.evaluate_runs` on the held-out date, the other dates
+    :func:`~sciml.weather.postprocess.evaluate.evaluate_runs` on the held-out date, the other dates
     defining the extreme-event climates.
 
     Args:
         ds: Ensemble with ``<variable>_truth`` and at least 3 distinct start dates (``time``).
         run_dir: Folder of the folds' run folders.
-        model: One of :data:`sciml.weather.train.MODELS`.
+        model: One of :data:`sciml.weather.postprocess.train.MODELS`.
         members: Members the model sees (the first ones).
         validation: Share of each fold's training dates that validates a deep model.
 

@@ -15,15 +15,15 @@ start date and lead time. Each sample is a dict of tensors:
 * ``lead_time``: the lead time in days (a scalar), when ``lead_time`` is a sample dim with
   a timedelta coordinate (the deep post-processors read it);
 * ``crps_scale``: ``(C, 1, 1)``, the loss scale of the sample's lead time per channel,
-  when ``crps_scale`` is given (:mod:`sciml.weather.loss_scale`);
+  when ``crps_scale`` is given (:mod:`sciml.weather.postprocess.loss_scale`);
 * ``index``: the sample's flat index (``time`` major, then ``lead_time``).
 
 Channels are the variables split along ``channel_dims`` (``psi[level=1]``, ...), as in
-:mod:`sciml.xrchannels`. Members and truth are normalised with the same per-channel
-statistics (those of the forecasts: :func:`~sciml.xrchannels.compute_stats` of the training
+:mod:`sciml.datasets.channels`. Members and truth are normalised with the same per-channel
+statistics (those of the forecasts: :func:`~sciml.datasets.channels.compute_stats` of the training
 split), the spread is divided by the same standard deviations, the static fields are
-standardised by their own. Reads go through :class:`sciml.xrdata.XarrayDataset`: a batch
-is one vectorised selection and one compute per part.
+standardised by their own. Reads go through :class:`sciml.datasets.xarray_dataset.XarrayDataset`: a
+batch is one vectorised selection and one compute per part.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import torch
 import xarray as xr
 from torch.utils.data import Dataset
 
-from sciml.xrchannels import NormStats, compute_stats, normalise
-from sciml.xrdata import XarrayDataset
+from sciml.datasets.channels import NormStats, compute_stats, normalise
+from sciml.datasets.xarray_dataset import XarrayDataset
 
 __all__ = ["EnsembleDataset"]
 
@@ -114,7 +114,7 @@ class EnsembleDataset(Dataset[Sample]):
         channel_dims: Dims folded into channels (e.g. ``("level",)``).
         static: Static variables (no sample dims), e.g. ``("topography",)``.
         crps_scale: The loss scale per ``(channel, lead_time)``
-            (:func:`~sciml.weather.loss_scale.raw_crps_scale`), matched by label.
+            (:func:`~sciml.weather.postprocess.loss_scale.raw_crps_scale`), matched by label.
         member_dim: Name of the member dimension.
         sample_dims: Dims whose combinations are the samples.
         dtype: Floating-point dtype of the tensors.

@@ -264,7 +264,7 @@ def reliability_histograms(
     Args:
         histograms: Variable -> counts along ``rank`` (a rank histogram) or ``bin`` (a PIT
             histogram), with ``lead_time`` and at most one more dimension (e.g. ``level``),
-            as :attr:`sciml.weather.evaluate.Evaluation.histograms` holds them.
+            as :attr:`sciml.weather.postprocess.evaluate.Evaluation.histograms` holds them.
         title: Figure title.
 
     Bars are relative frequencies; the dashed line is the flat histogram of a reliable

@@ -23,7 +23,7 @@ import pandas as pd
 import xarray as xr
 
 from sciml.weather import metrics
-from sciml.weather.alignment import Dim
+from sciml.weather.metrics.alignment import Dim
 
 __all__ = [
     "at_valid_time",

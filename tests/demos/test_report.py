@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from sciml.demos.report import markdown_table, save_figure
+from sciml.demos.report import save_figure
+from sciml.io_utils import markdown_table
 
 
 def test_markdown_table_formats_real_cells_and_keeps_the_others() -> None:

@@ -40,7 +40,7 @@ def test_the_post_processors_train_on_one_torch_thread(
         threads[f"{model}_{members}"] = torch.get_num_threads()
         return "completed"
 
-    monkeypatch.setattr("sciml.weather.train.train_postprocessor", record)
+    monkeypatch.setattr("sciml.weather.postprocess.train.train_postprocessor", record)
     ensemble = xr.Dataset({"psi": (("member",), np.zeros(4))})
     with torch_threads(2):
         runs = _train_runs(ensemble, tmp_path, k=2, epochs=1)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard
-from sciml.spatial_parallel.split_tensor import SplitOpError
+from sciml.spatial_parallel.split.tensor import SplitOpError
 from sciml.spatial_parallel.testing import compare_parallel
 
 #: Forward code after a convolution, by case name; each returns the model output.

@@ -153,7 +153,7 @@ def norm_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
 
 def local_statistics(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[Any]:
     """:func:`run` with normalisation statistics of each rank's block only (no all-reduce)."""
-    from sciml.spatial_parallel import norm
+    from sciml.spatial_parallel.layers import norm
 
     original = norm.all_reduce_sum
     norm.all_reduce_sum = lambda x, group: x  # type: ignore[assignment]

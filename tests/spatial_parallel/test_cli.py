@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from sciml.cli import main
-from sciml.spatial_parallel import planner, planner_calibrate
-from sciml.spatial_parallel.planner_layers import ConvCost, load_costs
-from tests.spatial_parallel.test_planner_cost import PROFILE
+from sciml.spatial_parallel.planner import calibrate as planner_calibrate
+from sciml.spatial_parallel.planner import plan as planner
+from sciml.spatial_parallel.planner.layers import ConvCost, load_costs
+from tests.spatial_parallel.planner.test_cost import PROFILE
 
 
 def test_plan_prints_the_recommendation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from sciml.cli import main
 from sciml.distributed import spawn
-from sciml.spatial_parallel.planner_profile import PROFILES, save_profile
+from sciml.spatial_parallel.planner.profile import PROFILES, save_profile
 from sciml.volumes.auto_mesh import plan_mesh
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.mesh_record import MeshChoice, read_record

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from sciml.checkpoint import read_checkpoint
+from sciml.training.checkpoint import read_checkpoint
 from sciml.volumes.data import write_cosmology
 from tests.test_slurm import (  # noqa: F401, F811
     ROOT,

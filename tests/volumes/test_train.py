@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from sciml.checkpoint import read_checkpoint
 from sciml.distributed import init_distributed, spawn
 from sciml.training import TrainConfig
+from sciml.training.checkpoint import read_checkpoint
 from sciml.volumes.data import write_cosmology, write_segmentation
 from sciml.volumes.train import VolumeTraining, learning_rate_factor, train_volumes
 

@@ -8,7 +8,7 @@ import xarray as xr
 
 from sciml.weather import metrics
 from sciml.weather.crossval import leave_one_date_out, members_as_truth
-from sciml.weather.emos import fit_emos, unpack_coefficients
+from sciml.weather.postprocess.emos import fit_emos, unpack_coefficients
 from sciml.weather.verify import leave_one_out_scores
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from sciml.datasets.channels import compute_stats, normalise
 from sciml.weather.data import open_ensemble, split_by_time, split_start_dates, standardise_names
-from sciml.xrchannels import compute_stats, normalise
 
 from .conftest import ERA5
 

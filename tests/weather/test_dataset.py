@@ -6,8 +6,8 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader
 
+from sciml.datasets.channels import compute_stats
 from sciml.weather.dataset import EnsembleDataset
-from sciml.xrchannels import compute_stats
 
 LEVEL = ("level",)
 

@@ -8,10 +8,10 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
-from sciml.run_dir import LabelMismatch, RunLock
-from sciml.weather.predict import predict_run
-from sciml.weather.spread_train import predict_spread, train_spread
-from sciml.weather.train import train_postprocessor
+from sciml.training.run_dir import LabelMismatch, RunLock
+from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.train import train_postprocessor
+from sciml.weather.spread.train import predict_spread, train_spread
 
 SPREAD = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
 

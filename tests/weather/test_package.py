@@ -8,7 +8,11 @@ import pytest
 
 import sciml.weather
 
-MODULES = sorted(info.name for info in pkgutil.iter_modules(sciml.weather.__path__))
+MODULES = sorted(
+    info.name.removeprefix("sciml.weather.")
+    for info in pkgutil.walk_packages(sciml.weather.__path__, "sciml.weather.")
+    if not info.ispkg
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

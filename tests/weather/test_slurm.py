@@ -7,7 +7,7 @@ import csv
 import time
 from pathlib import Path
 
-from sciml.checkpoint import read_checkpoint
+from sciml.training.checkpoint import read_checkpoint
 from tests.test_slurm import (  # noqa: F401, F811
     ROOT,
     _sbatch,
@@ -16,7 +16,7 @@ from tests.test_slurm import (  # noqa: F401, F811
     signal_and_release_requeued,
     slurm_env,
 )
-from tests.weather.test_evaluate import _ensemble
+from tests.weather.postprocess.test_evaluate import _ensemble
 
 SBATCH = ROOT / "slurm" / "weather.sbatch"
 ARGS = ["--model", "mlp", "--members", "2", "--epochs", "2", "--batch-size", "2"]

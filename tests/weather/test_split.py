@@ -7,8 +7,8 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
-from sciml.weather.toy_cli import PRESET_NAMES
-from sciml.weather.toy_presets import PRESETS
+from sciml.weather.toy.cli import PRESET_NAMES
+from sciml.weather.toy.presets import PRESETS
 
 DATES = np.datetime64("2000-01-01T00", "ns") + np.arange(10) * np.timedelta64(2, "D")
 

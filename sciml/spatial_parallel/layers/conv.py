@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.halo import add_into, halo_finish, halo_start
-from sciml.spatial_parallel.halo_plan import HaloPlan
+from sciml.spatial_parallel.halo.autograd import add_into, halo_finish, halo_start
+from sciml.spatial_parallel.halo.overlap import additive_overlap
+from sciml.spatial_parallel.halo.plan import HaloPlan
 from sciml.spatial_parallel.layers.base import autocast_dtype
 from sciml.spatial_parallel.layers.kernel import ConvGeometry, convolution
 from sciml.spatial_parallel.layers.window import WindowLayer
-from sciml.spatial_parallel.overlap import additive_overlap
 from sciml.spatial_parallel.partition import Boundary, Window, same_padding
 
 

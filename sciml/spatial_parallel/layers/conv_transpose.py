@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciml.spatial_parallel.halo import halo_extend
-from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
+from sciml.spatial_parallel.halo.autograd import halo_extend
+from sciml.spatial_parallel.halo.plan import HaloPlan, build_halo_plan
 from sciml.spatial_parallel.layers.base import SpatialLayer
 from sciml.spatial_parallel.layers.kernel import ConvGeometry, convolution
 from sciml.spatial_parallel.partition import DIM_NAMES, TransposeWindow, block_bounds, plan_dim

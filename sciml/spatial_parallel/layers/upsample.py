@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel.constants import constant
-from sciml.spatial_parallel.halo import halo_extend
-from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
+from sciml.spatial_parallel.halo.autograd import halo_extend
+from sciml.spatial_parallel.halo.plan import HaloPlan, build_halo_plan
 from sciml.spatial_parallel.layers.base import (
     SpatialLayer,
     empty_connected,

@@ -6,11 +6,11 @@ from typing import ClassVar
 
 import torch
 
-from sciml.spatial_parallel.exchange import narrow
-from sciml.spatial_parallel.halo import assemble, halo_extend, halo_finish, halo_start
-from sciml.spatial_parallel.halo_plan import HaloPlan, build_halo_plan
+from sciml.spatial_parallel.halo.autograd import assemble, halo_extend, halo_finish, halo_start
+from sciml.spatial_parallel.halo.exchange import narrow
+from sciml.spatial_parallel.halo.overlap import Box, window_overlap
+from sciml.spatial_parallel.halo.plan import HaloPlan, build_halo_plan
 from sciml.spatial_parallel.layers.base import SpatialLayer, empty_connected
-from sciml.spatial_parallel.overlap import Box, window_overlap
 from sciml.spatial_parallel.partition import DIM_NAMES, Boundary, DimPlan, Window, window_plan
 
 

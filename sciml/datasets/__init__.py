@@ -1,0 +1,25 @@
+"""Dask-backed xarray data as torch datasets.
+
+Samples, channels and their statistics, sampling and seeding, store checks, and
+the bundled samples by name.
+"""
+
+from typing import TYPE_CHECKING
+
+from sciml.lazy_package import make_lazy
+
+if TYPE_CHECKING:
+    from sciml.datasets.samples import SAMPLES, sample_path
+
+#: The module of each public name (imported on first use).
+_HOMES = {
+    "SAMPLES": "samples",
+    "sample_path": "samples",
+}
+
+__all__ = [
+    "SAMPLES",
+    "sample_path",
+]
+
+make_lazy(__name__, _HOMES)

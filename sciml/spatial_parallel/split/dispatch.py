@@ -1,0 +1,396 @@
+"""Which torch ops a split block takes, and how: the op tables of :class:`SplitTensor`.
+
+Each torch function is classified once by name (metadata, same layout,
+pointwise, reduction, layout change, random, or refused) and its handler is
+cached. See :mod:`sciml.spatial_parallel.split.tensor` for the contract.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from sciml.spatial_parallel.split import layout as split_layout
+from sciml.spatial_parallel.split import ops as split_ops
+from sciml.spatial_parallel.split.tensor import (
+    Handler,
+    SplitContext,
+    SplitTensor,
+    aten_name,
+    is_replicated_value,
+    local_shape,
+    map_tensors,
+    refuse,
+    set_handler,
+    split_names,
+    split_use,
+    tensors_in,
+    unwrap,
+    wrap_split,
+)
+
+#: Methods and properties whose result is not a tensor and does not depend on the split.
+PASSTHROUGH = frozenset(
+    {
+        "dim",
+        "ndimension",
+        "ndim",
+        "dtype",
+        "device",
+        "layout",
+        "requires_grad",
+        "grad",
+        "grad_fn",
+        "is_leaf",
+        "is_cuda",
+        "is_cpu",
+        "is_meta",
+        "is_sparse",
+        "is_quantized",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "element_size",
+        "data_ptr",
+        "get_device",
+        "stride",
+        "storage_offset",
+        "register_hook",
+        "retain_grad",
+        "retains_grad",
+        "backward",
+        "_version",
+        "_base",
+        "_is_view",
+        "is_pinned",
+        "names",
+        "output_nr",
+        "__hash__",
+        "_backward_hooks",
+        "__dict__",
+        "name",
+        "is_nested",
+        "itemsize",
+        "nbytes",
+        "has_names",
+        "is_mkldnn",
+        "is_xla",
+        "is_mps",
+        "is_inference",
+        "untyped_storage",
+        "_typed_storage",
+        "storage",
+        "is_neg",
+        "is_conj",
+        "_is_zerotensor",
+    }
+)
+#: Ops whose result is laid out as their first argument (other tensor arguments are options).
+SAME_LAYOUT = frozenset(
+    {
+        "detach",
+        "detach_",
+        "clone",
+        "contiguous",
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "type",
+        "type_as",
+        "cpu",
+        "cuda",
+        "requires_grad_",
+        "_to_copy",
+        "zero_",
+        "fill_",
+        "zeros_like",
+        "ones_like",
+        "empty_like",
+        "full_like",
+        "prelu",
+        "data",
+        "real",
+        "imag",
+        "conj",
+        "resolve_conj",
+        "resolve_neg",
+        "align_to",
+    }
+)
+#: Pointwise ops torch does not tag as such.
+POINTWISE = frozenset(
+    {
+        "hardswish",
+        "relu6",
+        "log_sigmoid",
+        "floor_divide",
+        "copy_",
+        "rrelu",
+        "softshrink",
+        "hardshrink",
+        "tanhshrink",
+        "softsign",
+        "threshold_",
+        "relu_",
+        "elu_",
+        "leaky_relu_",
+        "clamp_",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "bitwise_not",
+        "mul_",
+        "add_",
+    }
+)
+#: Ops that draw random numbers: each rank would draw its own values.
+RANDOM = frozenset(
+    {
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "bernoulli",
+        "bernoulli_",
+        "normal_",
+        "uniform_",
+        "exponential_",
+        "random_",
+        "multinomial",
+        "rrelu_",
+        "cauchy_",
+        "log_normal_",
+        "geometric_",
+    }
+)
+DROPOUT = frozenset(
+    {
+        "dropout",
+        "dropout_",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "feature_dropout",
+    }
+)
+
+_CACHE: dict[Any, Handler] = {}
+
+
+def handle(func: Any, first: SplitTensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` as on the global tensors (``first``: its first split argument)."""
+    handler = _CACHE.get(func)
+    if handler is None:
+        handler = _CACHE[func] = _classify(func)
+    return handler(first._ctx, func, args, kwargs)
+
+
+def _tagged_pointwise(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name.rstrip("_"), None)
+    if packet is None:
+        return False
+    try:
+        return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _classify(func: Any) -> Handler:
+    name = aten_name(func)
+    special: dict[str, Handler] = {
+        "shape": _shape,
+        "size": _size,
+        "numel": _numel,
+        "nelement": _numel,
+        "len": _len,
+        "repr": _repr,
+        "new_zeros": _new,
+        "new_ones": _new,
+        "new_empty": _new,
+        "new_full": _new,
+    }
+    if name in special:
+        return special[name]
+    if name in PASSTHROUGH:
+        return _plain
+    if name in SAME_LAYOUT:
+        return _same_layout
+    if name in DROPOUT:
+        return _dropout
+    if name in RANDOM:
+        return _random
+    if name in ("max", "min"):
+        return _max_min
+    if name in split_ops.REDUCTIONS:
+        return split_ops.reduce
+    if name in split_layout.HANDLERS:
+        return split_layout.HANDLERS[name]
+    if name in POINTWISE or _tagged_pointwise(name):
+        return pointwise
+    return _refused
+
+
+def _max_min(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``max``/``min``: elementwise against another tensor, else a reduction."""
+    if any(isinstance(a, torch.Tensor) for a in args[1:]) or "other" in kwargs:
+        return pointwise(ctx, func, args, kwargs)
+    return split_ops.reduce(ctx, func, args, kwargs)
+
+
+def _first(args: tuple[Any, ...]) -> SplitTensor:
+    first = args[0]
+    assert isinstance(first, SplitTensor)
+    return first
+
+
+def _refused(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    split = next(t for t in tensors_in(args + tuple(kwargs.values())) if isinstance(t, SplitTensor))
+    raise refuse(
+        func,
+        split._split,
+        "this op is not known to give the global tensor's result on blocks; compute it "
+        "before sharding, after unshard(), or with the supported ops (pointwise, reductions, "
+        "pad, cat, stack, slicing, reshape, interpolate)",
+    )
+
+
+def _plain(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return func(*args, **kwargs)
+
+
+def _shape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return torch.Size(_first(args)._gshape)
+
+
+def _size(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    shape = torch.Size(_first(args)._gshape)
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return shape if dim is None else shape[dim]
+
+
+def _numel(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return math.prod(_first(args)._gshape)
+
+
+def _len(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _first(args)._gshape[0]
+
+
+def _repr(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return SplitTensor.__repr__(_first(args))
+
+
+def _new(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``x.new_zeros(x.shape)``: a block of the new global tensor; any other size: plain."""
+    x = _first(args)
+    size = args[1] if len(args) > 1 else kwargs.pop("size")
+    size = tuple(size) if isinstance(size, Sequence) else tuple(args[1:])
+    rest = args[2:] if len(args) > 1 and isinstance(args[1], Sequence) else ()
+    if size != x._gshape:
+        return func(unwrap(x), size, *rest, **kwargs)
+    local = ctx.local_shape(x._gshape, x._split)
+    return wrap_split(func(unwrap(x), local, *rest, **kwargs), ctx, x._gshape, x._split)
+
+
+def _same_layout(
+    ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    x = _first(args)
+    out = func(*map_tensors(args, unwrap), **kwargs)
+    if out is x or not isinstance(out, torch.Tensor):
+        return out
+    if local_shape(out) != local_shape(x):
+        raise refuse(func, x._split, f"changed the block's shape to {local_shape(out)}")
+    return wrap_split(out, ctx, x._gshape, x._split)
+
+
+def _dropout(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    training = args[2] if len(args) > 2 else kwargs.get("training", True)
+    if not training or p == 0:
+        return args[0]
+    return _random(ctx, func, args, kwargs)
+
+
+def _random(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    raise refuse(
+        func,
+        _first(args)._split,
+        "each rank would draw its own random values, not its block of the global draw; use "
+        "the nn.Dropout/nn.Dropout3d modules (parallelize draws their global mask) or draw "
+        "the global tensor and shard it",
+    )
+
+
+def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An elementwise op: split partners must share the layout, others broadcast unsplit."""
+    if (
+        isinstance(args[0], SplitTensor)
+        and not any(  # one tensor: the block's layout
+            isinstance(a, torch.Tensor | list | tuple) for a in (*args[1:], *kwargs.values())
+        )
+    ):
+        x = args[0]
+        return wrap_split(func(unwrap(x), *args[1:], **kwargs), ctx, x._gshape, x._split)
+    every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
+    splits = [t for t in every if isinstance(t, SplitTensor)]
+    first = splits[0]
+    layout = {d - len(first._gshape): (a, first._gshape[d]) for d, a in first._split}
+    for t in splits[1:]:
+        other = {d - len(t._gshape): (a, t._gshape[d]) for d, a in t._split}
+        if other != layout:
+            raise refuse(
+                func,
+                first._split,
+                f"its split operands are blocks of different global shapes or splits "
+                f"({first._gshape} split along {split_names(first._split)}, {t._gshape} split "
+                f"along {split_names(t._split)})",
+            )
+    for operand in every:
+        if isinstance(operand, SplitTensor):
+            continue
+        shape = tuple(operand.shape)
+        for neg in layout:
+            if len(shape) >= -neg and shape[neg] != 1:
+                raise refuse(
+                    func,
+                    first._split,
+                    f"an unsplit operand of shape {shape} would broadcast against the block "
+                    f"along split dim {len(first._gshape) + neg}; shard it with the same mesh "
+                    f"or give it size 1 there",
+                )
+    out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return split_use(t, ctx) if is_replicated_value(t) else unwrap(t)
+
+    shapes = [t._gshape if isinstance(t, SplitTensor) else tuple(t.shape) for t in every]
+    out = func(
+        *map_tensors(args, plain),
+        **dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True)),
+    )
+    if isinstance(out, torch.Tensor) and any(out is t for t in splits):
+        return out  # in place
+    gshape = tuple(torch.broadcast_shapes(*shapes))
+    split = tuple((out_dims + neg, axis) for neg, (axis, _) in sorted(layout.items()))
+    return _wrap_like(func, ctx, out, gshape, split)
+
+
+def _wrap_like(func: Any, ctx: SplitContext, out: Any, gshape: tuple[int, ...], split: Any) -> Any:
+    if isinstance(out, tuple | list):
+        return type(out)(_wrap_like(func, ctx, o, gshape, split) for o in out)
+    if not isinstance(out, torch.Tensor):
+        return out
+    expected = ctx.local_shape(gshape, split)
+    if local_shape(out) != expected:
+        raise refuse(func, split, f"gave a block of shape {local_shape(out)}, expected {expected}")
+    return wrap_split(out, ctx, gshape, split)
+
+
+set_handler(handle)

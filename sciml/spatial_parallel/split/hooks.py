@@ -1,0 +1,84 @@
+"""Where blocks are wrapped and unwrapped: the parallel model's entry and exit, its split layers.
+
+The model's own forward code sees :class:`~.split_tensor.SplitTensor` blocks;
+the split layers (which compute on blocks with halos and collectives of their
+own) and whoever calls the model see plain tensors. A block is split in space
+only: its batch is this data-parallel replica's, as under
+DistributedDataParallel (``x.shape[0]`` is the local batch, and a reduction
+over the batch is the replica's own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sciml.spatial_parallel.split.tensor import (
+    ReplicatedTensor,
+    SplitContext,
+    SplitTensor,
+    is_replicated_value,
+    unwrap,
+    wrap_replicated,
+    wrap_split,
+)
+
+#: The split dims of an ``(N, C, D, H, W)`` block, by mesh axis.
+VOLUME_SPLIT = ((2, 0), (3, 1), (4, 2))
+
+
+def wrap_inputs(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shapes: tuple[list[Any], dict[str, Any]],
+    ctx: SplitContext,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The model's split inputs as blocks of their global ``shapes`` (``None``: not split)."""
+
+    def wrap(value: Any, shape: Any) -> Any:
+        if shape is None or not isinstance(value, torch.Tensor) or is_replicated_value(value):
+            return value
+        return wrap_split(value, ctx, _local_batch(value, shape), VOLUME_SPLIT)
+
+    positional, named = shapes
+    wrapped = tuple(wrap(a, s) for a, s in zip(args, positional, strict=True))
+    return wrapped, {k: wrap(v, named.get(k)) for k, v in kwargs.items()}
+
+
+def unwrap_inputs(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A split layer's arguments as plain tensors (``None``: nothing to change)."""
+    if not any(isinstance(a, SplitTensor | ReplicatedTensor) for a in args):
+        return None
+    return tuple(unwrap(a) for a in args)
+
+
+def wrap_output(output: Any, shape: tuple[int, ...] | None, ctx: SplitContext) -> Any:
+    """A split layer's output: replicated, or a block of the global ``shape``.
+
+    Without a traced ``shape`` (a model that does not run on the meta device)
+    the global shape of a 5-D block is asked of the other ranks.
+    """
+    if not isinstance(output, torch.Tensor):
+        return output
+    if is_replicated_value(output):
+        return wrap_replicated(output, ctx)
+    if output.dim() != 5:
+        return output
+    if shape is None:
+        shape = ctx.mesh.global_shape(output.shape)
+    return wrap_split(output, ctx, _local_batch(output, shape), VOLUME_SPLIT)
+
+
+def _local_batch(block: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The global ``shape`` with this replica's batch (the block's) in place of the global one."""
+    return (block.shape[0], *shape[1:])
+
+
+def unwrap_outputs(output: Any) -> Any:
+    """The model's outputs as plain tensors (replicated ones tagged), in tuples, lists, dicts."""
+    if isinstance(output, tuple | list):
+        return type(output)(unwrap_outputs(o) for o in output)
+    if isinstance(output, dict):
+        return {k: unwrap_outputs(v) for k, v in output.items()}
+    return unwrap(output)

@@ -1,0 +1,286 @@
+"""Reductions of split blocks, computed over the global tensor.
+
+A reduction over every split dim is computed from the local reduction and
+one collective over the spatial group, and gives a replicated tensor whose
+gradient is the whole gradient on every rank (as
+:class:`~sciml.spatial_parallel.layers.heads.SpatialAdaptiveAvgPool3d`'s output):
+sums pass it straight through (:func:`~sciml.spatial_parallel.halo.collectives.replicated_sum`),
+and the mean used inside ``var``, ``std`` and ``logsumexp`` meets the block
+again through :func:`~sciml.spatial_parallel.split.tensor.split_use`. A
+reduction over unsplit dims only runs on the block.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sciml.spatial_parallel.halo.collectives import replicated_sum
+from sciml.spatial_parallel.split.tensor import (
+    SplitContext,
+    SplitTensor,
+    aten_name,
+    refuse,
+    split_names,
+    split_use,
+    unwrap,
+    wrap_replicated,
+    wrap_split,
+)
+
+
+def _sum_sig(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> None: ...
+def _amax_sig(input: Any, dim: Any = (), keepdim: bool = False) -> None: ...
+def _lse_sig(input: Any, dim: Any, keepdim: bool = False) -> None: ...
+def _norm_sig(
+    input: Any, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
+) -> None: ...
+def _vnorm_sig(
+    x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None
+) -> None: ...
+def _max_sig(input: Any, dim: Any = None, keepdim: bool = False) -> None: ...
+
+
+_FORMS: list[tuple[tuple[str, ...], Callable[..., None]]] = [
+    (("sum", "nansum", "mean"), _sum_sig),
+    (("amax", "amin"), _amax_sig),
+    (("logsumexp",), _lse_sig),
+    (("norm",), _norm_sig),
+    (("linalg_vector_norm", "vector_norm"), _vnorm_sig),
+    (("max", "min"), _max_sig),
+]
+_SIGNATURES = {name: inspect.signature(sig) for names, sig in _FORMS for name in names}
+_VARIANCE = ("var", "std", "var_mean", "std_mean")
+#: Names of the reductions computed over split dims.
+REDUCTIONS = frozenset([*_SIGNATURES, *_VARIANCE])
+
+
+def _arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The reduction's arguments by name (``var``/``std``: also the legacy ``unbiased``)."""
+    if name in _VARIANCE:
+        rest, found = list(args[1:]), dict(kwargs)
+        if rest and isinstance(rest[0], bool):
+            found["unbiased"] = rest.pop(0)
+        elif rest:
+            found["dim"] = rest.pop(0)
+        if rest:
+            found["unbiased" if isinstance(rest[0], bool) and len(rest) > 1 else "keepdim"] = (
+                rest.pop(0)
+            )
+        if rest:
+            found["keepdim"] = rest.pop(0)
+        correction = found.pop("correction", None)
+        unbiased = found.pop("unbiased", None)
+        if correction is None:
+            correction = 1 if unbiased is None or unbiased else 0
+        found["correction"] = correction
+        found.setdefault("dim", None)
+        found.setdefault("keepdim", False)
+        return {"input": args[0], **found}
+    bound = _SIGNATURES[name].bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    if "x" in values:
+        values["input"], values["p"] = values.pop("x"), values.pop("ord")
+    return values
+
+
+def _dims(dim: Any, ndim: int) -> tuple[int, ...]:
+    if dim is None or (isinstance(dim, tuple | list) and len(dim) == 0):
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({d % ndim for d in dims}))
+
+
+def _reduced_shape(shape: tuple[int, ...], dims: tuple[int, ...], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in dims)
+
+
+def _squeeze(x: torch.Tensor, dims: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    return x if keepdim else x.squeeze(dims) if dims else x
+
+
+def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A reduction of a split block: global over split dims, local over the others."""
+    name = aten_name(func)
+    values = _arguments(name, args, kwargs)
+    x = values["input"]
+    if not isinstance(x, SplitTensor):
+        raise refuse(func, (), "reduces a tensor by a split block's values; not supported")
+    ndim = len(x._gshape)
+    dims = _dims(values.get("dim"), ndim)
+    keepdim = bool(values.get("keepdim", False))
+    split_dims = {d for d, _ in x._split}
+    crossed = split_dims & set(dims)
+    if not crossed:
+        return _local(ctx, func, args, kwargs, x, dims, keepdim)
+    if crossed != split_dims:
+        raise refuse(
+            func,
+            x._split,
+            f"it reduces over dims {sorted(crossed)} but not over the other split dims "
+            f"{sorted(split_dims - crossed)}; reduce over all of {split_names(x._split)} or none",
+        )
+    plain = unwrap(x)
+    count = math.prod(x._gshape[d] for d in dims)
+    values |= {"split": x._split, "gshape": x._gshape}
+    out = _global(ctx, func, name, plain, values, dims, count)
+    if isinstance(out, tuple):
+        items = tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in out)
+        return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
+    return wrap_replicated(_squeeze(out, dims, keepdim), ctx)
+
+
+def _local(
+    ctx: SplitContext,
+    func: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    x: SplitTensor,
+    dims: tuple[int, ...],
+    keepdim: bool,
+) -> Any:
+    """A reduction over unsplit dims only: on the block, split dims renumbered."""
+    out = func(unwrap(x), *args[1:], **kwargs)
+    gshape = _reduced_shape(x._gshape, dims, keepdim)
+    split = tuple((d if keepdim else d - sum(r < d for r in dims), a) for d, a in x._split)
+    if isinstance(out, tuple):
+        return type(out)(wrap_split(o, ctx, gshape, split) for o in out)
+    return wrap_split(out, ctx, gshape, split)
+
+
+def _sum(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], **options: Any) -> torch.Tensor:
+    """The global sum over ``dims`` (kept), replicated."""
+    return replicated_sum(x.sum(dims, keepdim=True, **options), ctx.mesh.spatial_group)
+
+
+def _global(
+    ctx: SplitContext,
+    func: Any,
+    name: str,
+    x: torch.Tensor,
+    values: dict[str, Any],
+    dims: tuple[int, ...],
+    count: int,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The reduction over ``dims`` (which hold every split dim), with reduced dims kept."""
+    if name == "sum":
+        return _sum(ctx, x, dims, dtype=values["dtype"])
+    if name == "nansum":
+        return replicated_sum(
+            x.nansum(dims, keepdim=True, dtype=values["dtype"]), ctx.mesh.spatial_group
+        )
+    if name == "mean":
+        return _sum(ctx, x, dims, dtype=values["dtype"]) / count
+    if name in ("amax", "amin"):
+        return extreme(ctx, x, dims, largest=name == "amax")
+    if name in ("max", "min"):
+        if values["dim"] is None:
+            return extreme(ctx, x, dims, largest=name == "max")
+        ((dim, axis),) = values["split"]
+        lo = ctx.bounds(values["gshape"][dim], axis)[0]
+        return arg_extreme(ctx, x, dim, lo, largest=name == "max")
+    if name in _VARIANCE:
+        mean = _sum(ctx, x, dims) / count
+        centred = x - split_use(wrap_replicated(mean, ctx), ctx)
+        var = _sum(ctx, centred * centred.conj(), dims) / max(count - values["correction"], 0)
+        out = var.sqrt() if name.startswith("std") else var
+        return (out, mean) if name.endswith("_mean") else out
+    if name == "logsumexp":
+        top = extreme(ctx, x.detach(), dims, largest=True)
+        top = torch.where(top.isfinite(), top, torch.zeros_like(top))
+        return _sum(ctx, (x - top).exp(), dims).log() + top
+    return _norm(ctx, func, x, values, dims)
+
+
+def _norm(
+    ctx: SplitContext, func: Any, x: torch.Tensor, values: dict[str, Any], dims: tuple[int, ...]
+) -> torch.Tensor:
+    p, dtype = values["p"], values.get("dtype")
+    if dtype is not None:
+        x = x.to(dtype)
+    size = x.abs()
+    if p in ("fro", None) or p == 2:
+        return _sum(ctx, size * size, dims).sqrt()
+    if p == math.inf:
+        return extreme(ctx, size, dims, largest=True)
+    if p == -math.inf:
+        return extreme(ctx, size, dims, largest=False)
+    if p == 0:
+        return _sum(ctx, (x != 0).to(size.dtype), dims)
+    if isinstance(p, int | float) and not isinstance(p, bool):
+        return _sum(ctx, size**p, dims) ** (1.0 / p)
+    raise refuse(func, (), f"norm p={p!r} over split dims is not supported")
+
+
+class _Pick(torch.autograd.Function):
+    """A replicated value picked from the block; the backward sends its gradient by weights."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, value: torch.Tensor, weights: torch.Tensor) -> Any:
+        ctx.save_for_backward(weights)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (weights,) = ctx.saved_tensors
+        return grad * weights, None, None
+
+
+def _lowest(x: torch.Tensor, largest: bool) -> float | int:
+    """The value no element can exceed (``largest``) or fall below."""
+    if x.dtype.is_floating_point:
+        return -math.inf if largest else math.inf
+    info = torch.iinfo(x.dtype)
+    return info.min if largest else info.max
+
+
+def extreme(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, largest: bool) -> Any:
+    """Global ``amax``/``amin`` over ``dims`` (kept); ties share the gradient, as torch's."""
+    shape = _reduced_shape(tuple(x.shape), dims, True)
+    group = ctx.mesh.spatial_group
+    if x.numel():
+        local = (x.amax if largest else x.amin)(dims, keepdim=True).detach()
+    else:
+        local = x.new_full(shape, _lowest(x, largest))
+    value = local.clone()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, group=group)
+    mask = (x.detach() == value).to(x.dtype if x.dtype.is_floating_point else torch.float32)
+    count = mask.sum(dims, keepdim=True)
+    dist.all_reduce(count, group=group)
+    return _Pick.apply(x, value, mask / count)
+
+
+def arg_extreme(
+    ctx: SplitContext, x: torch.Tensor, dim: int, lo: int, *, largest: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global ``max``/``min`` along the split ``dim`` (kept): values and global indices.
+
+    ``lo`` is the block's first global index along ``dim``. On ties the lowest
+    global index wins (as torch's CPU kernel); it takes the gradient.
+    """
+    group = ctx.mesh.spatial_group
+    size = x.shape[dim]
+    if size:
+        local, index = (x.max if largest else x.min)(dim, keepdim=True)
+        local, index = local.detach(), index + lo
+    else:
+        shape = _reduced_shape(tuple(x.shape), (dim,), True)
+        local = x.new_full(shape, _lowest(x, largest))
+        index = torch.zeros(shape, dtype=torch.int64, device=x.device)
+    value = local.clone()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, group=group)
+    sentinel = torch.iinfo(torch.int64).max
+    index = torch.where(local == value, index, torch.full_like(index, sentinel))
+    dist.all_reduce(index, op=dist.ReduceOp.MIN, group=group)
+    positions = torch.arange(lo, lo + size, device=x.device)
+    positions = positions.reshape([-1 if d == dim else 1 for d in range(x.dim())])
+    weights = (positions == index).to(x.dtype)
+    return _Pick.apply(x, value, weights), index

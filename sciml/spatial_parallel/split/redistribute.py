@@ -1,0 +1,111 @@
+"""Re-partition a split dim: from any contiguous pieces per rank to the standard blocks.
+
+A pad, concatenation, slice or ``interpolate`` along a split dim leaves each
+rank holding pieces of the new global tensor that are not its
+:func:`torch.tensor_split` block. Every rank knows every rank's pieces from the
+global shapes alone; one all-gather over the ranks along that mesh axis moves
+them, and the backward routes each gradient element back to the rank that
+held it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sciml.spatial_parallel.halo.first_order import first_order_only
+from sciml.spatial_parallel.partition import block_bounds
+
+#: Each coordinate's pieces along the dim: ``[lo, hi)`` in the new global index.
+Pieces = tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _gather(
+    x: torch.Tensor, dim: int, longest: int, group: dist.ProcessGroup
+) -> list[torch.Tensor]:
+    """Every rank's ``x`` along ``dim``, each padded to ``longest``."""
+    pad = list(x.shape)
+    pad[dim] = longest - x.shape[dim]
+    buffer = torch.cat([x, x.new_zeros(pad)], dim).contiguous()
+    out = [torch.empty_like(buffer) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, buffer, group=group)
+    return out
+
+
+def _assemble(
+    parts: list[torch.Tensor],
+    dim: int,
+    sources: tuple[tuple[tuple[int, int], ...], ...],
+    want: tuple[int, int],
+    like: torch.Tensor,
+) -> torch.Tensor:
+    """``want``'s range of the global dim from every coordinate's gathered ``sources`` ranges."""
+    found = []
+    for part, ranges in zip(parts, sources, strict=True):
+        offset = 0
+        for lo, hi in ranges:
+            a, b = max(lo, want[0]), min(hi, want[1])
+            if a < b:
+                found.append((a, part.narrow(dim, offset + a - lo, b - a)))
+            offset += hi - lo
+    if not found:
+        shape = list(like.shape)
+        shape[dim] = 0
+        return like.new_zeros(shape)
+    return torch.cat([piece for _, piece in sorted(found, key=lambda p: p[0])], dim)
+
+
+class _Redistribute(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, dim: int, pieces: Pieces, size: int, coord: int, group: Any
+    ) -> torch.Tensor:
+        targets = tuple((b,) for b in block_bounds(size, len(pieces)))
+        ctx.dim, ctx.pieces, ctx.targets, ctx.coord, ctx.group = dim, pieces, targets, coord, group
+        longest = max(sum(hi - lo for lo, hi in p) for p in pieces)
+        parts = _gather(x, dim, longest, group)
+        return _assemble(parts, dim, pieces, targets[coord][0], x)
+
+    @staticmethod
+    @first_order_only("a re-partition of a split block")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        longest = max(hi - lo for ((lo, hi),) in ctx.targets)
+        parts = _gather(grad.contiguous(), ctx.dim, longest, ctx.group)
+        mine = [
+            _assemble(parts, ctx.dim, ctx.targets, piece, grad) for piece in ctx.pieces[ctx.coord]
+        ]
+        if not mine:
+            shape = list(grad.shape)
+            shape[ctx.dim] = 0
+            return grad.new_zeros(shape), None, None, None, None, None
+        return torch.cat(mine, ctx.dim), None, None, None, None, None
+
+
+def redistribute(
+    x: torch.Tensor,
+    dim: int,
+    pieces: Pieces,
+    size: int,
+    *,
+    coord: int,
+    group: dist.ProcessGroup,
+) -> torch.Tensor:
+    """This rank's standard block along ``dim`` of a global size ``size``.
+
+    Args:
+        x: This rank's pieces, concatenated along ``dim`` in the order of ``pieces[coord]``.
+        dim: The split tensor dim.
+        pieces: For each coordinate along the mesh axis, its pieces' global ranges;
+            together they cover ``[0, size)`` once.
+        size: The global size along ``dim``.
+        coord: This rank's coordinate along the mesh axis.
+        group: The ranks along that mesh axis, in coordinate order.
+    """
+    if all(
+        p == ((lo, hi),)
+        for p, (lo, hi) in zip(pieces, block_bounds(size, len(pieces)), strict=True)
+    ):
+        return x  # already the standard blocks
+    return _Redistribute.apply(x, dim, pieces, size, coord, group)

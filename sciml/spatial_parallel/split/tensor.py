@@ -1,0 +1,441 @@
+"""Tensors that know they are split: every torch op on a block is global or refused.
+
+A parallel model (:func:`~sciml.spatial_parallel.parallelize`) wraps its
+split inputs in :class:`SplitTensor`: this rank's block of a global tensor,
+carrying the global shape and which tensor dims the mesh splits. The model's
+own forward code then sees the global tensor through it:
+
+- ``shape``, ``size()``, ``numel()`` answer the global extent, so code that
+  branches on shapes takes the same branch on every rank;
+- pointwise ops and ops along unsplit dims run on the block as they are;
+- reductions, pads, concatenations, slices, reshapes and ``interpolate``
+  along split dims are computed globally (:mod:`.split_ops`,
+  :mod:`.split_layout`);
+- every other op that touches a split dim raises a :class:`SplitOpError`
+  naming the op, the split dims and the calling line.
+
+A reduction over every split dim gives a :class:`ReplicatedTensor`: the
+same value on every spatial rank. Gradients follow the package's loss
+conventions: a replicated tensor's gradient is the whole gradient on every
+rank, so where it meets a split block the gradients of the split use are
+summed over the spatial group (:func:`split_use`), and where it meets a
+tensor whose gradient the parallel model sums over the spatial group (a
+parameter outside the dense layers), that gradient is divided by the group
+size (:func:`replicated_use`).
+
+Swapped layers and the model's exit see plain tensors (:func:`unwrap`).
+
+Under ``torch.compile`` the compiler never traces a wrapped tensor: every op
+on one (and every read of its shape) is a graph break that runs eagerly as
+above, so compiled code never sees a block's local extent where the model's
+code asks for the global one; the split layers' local compute, on plain
+tensors, is compiled between those breaks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo
+import torch.distributed as dist
+
+import sciml
+from sciml.spatial_parallel.halo.first_order import first_order_only
+from sciml.spatial_parallel.layers.base import REPLICATED_TAG
+from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
+
+Shape = tuple[int, ...]
+#: ``(tensor dim, mesh spatial axis)`` pairs of the split dims, by increasing dim.
+Split = tuple[tuple[int, int], ...]
+Handler = Callable[["SplitContext", Any, tuple[Any, ...], dict[str, Any]], Any]
+
+_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(sciml.__file__))
+
+
+_handle: Callable[..., Any] | None = None
+
+
+class SplitOpError(ValueError):
+    """A torch op reached a split block and cannot be computed as on the global tensor."""
+
+
+@dataclass(eq=False)
+class SplitContext:
+    """What every wrapped tensor of one parallel model shares.
+
+    Args:
+        mesh: The process grid.
+        averaged: ``id`` of the parameters whose gradients the parallel model
+            averages (not sums) over the spatial group: those of the dense layers.
+        enabled: Whether the model wraps its blocks; ``False`` gives the model's
+            forward code plain blocks (this rank's values only, local shapes), to
+            measure what the wrapping costs.
+    """
+
+    mesh: SpatialMesh
+    averaged: frozenset[int] = field(default_factory=frozenset)
+    enabled: bool = True
+    _local_shapes: dict[tuple[Shape, Split], Shape] = field(default_factory=dict, repr=False)
+
+    def bounds(self, size: int, axis: int) -> tuple[int, int]:
+        """This rank's ``[lo, hi)`` of a global ``size`` split along mesh ``axis``."""
+        return block_bounds(size, self.mesh.grid[axis])[self.mesh.spatial_coords[axis]]
+
+    def local_shape(self, shape: Shape, split: Split) -> Shape:
+        """This rank's block shape of a global ``shape`` split as ``split`` (cached)."""
+        key = (shape, split)
+        local = self._local_shapes.get(key)
+        if local is None:
+            sizes = list(shape)
+            for dim, axis in split:
+                lo, hi = self.bounds(shape[dim], axis)
+                sizes[dim] = hi - lo
+            local = self._local_shapes[key] = tuple(sizes)
+        return local
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost calling frame outside torch and sciml."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_SKIP_DIRS):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+#: Spellings of Python operators and reflected operators, by aten name.
+ALIASES = {
+    "truediv": "div",
+    "rtruediv": "div",
+    "itruediv": "div",
+    "floordiv": "floor_divide",
+    "rfloordiv": "floor_divide",
+    "ifloordiv": "floor_divide",
+    "radd": "add",
+    "iadd": "add",
+    "rmul": "mul",
+    "imul": "mul",
+    "isub": "sub",
+    "rpow": "pow",
+    "ipow": "pow",
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+    "rand": "bitwise_and",
+    "ror": "bitwise_or",
+    "rxor": "bitwise_xor",
+    "invert": "bitwise_not",
+    "mod": "remainder",
+    "rmod": "remainder",
+    "imod": "remainder",
+    "iand": "bitwise_and",
+    "ior": "bitwise_or",
+    "ixor": "bitwise_xor",
+}
+
+
+def aten_name(func: Any) -> str:
+    """The aten name of a torch function, method, property or Python operator."""
+    if getattr(func, "__name__", "") == "__get__" and getattr(func, "__self__", None) is not None:
+        return str(func.__self__.__name__)
+    name = str(getattr(func, "__name__", ""))
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+        return ALIASES.get(name, name)
+    return name
+
+
+def op_name(func: Any) -> str:
+    """A readable name of a torch function, method or property."""
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", "") == "__get__" and owner is not None:
+        return f"Tensor.{owner.__name__}"
+    name = getattr(func, "__name__", repr(func))
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if str(getattr(func, "__qualname__", "")).startswith(("TensorBase.", "Tensor.")):
+        return f"Tensor.{name}"
+    return f"torch.{name}"
+
+
+def split_names(split: Split) -> str:
+    """``'depth (dim 2), width (dim 4)'`` for the split dims ``split``."""
+    return ", ".join(f"{DIM_NAMES[axis]} (dim {dim})" for dim, axis in split)
+
+
+def refuse(func: Any, split: Split, why: str) -> SplitOpError:
+    """The error for ``func`` on a block split as ``split``, naming the calling line."""
+    return SplitOpError(
+        f"spatial_parallel: {op_name(func)} at {user_line()} on a block split along "
+        f"{split_names(split)}: {why}"
+    )
+
+
+#: Why the compiler stops at split blocks (what ``torch.compile(..., fullgraph=True)`` reports).
+EAGER_REASON = (
+    "sciml spatial_parallel: split blocks, and the parallel model's hooks that wrap them, run "
+    "eagerly between compiled graphs; compile a parallel model without fullgraph=True"
+)
+
+
+def eager(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run eagerly under ``torch.compile``, a graph break that names :data:`EAGER_REASON`."""
+    return torch.compiler.disable(fn, reason=EAGER_REASON)
+
+
+#: Tensor attributes whose value on a wrapped tensor is not that of its plain block.
+LAYOUT_ATTRIBUTES = ("shape", "data", "T", "mT", "H", "mH", "real", "imag")
+_BLOCK_SHAPE: Any = torch._C.TensorBase.shape  # the C-level attribute, not the property below
+
+
+def _eager_attribute(name: str) -> property:
+    """``Tensor.<name>`` read and written through ``__torch_function__``, outside compiled graphs.
+
+    ``torch.compile`` reads tensor attributes of the tensors it does not trace
+    straight from the C level: for a split block that is the block's own shape
+    (or view), so a graph would branch on, and guard on, the local block's
+    extent. As a Python property the compiler calls it instead, eagerly.
+    """
+    getset = getattr(torch._C.TensorBase, name)
+
+    @eager
+    def get(self: torch.Tensor) -> Any:
+        return getset.__get__(self)
+
+    @eager
+    def put(self: torch.Tensor, value: Any) -> None:
+        getset.__set__(self, value)
+
+    return property(get, put, doc=getset.__doc__)
+
+
+class _Dispatched(torch.Tensor):
+    """A tensor whose torch ops go through the split-op tables (:func:`dispatch`).
+
+    Under ``torch.compile`` every op on it is a graph break that runs eagerly
+    through :func:`dispatch` (the compiler models these tensors as opaque
+    objects: ``torch._dynamo.config.nontraceable_tensor_subclasses``); the plain
+    tensors inside the split layers are compiled.
+    """
+
+    @classmethod
+    @eager
+    def __torch_function__(
+        cls,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run ``func`` as on the global tensor (results keep their kind), or raise naming it."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return dispatch(func, tuple(args), kwargs or {})
+
+
+for _name in LAYOUT_ATTRIBUTES:
+    setattr(_Dispatched, _name, _eager_attribute(_name))
+
+
+class SplitTensor(_Dispatched):
+    """This rank's block of a global tensor split over the spatial mesh (see the module)."""
+
+    _ctx: SplitContext
+    _gshape: Shape
+    _split: Split
+
+    def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
+        """The global shape and the split dims (the values are this rank's only)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            local = tuple(self.shape)
+        return (
+            f"SplitTensor(global shape {self._gshape}, split along {split_names(self._split)}, "
+            f"local block {local}, dtype={self.dtype})"
+        )
+
+
+class ReplicatedTensor(_Dispatched):
+    """A tensor with the same value on every spatial rank, made from split blocks."""
+
+    _ctx: SplitContext
+    _sciml_replicated = True  # read by is_replicated
+
+
+torch._dynamo.config.nontraceable_tensor_subclasses.update({SplitTensor, ReplicatedTensor})
+
+
+def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -> torch.Tensor:
+    """``x``, this rank's block of a global ``shape`` split as ``split``, as a SplitTensor.
+
+    With nothing split (an unsplit mesh, or dims of global size 1) ``x`` stays plain.
+    """
+    split = tuple((d, a) for d, a in split if ctx.mesh.grid[a] > 1)
+    if not split:
+        return x
+    with torch._C.DisableTorchFunctionSubclass():
+        out = x.as_subclass(SplitTensor)
+    out._ctx, out._gshape, out._split = ctx, tuple(shape), split
+    return out
+
+
+def wrap_replicated(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """``x``, the same on every spatial rank, as a ReplicatedTensor."""
+    with torch._C.DisableTorchFunctionSubclass():
+        out = x.as_subclass(ReplicatedTensor)
+    out._ctx = ctx
+    return out
+
+
+def unwrap(x: Any) -> Any:
+    """The plain tensor of a wrapped one (a replicated one keeps its tag); others as they are."""
+    if isinstance(x, SplitTensor | ReplicatedTensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            plain = x.as_subclass(torch.Tensor)
+        if isinstance(x, ReplicatedTensor):
+            setattr(plain, REPLICATED_TAG, True)
+        return plain
+    return x
+
+
+class _ReplicatedUse(torch.autograd.Function):
+    """Identity; the backward divides by the group size (a summed gradient used replicated)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, parts: int) -> torch.Tensor:
+        ctx.parts = parts
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad / ctx.parts, None
+
+
+class _SplitUse(torch.autograd.Function):
+    """Identity; the backward sums the gradients over the group (a replicated tensor used split)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    @first_order_only("an all-reduce over the spatial ranks")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def split_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """A replicated ``x`` entering a split computation: gradients summed over the group."""
+    plain = unwrap(x)
+    if not plain.requires_grad or ctx.mesh.spatial_size == 1:
+        return plain
+    return _SplitUse.apply(plain, ctx.mesh.spatial_group)
+
+
+def replicated_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
+    """A tensor whose gradient the model sums over the group, entering a replicated computation."""
+    if not x.requires_grad or id(x) in ctx.averaged or ctx.mesh.spatial_size == 1:
+        return x
+    return _ReplicatedUse.apply(x, ctx.mesh.spatial_size)
+
+
+def is_replicated_value(x: Any) -> bool:
+    """Whether ``x`` is a tensor with the same value on every spatial rank."""
+    return isinstance(x, torch.Tensor) and bool(getattr(x, REPLICATED_TAG, False))
+
+
+def tensors_in(values: Sequence[Any]) -> list[torch.Tensor]:
+    """The tensors among ``values`` and inside their lists and tuples."""
+    found: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def map_tensors(values: Sequence[Any], fn: Callable[[torch.Tensor], Any]) -> tuple[Any, ...]:
+    """``values`` with ``fn`` applied to each tensor (also inside lists and tuples)."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            out.append(fn(value))
+        elif isinstance(value, list | tuple):
+            out.append(type(value)(fn(v) if isinstance(v, torch.Tensor) else v for v in value))
+        else:
+            out.append(value)
+    return tuple(out)
+
+
+def local_shape(x: torch.Tensor) -> Shape:
+    """The shape of ``x``'s block on this rank."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return tuple(_BLOCK_SHAPE.__get__(x))
+
+
+def global_numel(x: SplitTensor) -> int:
+    """Elements of the global tensor of ``x``."""
+    return math.prod(x._gshape)
+
+
+def set_handler(handle: Callable[..., Any]) -> None:
+    """Register the function that runs a torch op on split blocks (the op tables' entry).
+
+    :mod:`sciml.spatial_parallel.split.dispatch` registers its ``handle`` when imported
+    (the package imports it), so that this module needs none of the op tables.
+    """
+    global _handle
+    _handle = handle
+
+
+def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` on wrapped tensors (called with torch functions of subclasses disabled)."""
+    if _handle is None:
+        raise RuntimeError(
+            "no split-op handler is registered: import sciml.spatial_parallel.split "
+            "(its dispatch module registers one)"
+        )
+    if not kwargs and len(args) == 1 and isinstance(args[0], SplitTensor):  # the common case
+        return _handle(func, args[0], args, kwargs)
+    every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
+    split = next((t for t in every if isinstance(t, SplitTensor)), None)
+    if split is None:
+        return _replicated(func, args, kwargs, every)
+    return _handle(func, split, args, kwargs)
+
+
+def _replicated(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], every: list[torch.Tensor]
+) -> Any:
+    """An op on replicated tensors (no split block): run it, keep the results replicated."""
+    ctx = next(t._ctx for t in every if isinstance(t, ReplicatedTensor))
+    if getattr(func, "__name__", "") == "__get__":
+        return func(*args, **kwargs)
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return unwrap(t) if is_replicated_value(t) else replicated_use(t, ctx)
+
+    args = map_tensors(args, plain)
+    kwargs = dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True))
+    out = func(*args, **kwargs)
+    return _rewrap_replicated(out, ctx)
+
+
+def _rewrap_replicated(out: Any, ctx: SplitContext) -> Any:
+    if isinstance(out, torch.Tensor) and not isinstance(out, SplitTensor):
+        return wrap_replicated(out, ctx)
+    if isinstance(out, tuple | list):
+        return type(out)(_rewrap_replicated(o, ctx) for o in out)
+    return out

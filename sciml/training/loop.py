@@ -1,0 +1,470 @@
+"""The training loop that every workflow uses.
+
+:func:`fit` trains a model on a map-style dataset with deterministic
+shuffling, shows a tqdm bar with the running loss on rank 0 (on a terminal or
+in a notebook), says what it does in status lines (:mod:`sciml.training.report`:
+one per epoch and a closing summary), logs metrics to CSV (and
+TensorBoard when installed), writes atomic checkpoints, resumes exactly where
+a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
+(Slurm preemption or time limit) into a checkpoint and a clean return::
+
+    def loss_fn(model, batch):
+        x, y = batch
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    result = fit(model, optimizer, train_set, loss_fn, run_dir="runs/exp1",
+                 config=TrainConfig(epochs=20, batch_size=16), val_dataset=val_set)
+    if result.status == "interrupted":
+        sys.exit(EXIT_REQUEUE)  # the batch script requeues the job
+
+Spatially parallel models (made by :func:`sciml.spatial_parallel.parallelize`)
+carry their mesh: ``fit`` takes the replica from its data coordinate (the
+ranks of one sample read the same batch) and logs *global* values, per step
+and per epoch (:mod:`sciml.training.step`: a split output's terms summed over
+the spatial group, a replicated output's value once, averaged over replicas).
+
+Exact resume: the order of samples in an epoch depends only on the seed and
+the epoch, checkpoints hold every generator's state, the position inside the
+epoch and the running metric sums of every data-parallel replica, so an
+interrupted and resumed run computes the same losses and ends with the same
+weights as an uninterrupted one (bit for bit on CPU).
+
+A run folder belongs to one run: ``fit`` holds ``run_dir/run.lock`` while it
+trains (a second process gets :class:`RunDirError` naming the first one's
+pid), and refuses to resume a checkpoint written with another configuration
+(:class:`TrainConfig` fields other than :data:`RESUMABLE_FIELDS`, the model's
+parameters, the optimiser and its hyperparameters, the scheduler, the dataset
+sizes, the number of replicas). Every input is checked before anything is written.
+
+This module is the driver: :class:`_Trainer` runs named steps (train epoch,
+train step, end of epoch, evaluate, checkpoint), as torchtitan's trainer
+does; the other modules of :mod:`sciml.training` each hold one of its jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Dataset
+
+from sciml.datasets.sampling import epoch_batches, seed_everything
+from sciml.distributed import PreemptionFlag, all_reduce_sums, gather_objects, world
+from sciml.distributed.cpu_allocator import keep_freed_memory
+from sciml.progress import bar_visible
+from sciml.training.batches import EpochLoader, accumulate, micro_batches, progress, tagged
+from sciml.training.checkpoint import save_checkpoint
+from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
+from sciml.training.perf import EpochClock, log_perf
+from sciml.training.report import TrainReport, epoch_line
+from sciml.training.run_dir import RunDirError, lock_run_dir
+from sciml.training.run_log import open_metrics_log
+from sciml.training.setup import (
+    LoopState,
+    LossFn,
+    Status,
+    TrainResult,
+    TrainSetup,
+    check_inputs,
+    dataset_length,
+    resume_state,
+)
+from sciml.training.step import StepRunner, global_values
+
+__all__ = [
+    "EXIT_REQUEUE",
+    "RESUMABLE_FIELDS",
+    "RunDirError",
+    "TrainConfig",
+    "TrainResult",
+    "epoch_batches",
+    "fit",
+    "seed_everything",
+]
+
+#: Exit code a script returns after checkpointing on a signal, so that a
+#: Slurm batch script knows to requeue the job.
+EXIT_REQUEUE = 3
+
+
+class _Trainer:
+    """The loop of :func:`fit` as named steps (epoch, step, end of epoch, evaluate, checkpoint).
+
+    Building one seeds every generator, takes the state of ``last.pt`` (when
+    resuming) or a new one, and opens the metrics log.
+    """
+
+    def __init__(
+        self, setup: TrainSetup, *, resume: bool, preempt_after: int | None = None
+    ) -> None:
+        self.s = setup
+        self.preempt_after = preempt_after
+        seed_everything(setup.config.seed)
+        self.state = resume_state(setup) if resume and setup.last.exists() else LoopState()
+        self.state.run = setup.record
+        if setup.rank == 0:
+            setup.last.parent.mkdir(parents=True, exist_ok=True)
+            if self.state.global_step == 0:  # a new run: a best.pt left by an old one is not its
+                self.best_path.unlink(missing_ok=True)
+        self.log = open_metrics_log(
+            setup.run_dir,
+            rows=self.state.rows_written,
+            tensorboard=setup.config.tensorboard,
+            enabled=setup.rank == 0,
+            epoch=lambda: self.state.epoch,
+        )
+        self.signals = PreemptionFlag(False)
+        self.runner = StepRunner(setup.model, setup.loss_fn, setup.config, setup.device, setup.mesh)
+        pin = setup.device.type == "cuda"
+        self.loaders = {
+            name: EpochLoader(data, setup.config, setup.collate_fn, pin_memory=pin)
+            for name, data in (("train", setup.train_dataset), ("val", setup.val_dataset))
+            if data is not None
+        }
+        self.clock = EpochClock()
+        self.report = TrainReport(
+            setup.run_dir, setup.config, setup.monitor, enabled=setup.rank == 0
+        )
+        self.steps = len(self.epoch_parts(self.state.epoch))  # of the epoch being trained
+        self.epoch_start = time.perf_counter()
+
+    @property
+    def best_path(self) -> Path:
+        """The checkpoint of the best epoch so far."""
+        return self.s.run_dir / "checkpoints" / "best.pt"
+
+    def fit(self) -> TrainResult:
+        """Train the remaining epochs; the log and the loader workers are closed however it ends."""
+        s = self.s
+        val_samples = (
+            None if s.val_dataset is None else dataset_length("val_dataset", s.val_dataset)
+        )
+        self.report.started(
+            self.state,
+            steps=self.steps,
+            samples=dataset_length("train_dataset", s.train_dataset),
+            val_samples=val_samples,
+        )
+        try:
+            with PreemptionFlag(s.config.handle_signals) as self.signals:
+                status = self.run()
+        finally:
+            self.log.close()
+            for loader in self.loaders.values():
+                loader.close()
+        self.report.finished(
+            status, self.state, steps=self.steps, best_path=self.best_path, last_path=s.last
+        )
+        return self.result(status)
+
+    def run(self) -> Status:
+        """Epoch after epoch until the last, an early stop or a signal."""
+        while self.state.epoch < self.s.config.epochs:
+            if not self.train_epoch():
+                return "interrupted"
+            if self.end_of_epoch():
+                return "early_stopped"
+        return "completed"
+
+    def train_epoch(self) -> bool:
+        """Train the rest of the current epoch; false if stopped by a signal.
+
+        The bar (on rank 0, where :func:`sciml.progress.bar_visible` says it is seen)
+        counts the epoch's optimiser steps and shows the running mean of the steps'
+        training loss since it started.
+        """
+        s, state = self.s, self.state
+        parts = self.epoch_parts(state.epoch)
+        self.steps, self.epoch_start = len(parts), time.perf_counter()
+        s.model.train()
+        first = sum(len(batch) for batch in parts[: state.step_in_epoch])
+        todo = parts[state.step_in_epoch :]
+        flat = [part for batch in todo for part in batch]
+        following = state.epoch + 1 < s.config.epochs
+        then = (
+            [p for batch in self.epoch_parts(state.epoch + 1) for p in batch] if following else None
+        )
+        loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first, then=then)
+        batches = self.clock.batches(loader)
+        bar = progress(
+            total=len(parts),
+            initial=state.step_in_epoch,
+            desc=f"epoch {state.epoch + 1}/{s.config.epochs}",
+            show=s.rank == 0 and bar_visible(s.config.progress),
+        )
+        loss_sum, samples = 0.0, 0
+        with bar:
+            for batch_parts in todo:
+                sizes = [len(p) for p in batch_parts]
+                values = self.train_step([next(batches) for _ in batch_parts], sizes)
+                loss_sum, samples = loss_sum + values["loss"] * sum(sizes), samples + sum(sizes)
+                bar.set_postfix(loss=f"{loss_sum / samples:.4g}", refresh=False)
+                bar.update()
+                if state.global_step == self.preempt_after:
+                    self.signals.request()
+                if self.signals.any_rank():
+                    self.checkpoint(s.last)
+                    return False
+                every = s.config.checkpoint_every
+                if every and state.global_step % every == 0:
+                    self.checkpoint(s.last)
+        return True
+
+    def epoch_parts(self, epoch: int) -> list[list[list[int]]]:
+        """The index batches of ``epoch`` for this replica, each split into micro-batches."""
+        s = self.s
+        batches = epoch_batches(
+            dataset_length("train_dataset", s.train_dataset),
+            s.config.batch_size,
+            epoch=epoch,
+            seed=s.config.seed,
+            shuffle=s.config.shuffle,
+            drop_last=s.config.drop_last,
+            replica=s.replica,
+        )
+        return [micro_batches(batch, s.config.micro_batches) for batch in batches]
+
+    def train_step(self, parts: list[Any], sizes: list[int]) -> dict[str, float]:
+        """One optimiser step over a batch's parts; adds its values to the epoch's sums.
+
+        Returns:
+            The step's global values, as the metrics log records them.
+        """
+        s, state = self.s, self.state
+        s.optimizer.zero_grad(set_to_none=True)
+        where = f"at step {state.global_step}"
+        values = self.runner.backward(
+            parts,
+            sizes,
+            where=f"at epoch {state.epoch}, step {state.global_step} of the run in {s.run_dir}",
+        )
+        scale = self.runner.scale()
+        scaled = {name: value * scale for name, value in values.items()}
+        state.count = accumulate(state.sums, state.count, scaled, sum(sizes), where=where)
+        if s.config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(s.model.parameters(), s.config.grad_clip)
+        s.optimizer.step()
+        if s.scheduler is not None and s.config.scheduler_interval == "step":
+            s.scheduler.step()
+        state.step_in_epoch += 1
+        state.global_step += 1
+        self.clock.step_done(sum(sizes))
+        logged = global_values(values, scale)
+        self.log.log(tagged("train_step", logged), state.global_step)
+        return logged
+
+    def end_of_epoch(self) -> bool:
+        """Validate, log, checkpoint; true if early stopping ends the run."""
+        s, state = self.s, self.state
+        sums, count = all_reduce_sums(state.sums, state.count)
+        metrics = {f"train_{k}": v / count for k, v in sums.items()}
+        if s.val_dataset is not None:
+            metrics |= self.evaluate(s.val_dataset)
+        metrics["lr"] = s.optimizer.param_groups[0]["lr"]
+        if s.monitor not in metrics:
+            raise ValueError(
+                f"TrainConfig.monitor={s.monitor!r} is not among the epoch metrics that fit "
+                f"logs for this loss_fn: {sorted(metrics)}"
+            )
+        self.check_finite(metrics)
+        self.log.log(tagged("epoch", metrics), state.global_step)
+        bytes_read = getattr(s.train_dataset, "bytes_read", None)
+        figures = self.clock.figures(s.device, bytes_read)
+        log_perf(s.run_dir / "perf.csv", figures, epoch=state.epoch, step=state.global_step)
+        # every rank of a replica counts its samples: the sum over ranks counts each that often
+        _, samples = all_reduce_sums({}, self.clock.samples)
+        samples //= world()[1] // s.replica[1]
+        self.clock = EpochClock()
+        if s.scheduler is not None and s.config.scheduler_interval == "epoch":
+            s.scheduler.step()
+        state.history.append({"epoch": state.epoch + 1, **metrics})
+        state.epoch += 1
+        state.step_in_epoch, state.sums, state.count = 0, {}, 0
+        improved = s.config.is_better(metrics[s.monitor], state.best)
+        if improved:
+            state.best, state.bad_epochs = metrics[s.monitor], 0
+        else:
+            state.bad_epochs += 1
+        self.report.epoch(
+            epoch_line(
+                state.epoch,
+                s.config.epochs,
+                metrics,
+                monitor=s.monitor,
+                improved=improved,
+                seconds=time.perf_counter() - self.epoch_start,
+                samples=samples,
+            )
+        )
+        self.checkpoint(s.last)
+        if improved:
+            self.checkpoint(self.best_path)
+        return s.config.patience is not None and state.bad_epochs >= s.config.patience
+
+    def check_finite(self, metrics: dict[str, float]) -> None:
+        """Refuse a non-finite validation loss or monitored metric before it is logged or kept.
+
+        ``nan`` compares false with everything: a run that went on would keep ``best.pt``
+        at the last finite epoch and never stop early.
+
+        Raises:
+            FloatingPointError: Naming the metric, the epoch (counted from 0, as the
+                training loss's error counts it) and the run folder.
+        """
+        s = self.s
+        for name in dict.fromkeys(["val_loss", s.monitor]):
+            value = metrics.get(name)
+            if value is not None and not math.isfinite(value):
+                raise FloatingPointError(
+                    f"{name} is {value} at epoch {self.state.epoch} of the run in {s.run_dir}; "
+                    "lower the learning rate or check the validation data"
+                )
+
+    def checkpoint(self, path: Path) -> None:
+        """Save the run on rank 0 (collective: every rank calls it)."""
+        s, state = self.s, self.state
+        gathered = gather_objects((state.sums, state.count))
+        saved = dataclasses.replace(
+            state,
+            sums={},
+            count=0,
+            rank_sums=[sums for sums, _ in gathered],
+            rank_counts=[count for _, count in gathered],
+            rows_written=self.log.rows,
+        )
+        if s.rank == 0:
+            save_checkpoint(
+                path, s.model, optimizer=s.optimizer, scheduler=s.scheduler, state=vars(saved)
+            )
+        if world()[1] > 1:
+            dist.barrier()
+
+    @torch.no_grad()
+    def evaluate(self, dataset: Dataset[Any]) -> dict[str, float]:
+        """Mean of ``loss_fn``'s values over ``dataset`` (samples weighted equally)."""
+        s = self.s
+        s.model.eval()
+        batches = epoch_batches(
+            dataset_length("val_dataset", dataset),
+            s.config.batch_size,
+            epoch=0,
+            seed=s.config.seed,
+            shuffle=False,
+            replica=s.replica,
+        )
+        sums: dict[str, float] = {}
+        count = 0
+        loader = self.loaders["val"].epoch(batches, epoch=0)
+        for indices, batch in zip(batches, loader, strict=True):
+            _, values = self.runner.loss(batch)
+            scaled = {name: value * self.runner.scale() for name, value in values.items()}
+            count = accumulate(sums, count, scaled, len(indices), where="on a validation batch")
+        s.model.train()
+        sums, count = all_reduce_sums(sums, count)
+        return {f"val_{name}": value / count for name, value in sums.items()}
+
+    def result(self, status: Status) -> TrainResult:
+        """What the run did, for :func:`fit` to return."""
+        state = self.state
+        return TrainResult(
+            status,
+            state.epoch,
+            state.global_step,
+            list(state.history),
+            state.best,
+            self.s.last,
+            self.s.run_dir,
+        )
+
+
+def fit(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_dataset: Dataset[Any],
+    loss_fn: LossFn,
+    *,
+    run_dir: Path | str,
+    config: TrainConfig | None = None,
+    val_dataset: Dataset[Any] | None = None,
+    scheduler: Any | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    resume: bool = True,
+    replica: tuple[int, int] | None = None,
+    preempt_after: int | None = None,
+) -> TrainResult:
+    """Train ``model`` and return what happened.
+
+    On the CPU the process keeps the memory tensors free from then on
+    (:func:`sciml.distributed.cpu_allocator.keep_freed_memory`), as a GPU's caching
+    allocator does: a step reuses what the last one freed instead of faulting
+    it in again.
+
+    Args:
+        model: The model; batches are moved to the device of its first parameter.
+        optimizer: Optimiser over the model's parameters.
+        train_dataset: Map-style dataset of training samples.
+        loss_fn: ``loss_fn(model, batch)`` returns the loss (a one-element
+            tensor), or a dict with ``"loss"`` and other one-element tensors to
+            log, with the same names at every step.
+        run_dir: Folder for ``metrics.csv``, ``checkpoints/last.pt``,
+            ``checkpoints/best.pt`` and the lock file ``run.lock``.
+        config: Loop options (default :class:`TrainConfig`).
+        val_dataset: Dataset evaluated with ``loss_fn`` after every epoch;
+            its metrics are logged with a ``val_`` prefix.
+        scheduler: Learning-rate scheduler stepped per ``config.scheduler_interval``.
+        collate_fn: Batch collation (default: torch's).
+        resume: Continue from ``run_dir/checkpoints/last.pt`` when it exists
+            (``False``: start over, overwriting the run in ``run_dir``).
+        replica: ``(index, count)`` of this data-parallel replica; default
+            ``(rank, world_size)``, or for a model made by
+            :func:`sciml.spatial_parallel.parallelize` the data coordinate of
+            its mesh (the ranks of one sample read the same batch); another
+            value for such a model is an error.
+        preempt_after: This rank acts as if it received SIGUSR1 once optimiser
+            step ``preempt_after`` (counted from the run's start) is done: every
+            rank checkpoints and ``fit`` returns ``"interrupted"``, as on a real
+            signal, also with ``handle_signals=False`` (the request is explicit;
+            for tests and benchmarks of resume; ``None``: signals only).
+
+    Returns:
+        A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
+
+    Raises:
+        ValueError, TypeError: For a bad input (named), before anything is written.
+        RunDirError: If another process trains in ``run_dir``, or its checkpoint
+            was written by a run with another configuration (see the module docstring).
+        sciml.training.checkpoint.CheckpointError: If ``last.pt`` cannot be read.
+        FloatingPointError: If a training loss, the validation loss or the monitored
+            metric is not finite (naming the epoch and ``run_dir``); that epoch's end is
+            neither logged nor checkpointed, so ``best.pt`` never holds a non-finite one.
+    """
+    if preempt_after is not None and (
+        isinstance(preempt_after, bool) or not isinstance(preempt_after, int) or preempt_after < 1
+    ):
+        raise ValueError(f"preempt_after must be an integer >= 1 or None, got {preempt_after!r}")
+    setup = check_inputs(
+        model,
+        optimizer,
+        train_dataset,
+        loss_fn,
+        run_dir=Path(run_dir),
+        config=config or TrainConfig(),
+        val_dataset=val_dataset,
+        scheduler=scheduler,
+        collate_fn=collate_fn,
+        replica=replica,
+    )
+    if setup.device.type == "cpu":
+        keep_freed_memory()  # steps reuse the memory the last one freed: next to no page faults
+    lock = lock_run_dir(setup.run_dir, setup.rank)
+    try:
+        return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()
+    finally:
+        lock.release()

@@ -1,0 +1,153 @@
+"""The Gaussian forecast of a trained post-processing run on new data (EMOS or a deep model).
+
+:func:`predict_run` rebuilds a run from its folder
+(:func:`sciml.weather.postprocess.train.read_run`),
+puts the data on the grid the run was trained on (:func:`sciml.weather.grid.align_to_run`:
+latitudes, longitude convention, levels and dim order aligned by label, another grid
+refused) and returns, for every variable of the run, ``(mu, sigma)`` on the data's own
+dims, order and coordinates, in the data's units (the deep models' normalised outputs are
+scaled back with the run's channel statistics). Each variable keeps its own dims: a
+surface field beside levelled ones has no ``level`` in its forecast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.utils.data import DataLoader
+
+from sciml.weather.grid import align_to_run
+from sciml.weather.postprocess.emos import emos_predict, unpack_coefficients
+from sciml.weather.postprocess.train import (
+    RunConfig,
+    load_postprocessor,
+    read_data_record,
+    read_run,
+)
+
+__all__ = ["Forecast", "labelled_like_truth", "predict_run"]
+
+SAMPLE_DIMS = ("time", "lead_time")
+#: ``(mu, sigma)`` of every variable.
+Forecast = dict[str, tuple[xr.DataArray, xr.DataArray]]
+
+
+def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+    from sciml.weather.dataset import EnsembleDataset
+
+    _, stats = read_run(run_dir)
+    model = load_postprocessor(run_dir)
+    data = EnsembleDataset(
+        test,
+        list(config.variables),
+        members=config.members,
+        stats=stats,
+        channel_dims=config.channel_dims,
+        static=config.static,
+    )
+    parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+    with torch.no_grad():
+        for batch in DataLoader(data, batch_size=16):
+            parts.append(model(batch["members"], batch.get("static"), batch.get("lead_time")))
+    mean = torch.tensor(stats.mean, dtype=torch.float64)[:, None, None]
+    std = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
+    mu = torch.cat([p[0] for p in parts]).double() * std + mean
+    sigma = torch.cat([p[1] for p in parts]).double() * std
+    out: Forecast = {}
+    start = 0
+    for var in config.variables:
+        truth = test[f"{var}_truth"]
+        own = [d for d in config.channel_dims if d in truth.dims]
+        count = int(np.prod([truth.sizes[d] for d in own]))
+        picked = slice(start, start + count)
+        out[var] = (
+            labelled_like_truth(mu[:, picked], truth, own=own),
+            labelled_like_truth(sigma[:, picked], truth, own=own),
+        )
+        start += count
+    return out
+
+
+def labelled_like_truth(
+    values: torch.Tensor, truth: xr.DataArray, *, own: list[str]
+) -> xr.DataArray:
+    """``(sample, channel, *spatial)`` values on the truth's dims and coordinates."""
+    spatial = [d for d in truth.dims if d not in (*SAMPLE_DIMS, *own)]
+    dims = (*SAMPLE_DIMS, *own, *spatial)
+    block = values.numpy().reshape([truth.sizes[d] for d in dims])
+    return xr.DataArray(block, dims=dims, coords=truth.coords).transpose(*truth.dims)
+
+
+def _own_coefficients(
+    packed: xr.Dataset, var: str, config: RunConfig, test: xr.Dataset, *, source: Path
+) -> xr.Dataset:
+    """``var``'s EMOS coefficients, on the channel dims it had in training.
+
+    ``emos.nc`` holds each variable's fits on its own dims
+    (:func:`~sciml.weather.postprocess.emos.pack_coefficients`): a surface field's have no
+    ``level``.
+
+    Raises:
+        ValueError: An ``emos.nc`` of the older layout, no fit of ``var``, or ``var`` with
+            other channel dims in ``test`` than in training.
+    """
+    try:
+        coef = unpack_coefficients(packed, var)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from error
+    trained = {str(d) for d in coef.dims if d in config.channel_dims}
+    own = {d for d in config.channel_dims if d in test[var].dims}
+    if own != trained:
+        raise ValueError(
+            f"{var!r} had channel dims {sorted(trained)} in training and has {sorted(own)} in "
+            "the test data; EMOS coefficients are not broadcast to other dims"
+        )
+    return coef
+
+
+def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data") -> Forecast:
+    """The Gaussian forecast ``(mu, sigma)`` of every variable of a run, on ``test``.
+
+    Args:
+        run_dir: The run folder.
+        test: The data, on the run's grid in any order (see the module docstring).
+        data: How error messages name ``test`` (e.g. ``"the test data (test.nc)"``).
+
+    Raises:
+        FileNotFoundError: Not a run folder, or its model file is missing.
+        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+            on, or with levels or lead times it never saw (both sides named).
+        ValueError: An EMOS run whose ``emos.nc`` has the older layout (refit it) or
+            whose variables have other channel dims in ``test`` than in training.
+        KeyError: A variable of the run is missing from ``test``.
+    """
+    run_dir = Path(run_dir)
+    config, _ = read_run(run_dir)
+    aligned = align_to_run(test, read_data_record(run_dir), run=str(run_dir), data=data)
+    if config.model == "emos":
+        forecast = _emos_forecast(run_dir, config, aligned.data)
+    else:
+        forecast = _deep_forecast(run_dir, config, aligned.data)
+    own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables}
+    return {
+        var: (aligned.restore(mu, own[var]), aligned.restore(sigma, own[var]))
+        for var, (mu, sigma) in forecast.items()
+    }
+
+
+def _emos_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+    """EMOS's ``(mu, sigma)`` of every variable, from ``emos.nc``."""
+    path = run_dir / "emos.nc"
+    with xr.open_dataset(path) as stored:
+        packed = stored.load()
+    out: Forecast = {}
+    for var in config.variables:
+        coef = _own_coefficients(packed, var, config, test, source=path)
+        if "lead_time" in coef.dims:  # the data may hold some of the run's lead times
+            coef = coef.sel(lead_time=test["lead_time"].values)
+        forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
+        out[var] = (forecast["mu"], forecast["sigma"])
+    return out

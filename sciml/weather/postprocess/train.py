@@ -1,0 +1,446 @@
+"""Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
+
+``sciml weather train`` calls :func:`train_postprocessor`. For the deep models the last
+``validation`` fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates`
+without a test part: test on another file) and the rest trains; EMOS, which has nothing to
+choose on validation dates, fits on every start date it is given (its run records
+``validation`` 0). The run folder holds
+``weather_run.json`` (the model and data configuration, and the data's grid:
+:func:`sciml.weather.grid.data_record`), ``stats.json`` (the forecasts'
+channel statistics, from the training dates) and either ``emos.nc`` (EMOS coefficients,
+one fit per variable, level and lead time over all dates and grid points, on the
+first ``members`` members: per-point fits need many more dates than a toy set has, see
+:func:`sciml.weather.postprocess.emos.fit_emos` for them) or
+:func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
+resume, preemption; a rerun with another configuration is refused). The deep models
+(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time and, by
+default, train on the CRPS relative to the raw ensemble's per channel and lead time
+(:mod:`sciml.weather.postprocess.loss_scale`; the scale is kept as ``crps_scale.nc``); their
+convolutions wrap around in longitude when the grid closes the circle
+(:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
+:data:`RUN_VERSION`; folders of another version are refused (retrain in a new folder).
+
+Every check happens before the first byte is written: a rerun in a folder that holds
+another configuration, or was trained on other data (another grid, other levels, lead
+times, start dates or ensemble size), is refused and leaves the folder as it was; a
+resumed run reads the folder's statistics and loss scale instead of writing them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+from torch.nn.parallel import DistributedDataParallel
+
+from sciml.datasets.channels import NormStats, compute_stats
+from sciml.distributed.collectives import on_rank0, world
+from sciml.io_utils import atomic_path, atomic_write_text
+from sciml.training.run_dir import RunDirError, RunLock, check_record
+from sciml.weather.grid import data_record, spatial_dims
+from sciml.weather.options import DEEP_MODELS, MODELS
+from sciml.weather.periodic import is_periodic_lon
+from sciml.weather.postprocess.emos import fit_emos, pack_coefficients
+from sciml.weather.postprocess.loss_scale import LOSS_SCALES, raw_crps_scale
+from sciml.weather.postprocess.mixed import MixedPostProcessor
+from sciml.weather.postprocess.models import Backbone, GaussianPostProcessor, PostProcessor
+from sciml.weather.postprocess.pooled import PooledPostProcessor
+
+__all__ = [
+    "DEEP_MODELS",
+    "MODELS",
+    "RUN_VERSION",
+    "RunConfig",
+    "forecast_variables",
+    "load_postprocessor",
+    "read_data_record",
+    "read_run",
+    "run_dir_advice",
+    "split_validation",
+    "static_variables",
+    "train_postprocessor",
+]
+
+RUN_CONFIG = "weather_run.json"
+#: Format of ``weather_run.json``; 3: it records the training data's grid, lead times and
+#: start dates (2: the deep models read the lead time, a 4-output head).
+RUN_VERSION = 3
+#: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
+DATA_KEY = "data"
+SAMPLE_DIMS = ("time", "lead_time")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a weather run was trained on and how (``weather_run.json``)."""
+
+    model: str
+    members: int
+    variables: tuple[str, ...]
+    static: tuple[str, ...]
+    channel_dims: tuple[str, ...]
+    choice: str
+    validation: float
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    grid: tuple[int, ...] = ()
+    periodic: bool = False
+    loss_scale: str = "none"
+    version: int = RUN_VERSION
+
+
+@contextlib.contextmanager
+def run_dir_advice() -> Iterator[None]:
+    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
+    try:
+        yield
+    except RunDirError as err:
+        raise err.with_advice("give this run another --run-dir") from None
+
+
+def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Variables with members and a ``<variable>_truth``, in the dataset's order."""
+    return [
+        str(name)
+        for name, var in ds.data_vars.items()
+        if member_dim in var.dims and f"{name}_truth" in ds.data_vars
+    ]
+
+
+def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Variables without members and sample dims (e.g. ``topography``)."""
+    varying = {member_dim, *SAMPLE_DIMS}
+    return [str(name) for name, var in ds.data_vars.items() if not varying & set(var.dims)]
+
+
+def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
+    """Training and validation start dates: the last ``validation`` fraction validates."""
+    if not 0 < validation < 1:
+        raise ValueError(f"validation must be a fraction in (0, 1), got {validation}")
+    if "time" not in ds.dims:
+        raise ValueError(f"the data have no start-date dimension 'time': {dict(ds.sizes)}")
+    times = np.unique(ds["time"].values)
+    held = max(1, round(validation * times.size))
+    if held >= times.size:
+        raise ValueError(
+            f"{times.size} start date(s) cannot be split into training and validation ({held})"
+        )
+    return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
+
+
+def _run_text(config: RunConfig, data: dict[str, Any]) -> str:
+    """The text of ``weather_run.json``: the configuration and the training data's record."""
+    return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
+
+
+def train_postprocessor(
+    ds: xr.Dataset,
+    *,
+    model: str,
+    run_dir: Path | str,
+    members: int = 5,
+    variables: Sequence[str] | None = None,
+    static: Sequence[str] | None = None,
+    channel_dims: Sequence[str] = ("level",),
+    choice: str | None = None,
+    validation: float = 0.2,
+    epochs: int = 10,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    loss_scale: str = "raw-crps",
+    progress: bool = True,
+    handle_signals: bool = True,
+    device: torch.device | str | None = None,
+) -> str:
+    """Train ``model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
+
+    Under an initialised ``torch.distributed`` group (``sciml weather train`` under
+    torchrun or srun) a deep model trains data-parallel: each rank reads its share of
+    every epoch's samples and the gradients are averaged over ranks
+    (``DistributedDataParallel``); rank 0 alone writes the run folder and fits EMOS.
+
+    Args:
+        ds: Ensemble with ``<variable>_truth`` (e.g. a toy preset), Dask-backed or not.
+        model: ``"emos"``, ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"``.
+        run_dir: The run folder.
+        members: Members the model sees (the first ones for EMOS).
+        variables: Forecast variables (default: every one with a truth).
+        static: Static fields for the deep models (default: every field without sample
+            dims; EMOS uses none).
+        channel_dims: Dims folded into channels.
+        choice: ``"first"`` or ``"random"`` members per training sample (deep models;
+            None: ``"random"`` for ``pooled``, which is meant for any members, else
+            ``"first"``).
+        validation: Fraction of the last start dates that validates a deep model (the
+            checkpoint kept is the best on them); EMOS fits on every date.
+        epochs: Training epochs (deep models).
+        batch_size: Samples per step (deep models).
+        lr: Adam learning rate (deep models).
+        seed: Seed of the run.
+        loss_scale: ``"raw-crps"`` (the deep models' CRPS of each channel and lead time
+            divided by the raw full ensemble's on the training dates, so every row counts
+            alike: :mod:`sciml.weather.postprocess.loss_scale`) or ``"none"`` (the plain mean CRPS).
+            EMOS fits every row on its own, where a row's constant scale moves nothing.
+        progress: Show progress bars.
+        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1 (deep models).
+        device: Where a deep model trains (default: the CPU).
+
+    Returns:
+        ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
+
+    Raises:
+        ValueError: An unknown model or loss scale, ``members`` not in [2, ensemble size],
+            a dataset without truth, or a run folder that holds another configuration.
+    """
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    if loss_scale not in LOSS_SCALES:
+        raise ValueError(f"loss_scale must be one of {LOSS_SCALES}, got {loss_scale!r}")
+    size = ds.sizes.get("member", 0)
+    if isinstance(members, bool) or not isinstance(members, int) or not 2 <= members <= size:
+        raise ValueError(
+            f"members must be an integer in [2, {size}] (the ensemble has {size}), got {members!r}"
+        )
+    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    if not chosen:
+        raise ValueError(
+            f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
+        )
+    fields = [] if model == "emos" else list(static if static is not None else static_variables(ds))
+    if choice is None:
+        choice = "random" if model == "pooled" else "first"
+    grid = () if model == "emos" else _grid(ds, chosen, channel_dims)
+    config = RunConfig(
+        model=model,
+        members=members,
+        variables=tuple(chosen),
+        static=tuple(fields),
+        channel_dims=tuple(channel_dims),
+        choice=choice,
+        validation=0.0 if model == "emos" else validation,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        grid=grid,
+        periodic=model != "emos" and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
+        loss_scale=loss_scale,
+    )
+    run_dir = Path(run_dir)
+    if model == "emos":
+        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
+    else:
+        train, val = split_validation(ds, validation=validation)
+
+    text = _run_text(config, data_record(ds, chosen, channel_dims=channel_dims))
+
+    def prepare() -> tuple[NormStats, xr.DataArray | None]:
+        """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
+        check_record(run_dir / RUN_CONFIG, text, what="a weather run")  # before the lock file
+        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+            held = check_record(run_dir / RUN_CONFIG, text, what="a weather run")
+            resumed = held and model != "emos"  # EMOS has no checkpoint: it refits
+            stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
+            keep_stats = resumed and stats_path.exists()
+            wants_scale = model != "emos" and loss_scale != "none"
+            keep_scale = wants_scale and resumed and scale_path.exists()
+            if keep_stats:
+                stats = NormStats.from_json(stats_path)
+            else:
+                stats = compute_stats(train, chosen, channel_dims=channel_dims)
+            scale = None
+            if keep_scale:
+                with xr.open_dataarray(scale_path) as stored:
+                    scale = stored.load()
+            elif wants_scale:
+                scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
+            coefficients = _fit_emos(train, config) if model == "emos" else None
+            # every check and computation is done: only now is the folder written
+            if not held:
+                atomic_write_text(run_dir / RUN_CONFIG, text)
+            if not keep_stats:
+                stats.to_json(stats_path)
+            if scale is not None and not keep_scale:
+                with atomic_path(scale_path, suffix=".nc") as tmp:
+                    scale.to_netcdf(tmp)
+            if coefficients is not None:
+                with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
+                    coefficients.to_netcdf(tmp)
+        return stats, scale
+
+    stats, scale = on_rank0(prepare)
+    if val is None:
+        return "completed"
+    return _train_deep(
+        train,
+        val,
+        config,
+        stats,
+        scale,
+        run_dir,
+        progress,
+        handle_signals,
+        torch.device(device or "cpu"),
+    )
+
+
+def _fit_emos(train: xr.Dataset, config: RunConfig) -> xr.Dataset:
+    """One EMOS fit per variable, level and lead time (pooled over dates and grid), packed."""
+    fits = {}
+    for var in config.variables:
+        truth = train[f"{var}_truth"]
+        pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
+        forecasts = train[var].isel(member=slice(config.members))
+        fits[var] = fit_emos(truth, forecasts, dim=pooled)
+    return pack_coefficients(fits)
+
+
+def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> tuple[int, ...]:
+    """The (lat, lon) sizes of the forecasts: the dims beside members, samples and channels."""
+    spatial = spatial_dims(ds[variables[0]], channel_dims)
+    if len(spatial) != 2:
+        raise ValueError(
+            f"the deep models need 2 spatial dims (lat, lon) besides member, {SAMPLE_DIMS} "
+            f"and channel_dims {tuple(channel_dims)}; {variables[0]!r} has {spatial}"
+        )
+    return tuple(ds.sizes[d] for d in spatial)
+
+
+def _build(config: RunConfig, channels: int) -> GaussianPostProcessor:
+    static, periodic = len(config.static), config.periodic
+    if config.model in ("mlp", "unet"):
+        backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
+        return PostProcessor(channels, static=static, backbone=backbone, periodic=periodic)
+    if config.model == "mixed":
+        height, width = config.grid
+        return MixedPostProcessor(
+            channels, height=height, width=width, static=static, periodic=periodic
+        )
+    return PooledPostProcessor(channels, static=static, periodic=periodic)
+
+
+def _train_deep(
+    train: xr.Dataset,
+    val: xr.Dataset,
+    config: RunConfig,
+    stats: NormStats,
+    scale: xr.DataArray | None,
+    run_dir: Path,
+    progress: bool,
+    handle_signals: bool,
+    device: torch.device,
+) -> str:
+    from sciml.datasets.sampling import seed_everything
+    from sciml.training import fit
+    from sciml.training.config import TrainConfig
+    from sciml.weather.dataset import EnsembleDataset
+    from sciml.weather.postprocess.models import gaussian_crps_loss
+
+    def dataset(part: xr.Dataset, choice: str) -> EnsembleDataset:
+        return EnsembleDataset(
+            part,
+            list(config.variables),
+            members=config.members,
+            choice=choice,  # type: ignore[arg-type]
+            stats=stats,
+            channel_dims=config.channel_dims,
+            static=config.static,
+            crps_scale=scale,
+        )
+
+    seed_everything(config.seed)
+    model: torch.nn.Module = _build(config, len(stats.channels)).to(device)
+    if world()[1] > 1:
+        model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None
+        )
+    with run_dir_advice():
+        result = fit(
+            model,
+            torch.optim.Adam(model.parameters(), lr=config.lr),
+            dataset(train, config.choice),
+            gaussian_crps_loss,
+            run_dir=run_dir,
+            config=TrainConfig(
+                epochs=config.epochs,
+                batch_size=config.batch_size,
+                seed=config.seed,
+                progress=progress,
+                tensorboard=False,
+                handle_signals=handle_signals,
+            ),
+            val_dataset=dataset(val, "first"),
+        )
+    return result.status
+
+
+def _read(run_dir: Path) -> dict[str, Any]:
+    """``weather_run.json`` of a run folder of this format, as plain data."""
+    path = run_dir / RUN_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; is {run_dir} a 'sciml weather train' run?")
+    raw: dict[str, Any] = json.loads(path.read_text())
+    if raw.get("version") != RUN_VERSION:
+        raise ValueError(
+            f"{run_dir} holds a weather run of format {raw.get('version', 1)}; this version of "
+            f"sciml reads format {RUN_VERSION} (a run now records the grid, lead times and "
+            "start dates it was trained on): retrain it in a new --run-dir"
+        )
+    return raw
+
+
+def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
+    """The configuration and channel statistics of a weather run folder.
+
+    Raises:
+        FileNotFoundError: Not a weather run folder.
+        ValueError: A run folder of another format.
+    """
+    run_dir = Path(run_dir)
+    raw = _read(run_dir)
+    raw.pop(DATA_KEY, None)
+    for key in ("variables", "static", "channel_dims", "grid"):
+        raw[key] = tuple(raw[key])
+    config = RunConfig(**raw)
+    return config, NormStats.from_json(run_dir / "stats.json")
+
+
+def read_data_record(run_dir: Path | str) -> dict[str, Any]:
+    """What a weather run recorded of its training data (:func:`sciml.weather.grid.data_record`).
+
+    Raises:
+        FileNotFoundError: Not a weather run folder.
+        ValueError: A run folder of another format.
+    """
+    record: dict[str, Any] = _read(Path(run_dir))[DATA_KEY]
+    return record
+
+
+def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
+    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+        ValueError: The run is an EMOS run, or of another run format.
+    """
+    from sciml.training.checkpoint import load_checkpoint
+
+    config, stats = read_run(run_dir)
+    if config.model == "emos":
+        raise ValueError(f"{run_dir} is an EMOS run: its coefficients are in emos.nc")
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = _build(config, len(stats.channels))
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()

@@ -1,0 +1,141 @@
+"""``sciml weather spread train|evaluate``: predict the full ensemble's spread from k members."""
+
+from __future__ import annotations
+
+import argparse
+
+from sciml.cli_args import Subparsers, non_negative_int, positive_float, positive_int
+from sciml.weather.options import SPREAD_LOSSES
+
+__all__ = ["register_spread"]
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from sciml.distributed import init_distributed, print0
+    from sciml.training import EXIT_REQUEUE
+    from sciml.weather.data import open_ensemble
+    from sciml.weather.spread.train import train_spread
+
+    with init_distributed() as ctx:
+        status = train_spread(
+            open_ensemble(args.data),
+            run_dir=args.run_dir,
+            members=args.members,
+            history=args.temporal,
+            loss=args.loss,
+            variables=args.variables,
+            periodic=args.periodic,
+            choice=args.choice,
+            validation=args.validation,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            progress=not args.quiet,
+            device=ctx.device,
+        )
+        print0(
+            f"spread from {args.members} members, {args.temporal} lead time(s), {args.loss} "
+            f"loss: {status}, run folder {args.run_dir}"
+        )
+    return EXIT_REQUEUE if status == "interrupted" else 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sciml.cli_args import runs_and_test_data
+    from sciml.io_utils import atomic_write_text
+    from sciml.weather.data import open_ensemble
+    from sciml.weather.spread.config import RUN_CONFIG
+    from sciml.weather.spread.evaluate import evaluate_spread
+
+    runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
+    table = evaluate_spread(
+        runs, open_ensemble(test_data), data=f"the test data ({', '.join(test_data)})"
+    )
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(table.round(5).to_string(index=False))
+    if args.json:
+        text = table.to_json(orient="records", indent=1, double_precision=15)
+        atomic_write_text(args.json, text)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _add_train(sub: Subparsers) -> None:
+    train = sub.add_parser(
+        "train",
+        help="train a 3-D U-Net to predict the full ensemble's spread from k members",
+        description="The last --validation fraction of the start dates validates; test on "
+        "another file with 'sciml weather spread evaluate'. Under torchrun or srun it trains "
+        "data-parallel (--batch-size per rank). On SIGUSR1/SIGTERM the run checkpoints and "
+        "the command exits with 3; the same command resumes it.",
+    )
+    train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
+    train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
+    train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
+    train.add_argument(
+        "--temporal",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="lead times stacked: the current one and the N-1 before it (1: current only)",
+    )
+    train.add_argument(
+        "--loss", choices=SPREAD_LOSSES, default="l1", help="loss against the spread"
+    )
+    train.add_argument(
+        "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
+    )
+    train.add_argument(
+        "--periodic",
+        nargs="*",
+        choices=("lat", "lon"),
+        default=None,
+        help="spatial dims that wrap around (unset: lon when the longitudes close 360 "
+        "degrees; the toy QG domain: lat lon)",
+    )
+    train.add_argument(
+        "--choice",
+        choices=("first", "random"),
+        default="first",
+        help="first k members, or k drawn per training sample",
+    )
+    train.add_argument(
+        "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
+    )
+    train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
+    train.add_argument(
+        "--batch-size", type=positive_int, default=8, help="samples per step (per rank)"
+    )
+    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_cmd_train)
+
+
+def register_spread(sub: Subparsers) -> None:
+    """Add ``spread`` with ``train`` and ``evaluate`` to the ``sciml weather`` commands."""
+    spread = sub.add_parser(
+        "spread", help="predict the full ensemble's spread from a few members (3-D U-Net)"
+    )
+    commands = spread.add_subparsers(dest="spread_command", metavar="COMMAND", required=True)
+    _add_train(commands)
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="correlation and RMSE of predicted spreads against the full ensemble's",
+        description="One row per model, variable, level and lead time: the correlation (over "
+        "start dates and grid points) with the full ensemble's standard deviation and the "
+        "RMSE against it, for the k-member sample spread (sample_k) and for each run.",
+    )
+    evaluate.add_argument(
+        "test_data",
+        nargs="*",
+        help="test ensemble file(s) (or the paths after the run folders of --run-dir)",
+    )
+    evaluate.add_argument(
+        "--run-dir", nargs="+", required=True, help="run folder(s) of 'sciml weather spread train'"
+    )
+    evaluate.add_argument("--json", help="also write the table as JSON here")
+    evaluate.set_defaults(func=_cmd_evaluate)

@@ -1,0 +1,291 @@
+"""Train a spread predictor and rebuild it, or its forecast, from its run folder.
+
+``sciml weather spread train`` calls :func:`train_spread`: as for the post-processing
+models (:mod:`sciml.weather.postprocess.train`), the last ``validation`` fraction of the start dates
+validates and the rest trains, through :func:`sciml.training.fit` (progress, metrics,
+checkpoints, exact resume, preemption), data-parallel under an initialised
+``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
+:func:`~sciml.weather.postprocess.train.train_postprocessor` does. The run folder holds
+``spread_run.json`` (the configuration and the training data's grid,
+:mod:`sciml.weather.spread.config`: a rerun with another one, or on other data, is refused
+before anything is written), ``stats.json`` (the forecasts' channel statistics, from the
+training dates; a resumed run reads them) and ``fit``'s checkpoints and metrics.
+:func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
+units: the spread of an ensemble of the training data's size (``ensemble`` in the
+configuration), whatever the size of the data it is applied to, after putting the data on
+the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+import torch
+import xarray as xr
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from sciml.datasets.channels import NormStats, compute_stats
+from sciml.distributed.collectives import on_rank0, world
+from sciml.io_utils import atomic_write_text
+from sciml.training.config import TrainConfig
+from sciml.training.run_dir import RunLock
+from sciml.weather.grid import align_to_run, data_record
+from sciml.weather.periodic import is_periodic_lon
+from sciml.weather.postprocess.predict import labelled_like_truth
+from sciml.weather.postprocess.train import forecast_variables, run_dir_advice, split_validation
+from sciml.weather.spread.config import (
+    RUN_CONFIG,
+    SpreadConfig,
+    check_spread_run,
+    read_spread_data,
+    read_spread_run,
+    spread_run_text,
+)
+from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
+from sciml.weather.spread.model import LOSSES, SpreadPredictor, spread_loss
+
+__all__ = ["load_spread_model", "predict_spread", "train_spread"]
+
+
+def train_spread(
+    ds: xr.Dataset,
+    *,
+    run_dir: Path | str,
+    members: int = 5,
+    history: int = 1,
+    loss: str = "l1",
+    variables: Sequence[str] | None = None,
+    periodic: Sequence[str] | None = None,
+    choice: str = "first",
+    validation: float = 0.2,
+    epochs: int = 10,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    seed: int = 0,
+    base_channels: int = 16,
+    depth: int = 2,
+    progress: bool = True,
+    handle_signals: bool = True,
+    device: torch.device | str | None = None,
+) -> str:
+    """Train a :class:`~sciml.weather.spread.model.SpreadPredictor` on ``ds``; return the status.
+
+    Under an initialised ``torch.distributed`` group the model trains data-parallel: each
+    rank reads its share of every epoch's samples (``batch_size`` per rank) and the
+    gradients are averaged over ranks (``DistributedDataParallel``); rank 0 alone writes
+    the run folder's configuration and statistics, and its checkpoints hold the plain
+    model's weights.
+
+    Args:
+        ds: Ensemble with ``<variable>_truth`` and dims ``member``, ``time``, ``lead_time``,
+            ``level``, ``lat``, ``lon`` (e.g. a toy preset).
+        run_dir: The run folder.
+        members: ``k``, members the model sees (2 <= k <= the ensemble size).
+        history: Lead times stacked (1: none before the current one).
+        loss: One of :data:`~sciml.weather.spread.model.LOSSES`.
+        variables: Forecast variables (default: every one with a truth).
+        periodic: Spatial dims that wrap around (``"lat"``, ``"lon"``; default: ``"lon"``
+            when the longitudes close 360 degrees, else none). ``"lon"`` on longitudes
+            that do not close the circle is refused.
+        choice: ``"first"`` or ``"random"`` members per training sample.
+        validation: Fraction of the last start dates used for validation.
+        epochs: Training epochs.
+        batch_size: Samples per step.
+        lr: Adam learning rate.
+        seed: Seed of the run.
+        base_channels: Channels of the U-Net's first level.
+        depth: Poolings of lat and lon.
+        progress: Show progress bars.
+        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1.
+        device: Where the model trains (default: the CPU).
+
+    Returns:
+        ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
+
+    Raises:
+        ValueError: A bad option or data (see :class:`~sciml.weather.spread.data.SpreadDataset`),
+            or a run folder that holds another configuration; raised before anything is written.
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if choice not in ("first", "random"):
+        raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+    target = torch.device(device or "cpu")  # a bad device string fails here, before writing
+    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    if not chosen:
+        raise ValueError(
+            f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
+        )
+    check_spread_data(ds, chosen, members=members, history=history)
+    closed = is_periodic_lon(ds)
+    if periodic is None:
+        periodic = ("lon",) if closed else ()
+    elif "lon" in periodic and not closed:
+        raise ValueError(
+            "periodic 'lon' needs a lon coordinate of evenly spaced longitudes closing 360 "
+            f"degrees; the data's lon ({ds.sizes.get('lon', 0)} points) does not: leave lon "
+            "out of periodic"
+        )
+    config = SpreadConfig(
+        members=members,
+        ensemble=ds.sizes["member"],
+        history=history,
+        lead_days=lead_days(ds),
+        loss=loss,
+        variables=tuple(chosen),
+        levels=ds.sizes["level"],
+        periodic=tuple(periodic),
+        choice=choice,
+        validation=validation,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        base_channels=base_channels,
+        depth=depth,
+    )
+    config.build()  # the model's own checks, before anything is written
+    multiple = 2**depth
+    odd = {d: ds.sizes[d] for d in ("lat", "lon") if ds.sizes.get(d, 0) % multiple}
+    if odd:
+        raise ValueError(f"lat and lon must divide by 2**depth = {multiple}, got {odd}")
+    loop = TrainConfig(
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+        tensorboard=False,
+        handle_signals=handle_signals,
+    )
+    train, val = split_validation(ds, validation=validation)
+    run_dir = Path(run_dir)
+
+    text = spread_run_text(config, data_record(ds, chosen, channel_dims=("level",)))
+
+    def prepare() -> NormStats:
+        """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
+        check_spread_run(run_dir, text)  # refused before the lock file is created
+        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
+            held = check_spread_run(run_dir, text)
+            path = run_dir / "stats.json"
+            if held and path.exists():  # a resumed run keeps the statistics it trained with
+                return NormStats.from_json(path)
+            stats = compute_stats(train, chosen, channel_dims=("level",))
+            if not held:
+                atomic_write_text(run_dir / RUN_CONFIG, text)
+            stats.to_json(path)
+            return stats
+
+    stats = on_rank0(prepare)
+    return _fit(train, val, config, stats, run_dir, loop=loop, device=target)
+
+
+def _fit(
+    train: xr.Dataset,
+    val: xr.Dataset,
+    config: SpreadConfig,
+    stats: NormStats,
+    run_dir: Path,
+    *,
+    loop: TrainConfig,
+    device: torch.device,
+) -> str:
+    from sciml.datasets.sampling import seed_everything
+    from sciml.training import fit
+
+    def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
+        return SpreadDataset(
+            part,
+            config.variables,
+            members=config.members,
+            history=config.history,
+            choice=choice,  # type: ignore[arg-type]
+            stats=stats,
+        )
+
+    seed_everything(config.seed)
+    model: torch.nn.Module = config.build().to(device)
+    if world()[1] > 1:
+        model = DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None
+        )
+    with run_dir_advice():
+        result = fit(
+            model,
+            torch.optim.Adam(model.parameters(), lr=config.lr),
+            dataset(train, config.choice),
+            partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
+            run_dir=run_dir,
+            config=loop,
+            val_dataset=dataset(val, "first"),
+        )
+    return result.status
+
+
+def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:
+    """The model of a spread run with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+    """
+    from sciml.training.checkpoint import load_checkpoint
+
+    config, _ = read_spread_run(run_dir)
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = config.build()
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
+
+
+def predict_spread(
+    run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16, data: str = "the data"
+) -> dict[str, xr.DataArray]:
+    """A run's predicted standard deviation of every variable on ``test``, in its units.
+
+    It is the spread of an ensemble of the run's ``ensemble`` members (the training data's
+    size), predicted from the first ``members`` of ``test``, on ``test``'s own order of
+    points and levels (``test`` is put on the run's grid by label first).
+
+    Args:
+        run_dir: The spread run folder.
+        test: The data.
+        batch_size: Samples per forward pass.
+        data: How error messages name ``test`` (e.g. ``"the test data (test.nc)"``).
+
+    Raises:
+        FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
+        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+            on, or with levels or lead times it never saw (both sides named).
+        KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
+            than the run needs, or (for a temporal run) other lead times than it was
+            trained on (the earlier steps would be other intervals back).
+    """
+    config, stats = read_spread_run(run_dir)
+    aligned = align_to_run(test, read_spread_data(run_dir), run=str(run_dir), data=data)
+    on_grid = aligned.data
+    model = load_spread_model(run_dir)
+    samples = SpreadDataset(
+        on_grid, config.variables, members=config.members, history=config.history, stats=stats
+    )
+    if config.history > 1 and lead_days(on_grid) != config.lead_days:
+        raise ValueError(
+            f"--run-dir {run_dir} stacks {config.history} lead times and was trained on lead "
+            f"times {list(config.lead_days)} days; {data} has {list(lead_days(on_grid))}"
+        )
+    with torch.no_grad():
+        parts = [model(b["history"], b["available"]) for b in DataLoader(samples, batch_size)]
+    scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
+    sd = torch.cat(parts).double() * scale
+    out = {}
+    for v, var in enumerate(config.variables):
+        picked = sd[:, v * config.levels : (v + 1) * config.levels]
+        truth = on_grid[f"{var}_truth"]
+        out[var] = aligned.restore(
+            labelled_like_truth(picked, truth, own=["level"]), test[f"{var}_truth"].dims
+        )
+    return out

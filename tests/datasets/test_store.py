@@ -1,0 +1,102 @@
+"""sciml.datasets.store: a missing or damaged chunk is an error naming store, array and chunk."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from sciml.datasets.store import MANIFEST, StoreError, check_store
+from sciml.volumes.data import write_cosmology
+from sciml.volumes.dataset import ShardedVolumes
+
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of sciml's writer: 3 samples, chunks (1, 4, 4, 4, 4), with its manifest."""
+    return write_cosmology(tmp_path_factory.mktemp("s") / "c.zarr", samples=3, size=SIZE, chunks=4)
+
+
+@pytest.fixture(scope="module")
+def foreign(written: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same data written by plain xarray (Zarr 3, compressed, no manifest)."""
+    path = tmp_path_factory.mktemp("s") / "other.zarr"
+    ds = xr.open_zarr(written).load().drop_encoding()
+    ds.to_zarr(path, encoding={"volume": {"chunks": (1, 4, 4, 4, 4)}}, write_empty_chunks=True)
+    return path
+
+
+def _copy(store: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(store, tmp_path / store.name))
+
+
+def test_the_writer_inventories_every_chunk(written: Path) -> None:
+    inventory = check_store(written)
+    assert (written / MANIFEST).exists()
+    assert inventory.chunks["volume/2.0.1.0.1"] == ("volume", (2, 0, 1, 0, 1))
+    assert len([k for k in inventory.files if k.startswith("volume/")]) == 3 * 8 + 2
+
+
+@pytest.mark.parametrize("store", ["written", "foreign"])
+def test_a_missing_chunk_is_named_not_read_as_zeros(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Before: Zarr read the missing chunk as the fill value (zeros) and the run trained on it.
+    path = _copy(request.getfixturevalue(store), tmp_path)
+    chunk = "volume/1.0.1.0.0" if store == "written" else "volume/c/1/0/1/0/0"
+    (path / chunk).unlink()
+    with pytest.raises(
+        StoreError,
+        match=f"{path}: array 'volume', chunk \\(1, 0, 1, 0, 0\\) .*"
+        "is missing; copy the store again",
+    ):
+        ShardedVolumes(path)
+
+
+def test_a_truncated_chunk_is_named_when_the_store_is_opened(written: Path, tmp_path: Path) -> None:
+    # Before: a reshape error at the first read, naming neither store nor chunk.
+    path = _copy(written, tmp_path)
+    chunk = path / "volume" / "0.0.0.1.1"
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    with pytest.raises(
+        StoreError,
+        match="array 'volume', chunk \\(0, 0, 0, 1, 1\\) .*has 100 bytes, its "
+        "uncompressed chunk holds 512",
+    ):
+        ShardedVolumes(path)
+    (path / MANIFEST).unlink()  # without the manifest, the uncompressed size tells it too
+    with pytest.raises(StoreError, match="chunk \\(0, 0, 0, 1, 1\\) .*has 100 bytes"):
+        ShardedVolumes(path)
+
+
+def test_a_damaged_chunk_of_the_same_size_is_named_when_it_is_read(
+    written: Path, tmp_path: Path
+) -> None:
+    # Before: the damaged counts were read as data.
+    path = _copy(written, tmp_path)
+    chunk = path / "volume" / "2.0.0.0.1"
+    data = bytearray(chunk.read_bytes())
+    data[10] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    volumes = ShardedVolumes(path)  # sizes are right: opening only lists the store
+    volumes[0]
+    with pytest.raises(
+        StoreError, match=f"{path}: array 'volume', chunk \\(2, 0, 0, 0, 1\\) .*is damaged"
+    ):
+        volumes[2]
+
+
+def test_a_chunk_that_does_not_decode_is_named(foreign: Path, tmp_path: Path) -> None:
+    # Before: the codec's error, naming neither store nor chunk.
+    path = _copy(foreign, tmp_path)
+    chunk = path / "volume" / "c" / "1" / "0" / "1" / "1" / "0"
+    chunk.write_bytes(b"\0" * len(chunk.read_bytes()))
+    volumes = ShardedVolumes(path)
+    with pytest.raises(
+        StoreError, match=f"{path}: array 'volume', chunk \\(1, 0, 1, 1, 0\\) cannot be read"
+    ):
+        volumes[1]
+    np.testing.assert_array_equal(volumes[0][0].numpy(), ShardedVolumes(foreign)[0][0].numpy())

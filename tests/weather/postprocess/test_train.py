@@ -1,0 +1,153 @@
+"""train_postprocessor for every model: command line, exact resume, older run folders refused."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import xarray as xr
+
+import sciml.weather.postprocess.models as postprocess
+from sciml.cli import main
+from sciml.weather.postprocess.mixed import MixedPostProcessor
+from sciml.weather.postprocess.pooled import PooledPostProcessor
+from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.train import (
+    RUN_CONFIG,
+    load_postprocessor,
+    read_run,
+    train_postprocessor,
+)
+from tests.weather.postprocess.test_train_evaluate import _write
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("weather") / "train.nc", dates=6, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("model", "kind"), [("mixed", MixedPostProcessor), ("pooled", PooledPostProcessor)]
+)
+def test_the_command_line_trains_the_new_models(
+    data: Path, tmp_path: Path, model: str, kind: type
+) -> None:
+    run = tmp_path / model
+    args = ["weather", "train", "--model", model, "--members", "3", "--epochs", "1", "--quiet"]
+    assert main([*args, "--run-dir", str(run), str(data)]) == 0
+    config, _ = read_run(run)
+    # pooled draws its members at random unless told otherwise; the grid is recorded
+    assert config.choice == ("random" if model == "pooled" else "first")
+    assert config.grid == (8, 8) and not config.periodic  # no longitudes in the file
+    assert isinstance(load_postprocessor(run), kind)
+    if model == "mixed":  # weights per grid point: another grid is refused by name
+        smaller = xr.open_dataset(data).isel(lat=slice(4))
+        with pytest.raises(ValueError, match=r"'lat': the run in .* has 8 points.*the data has 4"):
+            predict_run(run, smaller)
+
+
+def _metrics(run: Path) -> pd.DataFrame:
+    return pd.read_csv(run / "metrics.csv")
+
+
+def test_an_interrupted_mixed_run_resumes_to_the_uninterrupted_one(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = xr.open_dataset(data)
+    options = {"model": "mixed", "members": 2, "epochs": 2, "batch_size": 4, "progress": False}
+    assert train_postprocessor(ds, run_dir=tmp_path / "whole", **options) == "completed"
+    loss, calls = postprocess.gaussian_crps_loss, []
+
+    def stopping(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 2:  # the second training step of epoch 1
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return loss(model, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(postprocess, "gaussian_crps_loss", stopping)
+    assert train_postprocessor(ds, run_dir=tmp_path / "split", **options) == "interrupted"
+    monkeypatch.setattr(postprocess, "gaussian_crps_loss", loss)
+    assert train_postprocessor(ds, run_dir=tmp_path / "split", **options) == "completed"
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "split"), _metrics(tmp_path / "whole"))
+    whole = load_postprocessor(tmp_path / "whole", checkpoint="last").state_dict()
+    split = load_postprocessor(tmp_path / "split", checkpoint="last").state_dict()
+    assert all(torch.equal(whole[k], split[k]) for k in whole)
+
+
+def test_a_run_folder_of_the_earlier_format_is_refused(data: Path, tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+    saved = json.loads((run / RUN_CONFIG).read_text())
+    for key in ("grid", "periodic", "version"):
+        del saved[key]
+    (run / RUN_CONFIG).write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="weather run of format 1; this version of sciml reads"):
+        read_run(run)
+    with pytest.raises(ValueError, match=r"another configuration \(.*version: None in the run"):
+        train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+
+
+def test_emos_fits_every_date_and_refuses_a_folder_fitted_without_the_validation_dates(
+    data: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "emos"
+    train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+    assert read_run(run)[0].validation == 0
+    saved = json.loads((run / RUN_CONFIG).read_text())
+    (run / RUN_CONFIG).write_text(json.dumps({**saved, "validation": 0.2}))  # an older EMOS
+    with pytest.raises(ValueError, match=r"another configuration \(.*validation: 0.2 in the run"):
+        train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+
+
+def test_the_deep_models_need_a_lat_lon_grid(data: Path, tmp_path: Path) -> None:
+    ds = xr.open_dataset(data).isel(lat=0)
+    with pytest.raises(ValueError, match=r"need 2 spatial dims \(lat, lon\).*'psi' has \['lon'\]"):
+        train_postprocessor(ds, model="mlp", run_dir=tmp_path / "r", members=2)
+    assert not (tmp_path / "r").exists()
+
+
+def test_periodic_longitudes_are_detected(data: Path, tmp_path: Path) -> None:
+    ds = xr.open_dataset(data).assign_coords(lon=np.arange(8) * 45.0)
+    run = tmp_path / "unet"
+    train_postprocessor(ds, model="unet", run_dir=run, members=2, epochs=1, progress=False)
+    assert read_run(run)[0].periodic
+
+
+def _data_parallel_run(data: Path, run: Path, batch_size: int) -> list[float]:
+    """The first two logged step losses of a run on every rank of the group."""
+    import torch.distributed as dist
+
+    status = train_postprocessor(
+        xr.open_dataset(data),
+        model="mixed",
+        run_dir=run,
+        members=2,
+        epochs=1,
+        batch_size=batch_size,
+        progress=False,
+    )
+    assert status == "completed"
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 has written and closed the run's files
+    assert isinstance(load_postprocessor(run, checkpoint="last"), MixedPostProcessor)
+    log = pd.read_csv(run / "metrics.csv")
+    return log[(log.split == "train_step") & (log.metric == "loss")]["value"].tolist()[:2]
+
+
+def test_two_ranks_train_one_model_on_the_batches_of_one_process(
+    data: Path, tmp_path: Path
+) -> None:
+    from sciml.distributed import spawn
+
+    two = spawn(_data_parallel_run, 2, data, tmp_path / "dp", 2)[0]
+    one = _data_parallel_run(data, tmp_path / "single", 4)
+    # step 1: the global loss of the same 4 samples; step 2: after one update from the
+    # gradient averaged over both ranks (one rank's own gradient would move it by ~1e-3).
+    # Both agree to float32 rounding: each loss is a mean of 1,024 terms (4 samples, 4
+    # channels, 8 x 8 points), which torch sums pairwise (error ~ log2(1024) = 10 eps), and
+    # the replicas' means are averaged once more; 256 eps bounds that with room.
+    assert two == pytest.approx(one, rel=256 * torch.finfo(torch.float32).eps)

@@ -1,0 +1,193 @@
+"""``sciml weather spread train|evaluate`` end to end on a tiny toy-shaped ensemble."""
+
+import argparse
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import xarray as xr
+
+import sciml.weather.spread.train as spread_train
+from sciml.weather.spread.cli import register_spread
+from sciml.weather.spread.config import read_spread_run
+from sciml.weather.spread.evaluate import evaluate_spread
+from sciml.weather.spread.train import load_spread_model, predict_spread, train_spread
+from tests.weather.spread.test_data import write_tiny
+
+EPS = float(np.finfo(np.float64).eps)
+TINY = ["--epochs", "1", "--quiet"]
+SMALL = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
+
+
+def _spread_cli(argv: list[str]) -> int:
+    """Run ``sciml weather spread ...`` through its own parser."""
+    parser = argparse.ArgumentParser()
+    register_spread(parser.add_subparsers())
+    args = parser.parse_args(["spread", *argv])
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A temporal run (2 lead times, CRPS loss) on 5 dates; a 2-date test file."""
+    folder = tmp_path_factory.mktemp("spread")
+    data = write_tiny(folder / "train.nc", dates=5)
+    test = write_tiny(folder / "test.nc", dates=2, seed=1)
+    run = folder / "run"
+    train_spread(xr.open_dataset(data), run_dir=run, members=2, history=2, loss="crps", **SMALL)
+    return data, test, run
+
+
+def _corr_rmse(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(np.corrcoef(a, b)[0, 1]), float(np.sqrt(np.mean((a - b) ** 2)))
+
+
+def test_evaluate_table_against_a_numpy_reference(
+    trained: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, test, run = trained
+    out = tmp_path / "spread.json"
+    # the test file after the run folders of --run-dir (nargs="+") is the test data
+    assert _spread_cli(["evaluate", "--json", str(out), "--run-dir", str(run), str(test)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["model"] for r in rows} == {"sample_2", "spread_2_crps_t2"}
+    assert len(rows) == 2 * 2 * 2 * 3  # models x variables x levels x lead times
+    ds = xr.open_dataset(test)
+    predicted = predict_spread(run, ds)
+    for row in rows:
+        at = {"lead_time": int(row["lead_days"]), "level": row["level"] - 1}
+        members = ds[row["variable"]].values.transpose(1, 2, 3, 0, 4, 5)  # time, lead, level
+        full = members.std(3, ddof=1)[:, at["lead_time"], at["level"]]
+        if row["model"] == "sample_2":
+            guess = members[:, :, :, :2].std(3, ddof=1)[:, at["lead_time"], at["level"]]
+        else:
+            guess = predicted[row["variable"]].isel(at).values
+        corr, rmse = _corr_rmse(guess, full)
+        # float64 sums of 128 terms in another order (< 128 eps relative), written with 15
+        # decimals (abs 5e-16)
+        assert row["corr"] == pytest.approx(corr, rel=128 * EPS, abs=1e-15)
+        assert row["rmse"] == pytest.approx(rmse, rel=128 * EPS, abs=1e-15)
+    assert "spread_2_crps_t2" in capsys.readouterr().out
+
+
+def test_train_from_the_command_line_and_refusals(
+    trained: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    data, test, run = trained
+    ds = xr.open_dataset(data)
+    assert load_spread_model(run, checkpoint="last").history == 2
+    with pytest.raises(ValueError, match=r"another configuration \(history: 2 in the run, 1 now"):
+        train_spread(ds, run_dir=run, members=2, history=1, loss="crps", **SMALL)
+    with pytest.raises(ValueError, match=r"members must be an integer in \[2, 4\] \(the ens"):
+        train_spread(ds, run_dir=tmp_path / "a", members=5)
+    with pytest.raises(ValueError, match=r"history .* in \[1, 3\] \(the data have 3 lead times"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, history=4)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        train_spread(ds, run_dir=tmp_path / "a", loss="huber")
+    with pytest.raises(KeyError, match=r"variables \['psi_truth'\] or their truth"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, variables=["psi_truth"])
+    with pytest.raises(ValueError, match=r"lat and lon must divide by 2\*\*depth = 16"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, batch_size=0)
+    with pytest.raises(RuntimeError, match="device type at start of device string: tpu"):
+        train_spread(ds, run_dir=tmp_path / "a", members=2, device="tpu")
+    regional = ds.isel(lon=slice(4))  # 0 to 135 degrees east: no wrap-around
+    with pytest.raises(ValueError, match=r"periodic 'lon' needs .* closing 360 degrees"):
+        train_spread(regional, run_dir=tmp_path / "a", members=2, periodic=("lon",))
+    assert not (tmp_path / "a").exists()  # nothing written for a bad input
+    # unset, lon wraps exactly when the longitudes close the circle
+    assert load_spread_model(run, checkpoint="last").periodic == ("lon",)
+    train_spread(regional, run_dir=tmp_path / "regional", members=2, **SMALL)
+    assert load_spread_model(tmp_path / "regional", checkpoint="last").periodic == ()
+    with pytest.raises(ValueError, match="use more members than the test data have"):
+        evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
+    assert read_spread_run(run)[0].ensemble == 4  # the training data's members
+    with pytest.raises(ValueError, match=r"other sizes \(\{'.*run': 4\} members\) than the test"):
+        evaluate_spread([run], xr.open_dataset(test).isel(member=[0, 1, 2]))
+    with pytest.raises(FileNotFoundError, match="spread_run.json not found"):
+        evaluate_spread([tmp_path], xr.open_dataset(test))
+    with pytest.raises(ValueError, match=r"history .*\(the data have 1 lead times"):
+        evaluate_spread([run], xr.open_dataset(test).isel(lead_time=[0]))
+    later = xr.open_dataset(test).isel(lead_time=[0, 2])  # steps two days apart, not one
+    with pytest.raises(ValueError, match=r"trained on lead times \[0.0, 1.0, 2.0\] days; the"):
+        evaluate_spread([run], later)
+    old = tmp_path / "old"
+    old.mkdir()
+    saved = json.loads((run / "spread_run.json").read_text())
+    del saved["version"]  # format 1 (formats: test_spread_config.py)
+    (old / "spread_run.json").write_text(json.dumps(saved))
+    with pytest.raises(
+        ValueError, match=r"another configuration \(version: None in the run, 4 now\)"
+    ):
+        train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
+    with pytest.raises(ValueError, match="no test data given"):
+        _spread_cli(["evaluate", "--run-dir", str(run)])
+    new = tmp_path / "cli"
+    argv = ["train", "--members", "3", "--run-dir", str(new), "--periodic", "lat", "lon"]
+    assert _spread_cli([*argv, *TINY, str(data)]) == 0
+    assert load_spread_model(new).periodic == ("lat", "lon")
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
+    trained: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = xr.open_dataset(trained[0])
+    options = {**SMALL, "members": 2, "history": 2, "choice": "random", "epochs": 2}
+    options["batch_size"] = 4
+    assert train_spread(ds, run_dir=tmp_path / "whole", **options) == "completed"
+    loss, calls = spread_train.spread_loss, []
+
+    def stopping(model: torch.nn.Module, batch: dict[str, torch.Tensor], **kw: str) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 4:  # the first training step of epoch 1 (3 steps an epoch)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return loss(model, batch, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spread_train, "spread_loss", stopping)
+    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "interrupted"
+    monkeypatch.setattr(spread_train, "spread_loss", loss)
+    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "completed"
+    metrics = [pd.read_csv(tmp_path / r / "metrics.csv") for r in ("whole", "split")]
+    pd.testing.assert_frame_equal(*metrics)
+    whole, split = (load_spread_model(tmp_path / r, checkpoint="last") for r in ("whole", "split"))
+    assert all(
+        torch.equal(a, b) for a, b in zip(whole.parameters(), split.parameters(), strict=True)
+    )
+
+
+def _data_parallel_run(data: Path, run: Path, batch_size: int) -> list[float]:
+    """The first three logged step losses of a spread run, on every rank of the group."""
+    import torch.distributed as dist
+
+    options = {**SMALL, "members": 2, "loss": "mse", "batch_size": batch_size}
+    assert train_spread(xr.open_dataset(data), run_dir=run, **options) == "completed"
+    if dist.is_initialized():
+        dist.barrier()  # rank 0 has written and closed the run's files
+    assert load_spread_model(run, checkpoint="last").members == 2  # the plain model's weights
+    log = pd.read_csv(run / "metrics.csv")
+    return log[(log.split == "train_step") & (log.metric == "loss")]["value"].tolist()[:3]
+
+
+@pytest.mark.xdist_group("weather_spread_ddp")
+def test_two_ranks_train_one_spread_model_on_the_batches_of_one_process(
+    trained: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    from sciml.distributed import spawn
+
+    data = trained[0]
+    two = spawn(_data_parallel_run, 2, data, tmp_path / "dp", 2)[0]
+    one = _data_parallel_run(data, tmp_path / "single", 4)
+    # step 1: the global loss of the same 4 samples; steps 2 and 3: after updates from the
+    # gradient averaged over both ranks. Adam's first step is about lr * sign(gradient), so
+    # step 2 barely tells; at step 3 one rank's own gradients are off by 1.5e-4 relative
+    # (measured), 5x the bound below. Each loss is a mean of 1,024 float32 terms (4 samples,
+    # 4 channels, 8 x 8 points), which torch sums pairwise (error ~ log2(1024) = 10 eps),
+    # and the replicas' means are averaged once more; 256 eps bounds that with room.
+    assert two == pytest.approx(one, rel=256 * torch.finfo(torch.float32).eps)
