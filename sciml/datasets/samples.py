@@ -48,6 +48,10 @@ def sample_path(name: str) -> Path:
     Raises:
         KeyError: ``name`` is not a known sample (the message lists them).
         FileNotFoundError: The installation lacks the file.
+
+    Examples:
+        >>> sample_path("era5_ensemble").name
+        'era5_ensemble_sample.nc'
     """
     if name not in SAMPLES:
         raise KeyError(f"no sample named {name!r}; available: {', '.join(sorted(SAMPLES))}")

@@ -160,6 +160,13 @@ def init_distributed(
     Returns:
         The :class:`DistributedContext`; the device is ``cuda:<local_rank>`` under
         NCCL, else the CPU.
+
+    Examples:
+        In one process without a launcher it is a world of one, over gloo:
+
+        >>> with init_distributed() as ctx:
+        ...     (ctx.source, ctx.world_size, ctx.backend)
+        ('single', 1, 'gloo')
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")

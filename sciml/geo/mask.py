@@ -217,6 +217,20 @@ def road_mask(
 
     Raises:
         ValueError: The raster has no CRS, or no road overlaps it.
+
+    Examples:
+        Roads of the bundled Helsinki extract on a 1 km square of 10 m pixels in UTM:
+
+        >>> from affine import Affine
+        >>> from sciml.datasets import sample_path
+        >>> from sciml.geo import RasterGrid, load_roads, utm_crs
+        >>> roads = load_roads(sample_path("helsinki_osm"))
+        >>> crs = utm_crs(roads)
+        >>> x, y = roads.to_crs(crs).union_all().centroid.coords[0]
+        >>> grid = RasterGrid(crs, Affine(10.0, 0, x - 500, 0, -10.0, y + 500), 100, 100)
+        >>> mask = road_mask(roads, like=grid, width="osm")
+        >>> mask.dims, mask.shape, mask.dtype.name
+        (('y', 'x'), (100, 100), 'bool')
     """
     grid = RasterGrid.from_like(like)
     geoms = road_polygons(_as_roads(roads), grid, width=width, margin=margin, table=table)

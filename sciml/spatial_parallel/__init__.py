@@ -10,56 +10,14 @@ Example (every rank, after ``torch.distributed`` is initialised)::
     mse_loss(y_local, shard(target, mesh), mesh).backward()
     y = unshard(y_local, mesh)                # the whole output, on every rank
 
-Conventions:
-
-* Blocks follow :func:`torch.tensor_split` along every split axis (sizes need
-  not divide); the batch is split the same way over the ``data`` replicas.
-* Split outputs: the global loss is the *sum* of the ranks' local losses
-  (:func:`spatial_mean` / :func:`mse_loss` give the terms of a global mean).
-  Replicated outputs (after ``AdaptiveAvgPool3d(1)`` or ``Flatten`` and a
-  dense head): each rank's local loss *is* the global loss.
-* After ``backward()`` every ``.grad`` equals the single-device gradient of
-  the global loss, averaged over the data-parallel replicas (bucketed
-  all-reduce overlapped with the backward pass), and each rank's input
-  gradient is its block of the global input gradient. BatchNorm statistics
-  and running statistics are those of the whole global batch.
-* Global shapes: :func:`shard` marks its block with the global shape, and
-  the parallel model traces the single-device model on the ``meta`` device
-  for it, so its layers know their global shapes without communicating
-  (``parallelize(..., input_shape=(D, H, W))`` declares it for unmarked
-  inputs; otherwise one small all-reduce starts each forward pass; see
-  :mod:`sciml.spatial_parallel.shapes`).
-* Devices: ``parallelize(..., device=...)`` moves the model before rank 0's
-  parameters are broadcast and refuses parameters on a device the process
-  group cannot take. ``torch.autocast`` works as on one device (bfloat16
-  results, normalisation statistics in float32).
-* Dropout draws the single-device mask of the global tensor from the shared
-  random state (seed every rank alike) and keeps its block.
-
-Every constructor option of a swapped layer is either exact (checked
-against the single-device layer by :mod:`sciml.spatial_parallel.testing`) or
-refused. Not supported (``parallelize`` raises, naming the layer and
-option): 2D layers, adaptive pooling to sizes other than 1 and adaptive max
-pooling, ``Upsample`` modes other than nearest/nearest-exact/trilinear, max
-pooling with ``return_indices``, ``ConvTranspose3d`` with a padding mode
-other than zeros or a forward ``output_size``, ``Flatten(start_dim=0)``
-(the batch is split over replicas), options that ``torch.nn`` itself rejects
-at the first forward pass (pool padding over half the kernel, a transposed
-convolution's ``output_padding`` not below its stride or dilation,
-``align_corners`` with a nearest mode), dense layers applied to a split
-volume, and a halo wider than a neighbour's block (:class:`HaloError`: use
-fewer ranks along that axis or a larger input).
-
-The model's own forward code sees its split inputs as
-:class:`~sciml.spatial_parallel.split.tensor.SplitTensor` blocks: their
-shapes are the global ones, reductions, pads, concatenations, slices and
-reshapes along split axes are computed as on the whole tensor, and any other
-op that touches a split axis (a functional convolution, ``cumsum`` along
-depth, ...) raises :class:`SplitOpError` naming the op, the axis and the
-line (:mod:`sciml.spatial_parallel.split.dispatch` lists the tables).
-
-:mod:`sciml.spatial_parallel.testing` compares a parallel model with its
-single-device model (``sciml spatial check``, the tests and notebook 01 use it).
+Blocks follow :func:`torch.tensor_split` along every split axis; the global loss of a
+split output is the sum of the ranks' local losses (:func:`spatial_mean` and
+:func:`mse_loss` give the terms of a global mean); after ``backward()`` every ``.grad``
+equals the single-device gradient. Every layer option is exact or refused by name, and
+the model's own forward code sees :class:`~sciml.spatial_parallel.split.tensor.SplitTensor`
+blocks whose ops are computed as on the whole tensor or refused (:class:`SplitOpError`).
+The conventions, the supported layers and the refusals: ``docs/spatial_parallel.md``;
+:mod:`sciml.spatial_parallel.testing` compares a parallel model with its single-device one.
 """
 
 from typing import TYPE_CHECKING

@@ -325,6 +325,20 @@ def parallelize(
             three positive sizes; if the parameters sit on several devices or on
             one the process group cannot broadcast from.
         TypeError: If ``model`` or ``mesh`` has the wrong type.
+
+    Examples:
+        Run on every rank (here a world of one, so the block is the whole volume):
+
+        >>> import torch
+        >>> from sciml.distributed import init_distributed
+        >>> from sciml.spatial_parallel import SpatialMesh, shard, unshard
+        >>> model = torch.nn.Sequential(torch.nn.Conv3d(1, 4, 3, padding=1), torch.nn.ReLU())
+        >>> x = torch.randn(2, 1, 8, 8, 8)
+        >>> with init_distributed():
+        ...     mesh = SpatialMesh(depth=1)
+        ...     y = unshard(parallelize(model, mesh)(shard(x, mesh)), mesh)
+        >>> torch.allclose(y, model(x))
+        True
     """
     _check_arguments(model, mesh, overlap=overlap, bucket_mb=bucket_mb, input_shape=input_shape)
     original, model = model, copy.deepcopy(model)

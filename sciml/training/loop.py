@@ -17,28 +17,11 @@ a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
     if result.status == "interrupted":
         sys.exit(EXIT_REQUEUE)  # the batch script requeues the job
 
-Spatially parallel models (made by :func:`sciml.spatial_parallel.parallelize`)
-carry their mesh: ``fit`` takes the replica from its data coordinate (the
-ranks of one sample read the same batch) and logs *global* values, per step
-and per epoch (:mod:`sciml.training.step`: a split output's terms summed over
-the spatial group, a replicated output's value once, averaged over replicas).
-
-Exact resume: the order of samples in an epoch depends only on the seed and
-the epoch, checkpoints hold every generator's state, the position inside the
-epoch and the running metric sums of every data-parallel replica, so an
-interrupted and resumed run computes the same losses and ends with the same
-weights as an uninterrupted one (bit for bit on CPU).
-
-A run folder belongs to one run: ``fit`` holds ``run_dir/run.lock`` while it
-trains (a second process gets :class:`RunDirError` naming the first one's
-pid), and refuses to resume a checkpoint written with another configuration
-(:class:`TrainConfig` fields other than :data:`RESUMABLE_FIELDS`, the model's
-parameters, the optimiser and its hyperparameters, the scheduler, the dataset
-sizes, the number of replicas). Every input is checked before anything is written.
-
-This module is the driver: :class:`_Trainer` runs named steps (train epoch,
-train step, end of epoch, evaluate, checkpoint), as torchtitan's trainer
-does; the other modules of :mod:`sciml.training` each hold one of its jobs.
+Parallel models log global values, resumes are exact (bit for bit on CPU) and a run
+folder belongs to one run: ``docs/training_loop.md``. This module is the driver:
+:class:`_Trainer` runs named steps (train epoch, train step, end of epoch, evaluate,
+checkpoint), as torchtitan's trainer does; the other modules of :mod:`sciml.training`
+each hold one of its jobs.
 """
 
 from __future__ import annotations
@@ -444,6 +427,24 @@ def fit(
         FloatingPointError: If a training loss, the validation loss or the monitored
             metric is not finite (naming the epoch and ``run_dir``); that epoch's end is
             neither logged nor checkpointed, so ``best.pt`` never holds a non-finite one.
+
+    Examples:
+        >>> import tempfile
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from sciml.training import TrainConfig
+        >>> _ = torch.manual_seed(0)
+        >>> data = TensorDataset(torch.randn(32, 3), torch.randn(32, 1))
+        >>> model = torch.nn.Linear(3, 1)
+        >>> def loss_fn(model, batch):
+        ...     x, y = batch
+        ...     return torch.nn.functional.mse_loss(model(x), y)
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ...     config = TrainConfig(epochs=2, batch_size=8, progress=False)
+        ...     result = fit(model, optimizer, data, loss_fn, run_dir=run_dir, config=config)
+        >>> result.status
+        'completed'
     """
     if preempt_after is not None and (
         isinstance(preempt_after, bool) or not isinstance(preempt_after, int) or preempt_after < 1

@@ -1,41 +1,11 @@
 """Measure this machine's planner constants (``sciml spatial plan --calibrate``).
 
-Times, on the CPU (or the current CUDA device when ``device="cuda"``):
-
-* a ``Conv3d(16, 16, 3, padding=1)`` forward and backward at three cube
-  sizes, fitted as ``seconds = overhead + FLOP / rate`` (least squares: the
-  rate without the fixed cost), on each kernel PyTorch's CPU convolution picks
-  between (oneDNN at batch 2, its native ``vol2col`` at batch 1:
-  :func:`conv_constants`), and a tiny kernel forward and backward through
-  autograd (the per-call overhead);
-* an elementwise multiply on 32 MiB into a preallocated output (read + write
-  bandwidth), from cold caches and from warm ones;
-* halo exchanges between two local gloo processes, as a split layer makes
-  them (each rank sends and receives at once, 1 KiB to 4 MiB each way; the
-  median blocking time, fitted as ``latency + bytes / bandwidth``),
-  all-reduces, and the CPU time a split convolution adds per direction
-  (a tiny one on two ranks: planning, packing, autograd);
-* reading a 64 MiB file just written (so from the page cache: an upper bound
-  of what a file system gives).
-
-Each compute figure is the best of a few repeats, the least disturbed by
-other load. Latencies and bandwidths are medians of calls started together
-on both ranks (a barrier before each): the messages' own time. A step's
-ranks are not lined up so: each reaches an exchange or all-reduce after a
-layer's compute, the machine having slowed one or the other, and a rank that
-blocked must be woken. What that adds per synchronisation, the profile's
-``sync_wait``, is the mean blocking time of small exchanges and all-reduces
-each made after a convolution on every rank (:data:`GAP_SHAPE`), less their
-median back to back. A step pays the sum of its waits, so the mean, tail
-included. On the 2-core virtual machine of the package's validation a
-1 KiB all-reduce blocked 0.39 ms at the median back to back and 1.1-3.8 ms
-on average after 0.3-16 ms of compute (exchanges 0.24 and 0.5-2.9 ms); the
-41 all-reduces of a U-Net step split on 2 ranks blocked 1.2-1.6 ms each, on
-4 ranks 4.5 ms (``benchmarks/spatial_sync_wait.py``).
-
-The result is a :class:`~sciml.spatial_parallel.planner.profile.Profile`
-named ``"calibrated"``; :func:`~sciml.spatial_parallel.planner.profile.save_profile`
-caches it.
+Convolution rates on each kernel PyTorch's convolution picks, memory bandwidth, halo
+exchange and all-reduce latency and bandwidth between two local processes with the wait a
+synchronisation adds in a step, and file read bandwidth, on the CPU or the current CUDA
+device. The result is a :class:`~sciml.spatial_parallel.planner.profile.Profile` named
+``"calibrated"``; :func:`~sciml.spatial_parallel.planner.profile.save_profile` caches it.
+What each measurement is and why: ``docs/planner_cost_model.md``.
 """
 
 from __future__ import annotations

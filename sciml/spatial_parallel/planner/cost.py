@@ -1,47 +1,10 @@
 """The planner's cost model: memory and step time of one rank for one process grid.
 
-Every rank of a grid ``(data, depth, height, width)`` holds a block of each
-activation (:func:`~sciml.spatial_parallel.partition.block_bounds`: the first
-ranks along a dim hold the extra element, so rank 0's block is the largest);
-the model prices the slowest, fullest rank: the largest block together with
-the widest halo any rank of that dim receives.
-
-Memory (bytes): parameters, gradients, optimizer state (Adam 2, momentum 1,
-SGD 0 copies), the gradient buckets (a flat copy of every gradient), the
-input block, the tensors autograd keeps for backward (from
-:mod:`planner_graph`, each scaled to its block; a split normalisation keeps
-one more), the assembled (extended) input every split window layer keeps
-(its halo part, or all of it when the block itself stays alive), and the
-largest working set on top of them: a layer's output and input gradients,
-the extended input's gradient of a split layer, the scratch of measured
-convolutions, and a forward's transients (a split window layer's input block
-next to its extended copy, and over the later layers the model's code runs
-while it still holds that block (``Layer.input_held``: the first layer of a
-block called on it); a layer's output that autograd does not keep, over the
-later layers the code runs while it holds it (``Layer.output_held``); a
-split normalisation's input and scaled block: :data:`NORM_TRANSIENT`).
-
-Step time (seconds): per layer, forward and backward compute, measured for
-the rank's local convolutions and poolings where a calibration has them
-(:mod:`planner_layers`), else on the roofline ``overhead + max(FLOP / rate,
-bytes / bandwidth)`` (a convolution at the rate of the kernel its block gets:
-PyTorch's native CPU kernel, ``Profile.native_conv_rate``, where even the
-split layer's layout stays below oneDNN's threshold; a split normalisation's
-bytes are its :data:`NORM_PASSES` over the block, most of them in cache; a convolution's
-backward does its data and weight gradients: twice its forward FLOPs, once
-for the first layer whose input needs no gradient); the halo exchange
-(:mod:`planner_comm`), hidden behind the interior's compute when the profile
-overlaps and added to it, with the assembly of the extended input,
-otherwise, in both directions (forward only for the first layer: the model's
-input needs no gradient, so no halo gradient travels back); two
-all-reduces forward and two backward per normalisation layer, each a
-synchronisation (the profile's ``sync_wait``) as each exchange is; the gradient
-buckets' all-reduces, of which only what outlasts the backward is exposed;
-the optimizer's pass over the parameters; reading the rank's block, beyond
-what the rest of the step hides. When more ranks share a node than compute
-at once (``Profile.contention``), every term but the read is slowed alike: a
-rank gets its share of the cores for its compute and for the work and
-wakeups of its messages.
+It prices the slowest, fullest rank of a grid ``(data, depth, height, width)``: memory
+(parameters, optimizer state, buckets, what autograd keeps, the largest working set) and
+step time (per-layer compute at the measured or roofline rate of the kernel its block
+gets, halo exchanges and their synchronisation, normalisation and gradient all-reduces,
+the optimizer, reading the block). What each term holds and why: ``docs/planner_cost_model.md``.
 """
 
 from __future__ import annotations

@@ -117,6 +117,18 @@ def crps_ensemble(
     Returns:
         The (averaged) CRPS, float64, in the units of the data, named ``crps``
         (``crps_fair``).
+
+    Examples:
+        Two members at -1 and 1 and an observation at 0: the mean distance to the
+        observation is 1, half the mean distance between members (0, 2, 2, 0) is 0.5.
+
+        >>> import xarray as xr
+        >>> obs = xr.DataArray(0.0)
+        >>> ens = xr.DataArray([-1.0, 1.0], dims="member")
+        >>> float(crps_ensemble(obs, ens))
+        0.5
+        >>> float(crps_ensemble(obs, ens, fair=True))  # between distinct members only
+        0.0
     """
     score = reduce_over(_per_point_crps(observations, forecasts, member_dim, fair), dim, weights)
     what = "fair CRPS" if fair else "CRPS"
@@ -144,6 +156,13 @@ def crps_gaussian(
         sigma: Forecast standard deviation, like ``mu``.
         dim: Dimensions to average over (None: all, []: none).
         weights: Weights for the average over ``dim``.
+
+    Examples:
+        The standard normal at its mean: ``2 * pdf(0) - 1 / sqrt(pi)``.
+
+        >>> import xarray as xr
+        >>> round(float(crps_gaussian(xr.DataArray(0.0), 0.0, 1.0)), 6)
+        0.233695
     """
     check_xarray("observations", observations)
     mu = check_parameter("mu", mu, observations)

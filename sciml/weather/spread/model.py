@@ -1,64 +1,10 @@
-r"""Predict the full ensemble's spread from a few members (Grönquist et al. 2019).
+"""Predict the full ensemble's spread from a few members (Grönquist et al. 2019).
 
 A :class:`SpreadPredictor` is a 3-D :class:`sciml.models.UNet` over ``(level, lat, lon)``
-(pooling lat and lon only: the toy and most pressure-level sets have few levels). Its input
-channels, per variable, are the ``k`` members' (normalised) values, their sample standard
-deviation :math:`s_k` (ddof=1) and its log :math:`\log(s_k + \sigma_{min})` (a scale-free
-view of the spread, which varies by orders of magnitude over lead times), for the current
-lead time and, in the temporal variant, for the ``history - 1`` lead times before it, each
-earlier step with an availability channel (see :mod:`sciml.weather.spread.data`: an earlier
-step that precedes the first lead time is zero, its log spread too, with availability 0).
-
-The output keeps what the ``k`` members say about the full ``M``-member ensemble's spread
-exactly and estimates only the rest. For ``M`` exchangeable members drawn from a
-distribution of variance :math:`\sigma^2` at a point, ``k`` of them with sample
-variance :math:`s_k^2` (ddof=1),
-
-.. math::
-    E[s_M^2 \mid s_k^2] = \frac{(k-1)\,s_k^2 + (M-k)\,\sigma^2}{M-1}
-
-(split the sum of squares of all ``M`` about their mean into the ``k`` members' own part
-:math:`(k-1)s_k^2`, the other ``M-k`` members' own part, of mean :math:`(M-k-1)\sigma^2`,
-and the term of the two sub-means, :math:`\tfrac{k(M-k)}{M}(\bar x_k - \bar x_{M-k})^2`, of
-mean :math:`\sigma^2`; the sample mean of Gaussian members is independent of their
-variance). So the network estimates the underlying variance only, as a shrinkage of the
-local sample variance toward its field mean :math:`\langle s_k^2\rangle` over lat and lon
-(per sample and channel) with weights it sets per point, two outputs :math:`o_1, o_2` per
-channel:
-
-.. math::
-    \hat\sigma^2 = s_k^2\,e^{o_1} + w\,\langle s_k^2\rangle\,e^{o_2} \ge 0,
-
-(:data:`FIELD_MEAN_WEIGHT` :math:`w`), and the prediction is
-:func:`expected_ensemble_spread`:
-
-.. math::
-    \hat s_M = \sqrt{\frac{(k-1)\,s_k^2 + (M-k)\,\hat\sigma^2}{M-1} + \sigma_{min}^2},
-
-always at least the k members' own part, which it cannot lose where the flow carries
-nothing about the spread (the first lead time, whose spread is the random initial
-perturbations'; there the best estimate of a homogeneous perturbation amplitude is the
-field mean, :math:`o_1 \to -\infty`). The last layer is initialised to zero: an untrained
-model is close to the sample spread, its variance estimate the local sample variance plus
-:math:`w` times its field mean. :data:`SIGMA_MIN` keeps a field without spread
-positive (and the square root's gradient finite).
-
-Along periodic spatial dims (lon on a global grid, both on the doubly periodic toy) every
-convolution pads circularly (:func:`~sciml.weather.periodic.periodic_conv3d`; level and the
-other dims are zero-padded) and the poolings tile the period (the sizes divide by
-``2**depth``), so the model is exactly periodic: rolling its input by a multiple of
-``2**depth`` points along a periodic dim rolls its output alike, and no point is an edge.
-
-Losses against the full ensemble's standard deviation ``s`` (:data:`LOSSES`): ``"l1"``,
-``"mse"``, ``"log_l1"`` (:math:`|\log\hat\sigma - \log(s + \sigma_{min})|`: relative
-errors, so every lead time and level weighs alike, where L1 and MSE are dominated by the
-late lead times' large spreads) and ``"crps"``, the expected Gaussian CRPS of the forecast
-:math:`N(m, \hat\sigma^2)` when the outcome is distributed like the full ensemble,
-:math:`N(m, s^2)` (:func:`expected_gaussian_crps`). It is minimised exactly at
-:math:`\hat\sigma = s`, so like L1 and MSE it targets the full ensemble's spread; it is
-scored against the full ensemble rather than the truth because a CRPS against the truth is
-minimised by the forecast's actual error, which is a post-processing target (see
-:mod:`sciml.weather.postprocess`), not the full ensemble's spread.
+whose inputs are the ``k`` members, their spread and its log; its head keeps what the
+``k`` members say about the ``M``-member spread exactly and estimates only the rest
+(:func:`expected_ensemble_spread`), trained with one of :data:`LOSSES`. The derivation,
+the periodic padding and the choice of losses: ``docs/spread_head.md``.
 """
 
 from __future__ import annotations
