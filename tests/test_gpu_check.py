@@ -37,8 +37,6 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Absent())
 """
-# one worker runs the module's dry run once (module-scoped fixture)
-pytestmark = pytest.mark.xdist_group("gpu_check")
 SECTIONS = ["environment", "cuda_tests", "conv_stack", "training", "planner", "largest"]
 
 
@@ -55,21 +53,13 @@ def blocker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def dry_run(
-    tmp_path_factory: pytest.TempPathFactory, blocker: Path
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str]:
-    out = tmp_path_factory.mktemp("gpu-check")
-    done = _check(out, "--dry-run", blocker=blocker)
-    report = json.loads((out / "gpu_check.json").read_text())
-    return done, report, (out / "gpu_check.md").read_text()
-
-
 def test_the_dry_run_runs_every_section_without_the_absent_packages(
-    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
+    tmp_path: Path, blocker: Path
 ) -> None:
-    done, report, _ = dry_run
+    """One dry run (a minute of CPU): its JSON report, its figures and its Markdown."""
+    done = _check(tmp_path, "--dry-run", blocker=blocker)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["benchmark"] == "gpu_check" and report["dry_run"] is True
     assert list(report["sections"]) == SECTIONS
     failed = {n: s.get("error") for n, s in report["sections"].items() if s["status"] != "ok"}
@@ -80,12 +70,12 @@ def test_the_dry_run_runs_every_section_without_the_absent_packages(
         report["environment"]["missing_packages"]
     )
     assert [r["section"] for r in report["rows"]] == SECTIONS
+    _assert_the_figures(report["sections"])
+    _assert_the_markdown((tmp_path / "gpu_check.md").read_text())
 
 
-def test_the_dry_runs_figures(
-    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
-) -> None:
-    sections = dry_run[1]["sections"]
+def _assert_the_figures(sections: dict[str, Any]) -> None:
+    """Every section's rows, and the figures computed from others, as the check defines them."""
     outcomes = {r["outcome"] for r in sections["cuda_tests"]["rows"]}
     assert outcomes == {"skipped"}  # no CUDA here; on a GPU: passed
     stack = sections["conv_stack"]["rows"]
@@ -113,10 +103,8 @@ def test_the_dry_runs_figures(
     }
 
 
-def test_the_markdown_names_the_device_and_every_section(
-    dry_run: tuple[subprocess.CompletedProcess[str], dict[str, Any], str],
-) -> None:
-    text = dry_run[2]
+def _assert_the_markdown(text: str) -> None:
+    """The Markdown names the device and every section."""
     assert text.startswith("# GPU check (dry run on the CPU)\n")
     assert "- device: cpu" in text and "- torch: " in text
     for name in SECTIONS:
