@@ -5,10 +5,10 @@
 without a test part: test on another file) and the rest trains; EMOS, which has nothing to
 choose on validation dates, fits on every start date it is given (its run records
 ``validation`` 0). The run folder holds
-``weather_run.json`` (the model and data configuration, and the data's grid:
-:func:`sciml.weather.grid.data_record`), ``stats.json`` (the forecasts'
-channel statistics, from the training dates) and either ``emos.nc`` (EMOS coefficients,
-one fit per variable, level and lead time over all dates and grid points, on the
+``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the model and data
+configuration, and the data's grid: :func:`sciml.weather.grid.data_record`), ``stats.json``
+(the forecasts' channel statistics, from the training dates) and either ``emos.nc``
+(EMOS coefficients, one fit per variable, level and lead time over all dates and grid points, on the
 first ``members`` members: per-point fits need many more dates than a toy set has, see
 :func:`sciml.weather.postprocess.emos.fit_emos` for them) or
 :func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
@@ -18,7 +18,7 @@ default, train on the CRPS relative to the raw ensemble's per channel and lead t
 (:mod:`sciml.weather.postprocess.loss_scale`; the scale is kept as ``crps_scale.nc``); their
 convolutions wrap around in longitude when the grid closes the circle
 (:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
-:data:`RUN_VERSION`; folders of another version are refused (retrain in a new folder).
+:data:`RUN_VERSION`; folders of another version are refused by name (retrain in a new folder).
 
 Every check happens before the first byte is written: a rerun in a folder that holds
 another configuration, or was trained on other data (another grid, other levels, lead
@@ -29,7 +29,6 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,8 +41,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_path, atomic_write_text
-from sciml.training.run_dir import RunDirError, RunLock, check_record
+from sciml.io_utils import atomic_path
+from sciml.training.run_dir import RunDirError
+from sciml.training.run_record import RecordKind, claim_run_dir, read_run_record
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import DEEP_MODELS, MODELS
 from sciml.weather.periodic import is_periodic_lon
@@ -56,6 +56,7 @@ from sciml.weather.postprocess.pooled import PooledPostProcessor
 __all__ = [
     "DEEP_MODELS",
     "MODELS",
+    "RUN_RECORD",
     "RUN_VERSION",
     "RunConfig",
     "forecast_variables",
@@ -69,9 +70,23 @@ __all__ = [
 ]
 
 RUN_CONFIG = "weather_run.json"
-#: Format of ``weather_run.json``; 3: it records the training data's grid, lead times and
-#: start dates (2: the deep models read the lead time, a 4-output head).
-RUN_VERSION = 3
+#: Format of ``weather_run.json``; 4: the run record's layout (kind, version, config); 3: it
+#: records the training data's grid, lead times and start dates (2: the deep models read the
+#: lead time, a 4-output head).
+RUN_VERSION = 4
+#: The run record of a weather post-processing run.
+RUN_RECORD = RecordKind(
+    name="weather-postprocess",
+    version=RUN_VERSION,
+    file=RUN_CONFIG,
+    what="a weather run",
+    command="sciml weather train",
+    changes={
+        1: "a run now records the grid, lead times and start dates it was trained on",
+        2: "a run now records the grid, lead times and start dates it was trained on",
+        3: "the record now names its kind and format",
+    },
+)
 #: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
 DATA_KEY = "data"
 SAMPLE_DIMS = ("time", "lead_time")
@@ -95,7 +110,6 @@ class RunConfig:
     grid: tuple[int, ...] = ()
     periodic: bool = False
     loss_scale: str = "none"
-    version: int = RUN_VERSION
 
 
 @contextlib.contextmanager
@@ -135,11 +149,6 @@ def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, 
             f"{times.size} start date(s) cannot be split into training and validation ({held})"
         )
     return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
-
-
-def _run_text(config: RunConfig, data: dict[str, Any]) -> str:
-    """The text of ``weather_run.json``: the configuration and the training data's record."""
-    return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
 
 
 def train_postprocessor(
@@ -242,14 +251,12 @@ def train_postprocessor(
     else:
         train, val = split_validation(ds, validation=validation)
 
-    text = _run_text(config, data_record(ds, chosen, channel_dims=channel_dims))
+    record = asdict(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=channel_dims)}
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
-        check_record(run_dir / RUN_CONFIG, text, what="a weather run")  # before the lock file
-        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-            held = check_record(run_dir / RUN_CONFIG, text, what="a weather run")
-            resumed = held and model != "emos"  # EMOS has no checkpoint: it refits
+        with claim_run_dir(run_dir, RUN_RECORD, record) as claim:
+            resumed = claim.resumed and model != "emos"  # EMOS has no checkpoint: it refits
             stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
             keep_stats = resumed and stats_path.exists()
             wants_scale = model != "emos" and loss_scale != "none"
@@ -266,8 +273,7 @@ def train_postprocessor(
                 scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
             coefficients = _fit_emos(train, config) if model == "emos" else None
             # every check and computation is done: only now is the folder written
-            if not held:
-                atomic_write_text(run_dir / RUN_CONFIG, text)
+            claim.write()
             if not keep_stats:
                 stats.to_json(stats_path)
             if scale is not None and not keep_scale:
@@ -384,21 +390,6 @@ def _train_deep(
     return result.status
 
 
-def _read(run_dir: Path) -> dict[str, Any]:
-    """``weather_run.json`` of a run folder of this format, as plain data."""
-    path = run_dir / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found; is {run_dir} a 'sciml weather train' run?")
-    raw: dict[str, Any] = json.loads(path.read_text())
-    if raw.get("version") != RUN_VERSION:
-        raise ValueError(
-            f"{run_dir} holds a weather run of format {raw.get('version', 1)}; this version of "
-            f"sciml reads format {RUN_VERSION} (a run now records the grid, lead times and "
-            "start dates it was trained on): retrain it in a new --run-dir"
-        )
-    return raw
-
-
 def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
     """The configuration and channel statistics of a weather run folder.
 
@@ -407,7 +398,7 @@ def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
         ValueError: A run folder of another format.
     """
     run_dir = Path(run_dir)
-    raw = _read(run_dir)
+    raw = read_run_record(run_dir, RUN_RECORD)
     raw.pop(DATA_KEY, None)
     for key in ("variables", "static", "channel_dims", "grid"):
         raw[key] = tuple(raw[key])
@@ -422,7 +413,7 @@ def read_data_record(run_dir: Path | str) -> dict[str, Any]:
         FileNotFoundError: Not a weather run folder.
         ValueError: A run folder of another format.
     """
-    record: dict[str, Any] = _read(Path(run_dir))[DATA_KEY]
+    record: dict[str, Any] = read_run_record(run_dir, RUN_RECORD)[DATA_KEY]
     return record
 
 

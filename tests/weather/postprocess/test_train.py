@@ -23,6 +23,7 @@ from sciml.weather.postprocess.train import (
     train_postprocessor,
 )
 from tests.weather.postprocess.test_train_evaluate import _write
+from tests.weather.test_grid import _hashes
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +79,38 @@ def test_an_interrupted_mixed_run_resumes_to_the_uninterrupted_one(
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
-def test_a_run_folder_of_the_earlier_format_is_refused(data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("version", "why"),
+    [(None, "records the grid, lead times and start dates"), (3, "names its kind and format")],
+)
+def test_a_run_folder_of_an_earlier_format_is_refused(
+    data: Path, tmp_path: Path, version: int | None, why: str
+) -> None:
     run = tmp_path / "old"
     train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
-    saved = json.loads((run / RUN_CONFIG).read_text())
-    for key in ("grid", "periodic", "version"):
-        del saved[key]
-    (run / RUN_CONFIG).write_text(json.dumps(saved))
-    with pytest.raises(ValueError, match="weather run of format 1; this version of sciml reads"):
+    saved = json.loads((run / RUN_CONFIG).read_text())["config"]  # written flat before format 4
+    (run / RUN_CONFIG).write_text(json.dumps(saved | ({} if version is None else {"version": 3})))
+    before = _hashes(run)
+    message = f"weather run of format {version or 1}; this version of sciml reads format 4 .*{why}"
+    with pytest.raises(ValueError, match=message):
         read_run(run)
-    with pytest.raises(ValueError, match=r"another configuration \(.*version: None in the run"):
+    with pytest.raises(ValueError, match=message):
         train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+    assert _hashes(run) == before
+
+
+def test_another_configuration_is_refused_before_anything_is_written(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "mlp"
+    args = ["weather", "train", "--model", "mlp", "--members", "2", "--epochs", "1", "--quiet"]
+    assert main([*args, "--run-dir", str(run), str(data)]) == 0
+    before = _hashes(run)
+    assert main([*args, "--lr", "0.01", "--run-dir", str(run), str(data)]) == 1
+    err = capsys.readouterr().err
+    assert f"--run-dir {run} holds a weather run with another configuration (lr: 0.001" in err
+    assert "nothing was written: give this run another --run-dir" in err
+    assert _hashes(run) == before
 
 
 def test_emos_fits_every_date_and_refuses_a_folder_fitted_without_the_validation_dates(
@@ -98,7 +120,8 @@ def test_emos_fits_every_date_and_refuses_a_folder_fitted_without_the_validation
     train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
     assert read_run(run)[0].validation == 0
     saved = json.loads((run / RUN_CONFIG).read_text())
-    (run / RUN_CONFIG).write_text(json.dumps({**saved, "validation": 0.2}))  # an older EMOS
+    saved["config"]["validation"] = 0.2  # an older EMOS
+    (run / RUN_CONFIG).write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"another configuration \(.*validation: 0.2 in the run"):
         train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
 

@@ -1,0 +1,226 @@
+"""The one run record every workflow keeps in its run folder: claim, compare, write, read.
+
+A record is a JSON file of one layout, ``{"kind": ..., "version": ..., "config": ...}``:
+the workflow that wrote it (:class:`RecordKind`), the format of its configuration and the
+configuration itself (a dataclass or a plain JSON-able mapping). :func:`claim_run_dir`
+takes the folder's lock (:class:`~sciml.training.run_dir.RunLock` on ``run.lock``, so two
+processes never write one run), compares the configuration about to be written with the
+folder's and refuses another one **before anything is written**; a run that passes its own
+checks then writes the record atomically (:meth:`RunClaim.write`). :func:`read_run_record`
+reads the configuration back for the commands that consume the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sciml.io_utils import atomic_write_text
+from sciml.training.run_dir import LOCK_NAME, RunDirError, RunLock, differences
+
+__all__ = [
+    "RecordKind",
+    "RunClaim",
+    "RunRecordError",
+    "check_run_record",
+    "claim_run_dir",
+    "read_run_record",
+    "record_text",
+]
+
+#: Differences named in a refusal before the rest are counted.
+_SHOWN = 8
+
+
+class RunRecordError(RunDirError, ValueError):
+    """A run record that cannot be used: another configuration, kind or format, or damaged."""
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """Which record a workflow keeps, and how its messages name it.
+
+    Attributes:
+        name: The kind written in the record (e.g. ``"weather-postprocess"``).
+        version: The format of the configuration this version of sciml writes and reads.
+        file: The record's file in the run folder (e.g. ``"weather_run.json"``).
+        what: What the folder holds, for messages (e.g. ``"a weather run"``).
+        command: The command that writes it (e.g. ``"sciml weather train"``).
+        advice: What to do when the folder is refused, in the command line's terms.
+        changes: For an older format, why this version cannot read it.
+        sole: The record is a run's first file: a folder that holds other files but not
+            the record is refused (``False``: the workflow checks those files itself).
+    """
+
+    name: str
+    version: int
+    file: str
+    what: str
+    command: str
+    advice: str = "give this run another --run-dir"
+    changes: Mapping[int, str] = field(default_factory=dict)
+    sole: bool = True
+
+
+def record_text(kind: RecordKind, config: Any) -> str:
+    """The record's text: ``config`` (a dataclass or a JSON-able mapping) of ``kind``."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        plain = dataclasses.asdict(config)
+    else:
+        plain = dict(config)
+    record = {"kind": kind.name, "version": kind.version, "config": plain}
+    return json.dumps(record, indent=2) + "\n"
+
+
+def _load(run_dir: Path, kind: RecordKind, advice: str) -> dict[str, Any] | None:
+    """The configuration in ``run_dir``'s record, ``None`` without one; refuse a bad record."""
+    path = run_dir / kind.file
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunRecordError(f"{path} is not valid JSON ({err})", advice) from None
+    if not isinstance(raw, dict):
+        raise RunRecordError(f"{path} holds no run record", advice)
+    if "kind" in raw and raw["kind"] != kind.name:
+        raise RunRecordError(
+            f"{path} is the record of a {raw['kind']!r} run, not {kind.what} "
+            f"({kind.name!r}, written by {kind.command})",
+            advice,
+        )
+    version = raw.get("version", 1) if "kind" in raw else _legacy_version(raw)
+    if version != kind.version or not isinstance(raw.get("config"), dict):
+        why = kind.changes.get(version, "another format") if isinstance(version, int) else ""
+        raise RunRecordError(
+            f"{run_dir} holds {kind.what} of format {version}; this version of sciml reads "
+            f"format {kind.version} ({why or 'another format'})",
+            advice,
+        )
+    config: dict[str, Any] = raw["config"]
+    return config
+
+
+def _legacy_version(raw: dict[str, Any]) -> int:
+    """The format of a record written before records named their kind (1 when unnamed)."""
+    version = raw.get("version", 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
+
+
+def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool:
+    """Whether ``run_dir`` holds this record already (a resumed run) or none yet; reads only.
+
+    Args:
+        run_dir: The run folder (it need not exist).
+        kind: The workflow's record.
+        config: The configuration about to be written.
+
+    Returns:
+        True if the folder holds the same record, False if it holds none (a new run).
+
+    Raises:
+        RunRecordError: The folder holds a record of another configuration (each
+            differing field named, the folder's value first), kind or format, a damaged
+            record, or (a :attr:`RecordKind.sole` record) other files but no record.
+    """
+    run_dir = Path(run_dir)
+    advice = f"nothing was written: {kind.advice}"
+    saved = _load(run_dir, kind, advice)
+    if saved is None:
+        found = sorted(p.name for p in run_dir.glob("*") if p.suffix != ".lock")
+        if kind.sole and found:
+            shown = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
+            raise RunRecordError(
+                f"--run-dir {run_dir} holds {shown} but no {kind.file}, so not {kind.what}",
+                advice,
+            )
+        return False
+    changed = differences(saved, json.loads(record_text(kind, config))["config"])
+    if changed:
+        more = f" and {len(changed) - _SHOWN} more" if len(changed) > _SHOWN else ""
+        raise RunRecordError(
+            f"--run-dir {run_dir} holds {kind.what} with another configuration "
+            f"({'; '.join(changed[:_SHOWN])}{more})",
+            advice,
+        )
+    return True
+
+
+@dataclass
+class RunClaim:
+    """A run folder held by this process (see :func:`claim_run_dir`).
+
+    Attributes:
+        run_dir: The folder.
+        kind: Its record.
+        text: The record this run writes.
+        resumed: The folder held this record already.
+    """
+
+    run_dir: Path
+    kind: RecordKind
+    text: str
+    resumed: bool
+
+    def write(self) -> None:
+        """Write the record atomically (a resumed run's is left as it is)."""
+        if not self.resumed:
+            atomic_write_text(self.run_dir / self.kind.file, self.text)
+
+
+@contextmanager
+def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterator[RunClaim]:
+    """Hold ``run_dir`` for a run of ``config``: refuse another one before writing anything.
+
+    The record is checked before the lock is taken (a refused run creates no lock file)
+    and again under it; the caller does its own checks and computations, then calls
+    :meth:`RunClaim.write` and writes the rest of the folder. The lock is released on
+    leaving (:func:`sciml.training.fit` takes it again to train).
+
+    Args:
+        run_dir: The run folder (created under the lock).
+        kind: The workflow's record.
+        config: The run's configuration (a dataclass or a JSON-able mapping).
+
+    Raises:
+        RunRecordError: As :func:`check_run_record`.
+        sciml.training.run_dir.RunDirError: Another process holds the folder.
+
+    Examples:
+        >>> import tempfile
+        >>> kind = RecordKind("demo", 1, "demo_run.json", "a demo run", "python")
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     with claim_run_dir(folder, kind, {"lr": 0.1}) as claim:
+        ...         claim.write()
+        ...     read_run_record(folder, kind)
+        {'lr': 0.1}
+    """
+    run_dir = Path(run_dir)
+    check_run_record(run_dir, kind, config)
+    with RunLock(run_dir, name=LOCK_NAME):
+        resumed = check_run_record(run_dir, kind, config)
+        yield RunClaim(run_dir, kind, record_text(kind, config), resumed)
+
+
+def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
+    """The configuration a run folder recorded, as plain JSON data.
+
+    Raises:
+        FileNotFoundError: No such folder, or no record in it.
+        RunRecordError: A damaged record, or one of another kind or format.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} (--run-dir) not found: no such run folder")
+    config = _load(run_dir, kind, f"retrain it in a new --run-dir with {kind.command}")
+    if config is None:
+        raise FileNotFoundError(
+            f"{run_dir / kind.file} not found: {run_dir} (--run-dir) is not a run folder of "
+            f"{kind.command}"
+        )
+    return config
