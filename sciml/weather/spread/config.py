@@ -1,49 +1,56 @@
-"""A spread run's configuration and its file, ``spread_run.json``.
+"""A spread run's configuration and its run record, ``spread_run.json``.
 
-:class:`SpreadConfig` holds what a spread run was trained on and how; the file holds it
-with the training data's record (:func:`sciml.weather.grid.data_record`: grid labels, lead
-times, start dates), as :func:`spread_run_text` writes it. :func:`check_spread_run` tells a
-resumed run from a new one and refuses a folder that holds another run (reading only:
-the caller writes once every check has passed), and :func:`read_spread_run` reads the
-configuration back with the run's channel statistics (:func:`read_spread_data` the data's
-record). A run folder records :data:`SPREAD_VERSION`; folders of another version are
-refused by name (retrain in a new folder).
+:class:`SpreadConfig` holds what a spread run was trained on and how; the run record
+(:data:`SPREAD_RECORD`, kept by :mod:`sciml.training.run_record`) holds it with the training
+data's record (:func:`sciml.weather.grid.data_record`: grid labels, lead times, start dates).
+:func:`read_spread_run` reads the configuration back with the run's channel statistics
+(:func:`read_spread_data` the data's record). A run folder records :data:`SPREAD_VERSION`;
+folders of another version are refused by name (retrain in a new folder).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from sciml.datasets.channels import NormStats
-from sciml.training.run_dir import check_record
+from sciml.training.run_record import RecordKind, read_run_record
 from sciml.weather.spread.model import SpreadPredictor
 
 __all__ = [
+    "DATA_KEY",
     "RUN_CONFIG",
+    "SPREAD_RECORD",
     "SPREAD_VERSION",
     "SpreadConfig",
-    "check_spread_run",
     "read_spread_data",
     "read_spread_run",
-    "spread_run_text",
 ]
 
 RUN_CONFIG = "spread_run.json"
-#: Format of ``spread_run.json``; 4: it records the training data's grid, lead times and
-#: start dates; 3: the head estimates the underlying variance and keeps the k members' own
-#: part of the ``ensemble``-member spread (2: a free log-residual on the sample spread; 1:
-#: periodic dims padded by ``2**depth`` points and cropped): other networks.
-SPREAD_VERSION = 4
-#: Key of the training data's record in the file.
+#: Format of ``spread_run.json``; 5: the run record's layout (kind, version, config); 4: it
+#: records the training data's grid, lead times and start dates; 3: the head estimates the
+#: underlying variance and keeps the k members' own part of the ``ensemble``-member spread
+#: (2: a free log-residual on the sample spread; 1: periodic dims padded by ``2**depth``
+#: points and cropped): other networks.
+SPREAD_VERSION = 5
+#: Key of the training data's record in the configuration.
 DATA_KEY = "data"
-_CHANGES = {
-    1: "periodic dims now wrap exactly, another network",
-    2: "the head now keeps the k members' own part of the full spread, another network",
-    3: "a run now records the grid, lead times and start dates it was trained on",
-}
+#: The run record of a spread run.
+SPREAD_RECORD = RecordKind(
+    name="weather-spread",
+    version=SPREAD_VERSION,
+    file=RUN_CONFIG,
+    what="a spread run",
+    command="sciml weather spread train",
+    changes={
+        1: "periodic dims now wrap exactly, another network",
+        2: "the head now keeps the k members' own part of the full spread, another network",
+        3: "a run now records the grid, lead times and start dates it was trained on",
+        4: "the record now names its kind and format",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,6 @@ class SpreadConfig:
     seed: int
     base_channels: int
     depth: int
-    version: int = SPREAD_VERSION
 
     def build(self) -> SpreadPredictor:
         """A new model of this configuration."""
@@ -86,39 +92,6 @@ class SpreadConfig:
         )
 
 
-def spread_run_text(config: SpreadConfig, data: dict[str, Any]) -> str:
-    """The text of ``spread_run.json``: the configuration and the training data's record."""
-    return json.dumps(asdict(config) | {DATA_KEY: data}, indent=2) + "\n"
-
-
-def check_spread_run(run_dir: Path, text: str) -> bool:
-    """Whether ``run_dir`` holds this run already (``text``: :func:`spread_run_text`).
-
-    Raises:
-        ValueError: ``run_dir`` holds a spread run of another configuration, version or
-            training data; nothing is written.
-    """
-    return check_record(run_dir / RUN_CONFIG, text, what="a spread run")
-
-
-def _read(run_dir: Path) -> dict[str, Any]:
-    """``spread_run.json`` of a spread run folder of this format, as plain data."""
-    path = run_dir / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found; is {run_dir} a 'sciml weather spread train' run?"
-        )
-    raw: dict[str, Any] = json.loads(path.read_text())
-    version = raw.get("version", 1)
-    if version != SPREAD_VERSION:
-        why = _CHANGES.get(version, "another network")
-        raise ValueError(
-            f"{run_dir} holds a spread run of format {version}; this version of sciml reads "
-            f"format {SPREAD_VERSION} ({why}): retrain it in a new --run-dir"
-        )
-    return raw
-
-
 def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
     """The configuration and channel statistics of a spread run folder.
 
@@ -129,7 +102,7 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
     """
     run_dir = Path(run_dir)
     path = run_dir / RUN_CONFIG
-    raw = _read(run_dir)
+    raw = read_run_record(run_dir, SPREAD_RECORD)
     raw.pop(DATA_KEY, None)
     expected = {f.name for f in fields(SpreadConfig)}
     if set(raw) != expected:
@@ -149,5 +122,5 @@ def read_spread_data(run_dir: Path | str) -> dict[str, Any]:
         FileNotFoundError: Not a spread run folder.
         ValueError: A run folder of another format.
     """
-    record: dict[str, Any] = _read(Path(run_dir))[DATA_KEY]
+    record: dict[str, Any] = read_run_record(run_dir, SPREAD_RECORD)[DATA_KEY]
     return record

@@ -19,6 +19,7 @@ the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -29,20 +30,18 @@ from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_write_text
 from sciml.training.config import TrainConfig
-from sciml.training.run_dir import RunLock
+from sciml.training.run_record import claim_run_dir
 from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
 from sciml.weather.postprocess.train import forecast_variables, run_dir_advice, split_validation
 from sciml.weather.spread.config import (
-    RUN_CONFIG,
+    DATA_KEY,
+    SPREAD_RECORD,
     SpreadConfig,
-    check_spread_run,
     read_spread_data,
     read_spread_run,
-    spread_run_text,
 )
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import LOSSES, SpreadPredictor, spread_loss
@@ -163,19 +162,16 @@ def train_spread(
     train, val = split_validation(ds, validation=validation)
     run_dir = Path(run_dir)
 
-    text = spread_run_text(config, data_record(ds, chosen, channel_dims=("level",)))
+    record = asdict(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=("level",))}
 
     def prepare() -> NormStats:
         """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
-        check_spread_run(run_dir, text)  # refused before the lock file is created
-        with RunLock(run_dir, name=f"{RUN_CONFIG}.lock"):
-            held = check_spread_run(run_dir, text)
+        with claim_run_dir(run_dir, SPREAD_RECORD, record) as claim:
             path = run_dir / "stats.json"
-            if held and path.exists():  # a resumed run keeps the statistics it trained with
+            if claim.resumed and path.exists():  # a resumed run keeps its statistics
                 return NormStats.from_json(path)
             stats = compute_stats(train, chosen, channel_dims=("level",))
-            if not held:
-                atomic_write_text(run_dir / RUN_CONFIG, text)
+            claim.write()
             stats.to_json(path)
             return stats
 

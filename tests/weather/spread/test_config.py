@@ -1,19 +1,19 @@
 """A spread run's configuration file: written once, read back, older formats refused by name."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
 from sciml.datasets.channels import NormStats
+from sciml.training.run_record import check_run_record, record_text
 from sciml.weather.spread.config import (
+    SPREAD_RECORD,
     SPREAD_VERSION,
     SpreadConfig,
-    check_spread_run,
     read_spread_data,
     read_spread_run,
-    spread_run_text,
 )
 
 CONFIG = SpreadConfig(
@@ -39,10 +39,14 @@ CONFIG = SpreadConfig(
 DATA = {"members": 10, "spatial": ["lat", "lon"], "coords": {"lat": {"size": 4}}}
 
 
+def _record(config: SpreadConfig) -> dict[str, object]:
+    return asdict(config) | {"data": DATA}
+
+
 def _run(folder: Path) -> Path:
     folder.mkdir()
-    assert not check_spread_run(folder, spread_run_text(CONFIG, DATA))  # a new run
-    (folder / "spread_run.json").write_text(spread_run_text(CONFIG, DATA))
+    assert not check_run_record(folder, SPREAD_RECORD, _record(CONFIG))  # a new run
+    (folder / "spread_run.json").write_text(record_text(SPREAD_RECORD, _record(CONFIG)))
     NormStats(channels=("a", "b"), mean=(0.0, 1.0), std=(1.0, 2.0)).to_json(folder / "stats.json")
     return folder
 
@@ -50,27 +54,27 @@ def _run(folder: Path) -> Path:
 def test_a_run_reads_back_its_configuration_and_refuses_another(tmp_path: Path) -> None:
     run = _run(tmp_path / "run")
     config, stats = read_spread_run(run)
-    assert config == CONFIG and config.version == SPREAD_VERSION == 4
+    assert config == CONFIG and SPREAD_VERSION == 5
     assert stats.std == (1.0, 2.0) and read_spread_data(run) == DATA
     model = config.build()
     assert (model.members, model.ensemble, model.history) == (5, 10, 3)
-    assert check_spread_run(run, spread_run_text(CONFIG, DATA))  # the same: resumed
+    assert check_run_record(run, SPREAD_RECORD, _record(CONFIG))  # the same: resumed
     with pytest.raises(ValueError, match=r"another configuration \(ensemble: 10 in the run, 20"):
-        check_spread_run(run, spread_run_text(replace(CONFIG, ensemble=20), DATA))
+        check_run_record(run, SPREAD_RECORD, _record(replace(CONFIG, ensemble=20)))
 
 
 def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
     run = _run(tmp_path / "run")
     saved = json.loads((run / "spread_run.json").read_text())
+    flat = saved["config"]  # the layout before format 5
+    config = {k: v for k, v in flat.items() if k != "ensemble"}
     cases = [
-        (
-            {**saved, "version": 2},
-            r"format 2; .* reads format 4 \(the head now keeps the k members",
-        ),
-        ({k: v for k, v in saved.items() if k != "version"}, r"format 1; .* \(periodic dims now"),
-        ({**saved, "version": 3}, r"format 3; .* format 4 \(a run now records the grid"),
-        ({**saved, "version": 7}, r"format 7; .* format 4 \(another network\): retrain"),
-        ({k: v for k, v in saved.items() if k != "ensemble"}, r"missing \['ensemble'\], unknown"),
+        ({**flat, "version": 2}, r"format 2; .* reads format 5 \(the head now keeps the k members"),
+        (flat, r"format 1; .* \(periodic dims now"),
+        ({**flat, "version": 3}, r"format 3; .* format 5 \(a run now records the grid"),
+        ({**flat, "version": 4}, r"format 4; .* format 5 \(the record now names its kind"),
+        ({**saved, "version": 7}, r"format 7; .* format 5 \(another format\); retrain"),
+        ({**saved, "config": config}, r"missing \['ensemble'\], unknown"),
     ]
     for raw, message in cases:
         (run / "spread_run.json").write_text(json.dumps(raw))

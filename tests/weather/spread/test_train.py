@@ -18,6 +18,7 @@ from sciml.weather.spread.config import read_spread_run
 from sciml.weather.spread.evaluate import evaluate_spread
 from sciml.weather.spread.train import load_spread_model, predict_spread, train_spread
 from tests.weather.spread.test_data import write_tiny
+from tests.weather.test_grid import _hashes
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = ["--epochs", "1", "--quiet"]
@@ -76,6 +77,20 @@ def test_evaluate_table_against_a_numpy_reference(
     assert "spread_2_crps_t2" in capsys.readouterr().out
 
 
+def test_another_configuration_is_refused_before_anything_is_written(
+    trained: tuple[Path, Path, Path],
+) -> None:
+    data, _, run = trained
+    before = _hashes(run)
+    message = f"--run-dir {run} holds a spread run with another configuration \\(lr: 0.001"
+    with pytest.raises(ValueError, match=message) as caught:
+        train_spread(
+            xr.open_dataset(data), run_dir=run, members=2, history=2, loss="crps", lr=0.01, **SMALL
+        )
+    assert str(caught.value).endswith("nothing was written: give this run another --run-dir")
+    assert _hashes(run) == before
+
+
 def test_train_from_the_command_line_and_refusals(
     trained: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -120,12 +135,9 @@ def test_train_from_the_command_line_and_refusals(
         evaluate_spread([run], later)
     old = tmp_path / "old"
     old.mkdir()
-    saved = json.loads((run / "spread_run.json").read_text())
-    del saved["version"]  # format 1 (formats: test_spread_config.py)
-    (old / "spread_run.json").write_text(json.dumps(saved))
-    with pytest.raises(
-        ValueError, match=r"another configuration \(version: None in the run, 4 now\)"
-    ):
+    saved = json.loads((run / "spread_run.json").read_text())["config"]
+    (old / "spread_run.json").write_text(json.dumps(saved))  # format 1 (formats: test_config.py)
+    with pytest.raises(ValueError, match=r"spread run of format 1; .* reads format 5"):
         train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
     with pytest.raises(ValueError, match="no test data given"):
         _spread_cli(["evaluate", "--run-dir", str(run)])
