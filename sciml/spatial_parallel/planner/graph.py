@@ -38,7 +38,8 @@ Windows = tuple[Window | TransposeWindow, ...] | None
 #: Layers whose halo comes from a sliding window (convolution, pooling).
 WINDOW_KINDS = ("Conv3d", "MaxPool3d", "AvgPool3d")
 #: Normalisation layers that reduce statistics over the split volume.
-NORM_KINDS = ("BatchNorm3d", "GroupNorm")
+NORM_KINDS = ("BatchNorm3d", "GroupNorm", "InstanceNorm3d")
+_NORMS = (nn.BatchNorm3d, nn.GroupNorm, nn.InstanceNorm3d)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class Layer:
 
     Attributes:
         name: Qualified module name.
-        kind: Module class name (``"Conv3d"``, ``"ReLU"``...).
+        kind: Module class name (``"Conv3d"``, ``"ReLU"``...), or that of the supported
+            layer it subclasses.
         in_shape: Global input shape.
         out_shape: Global output shape.
         windows: Per-dim geometry of window and transposed-convolution layers.
@@ -166,9 +168,15 @@ def _flops(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return 2.0 * y.numel() * module.in_features
     if isinstance(module, nn.MaxPool3d | nn.AvgPool3d):
         return float(y.numel() * math.prod(_triple(module.kernel_size)))
-    if isinstance(module, nn.BatchNorm3d | nn.GroupNorm):
+    if isinstance(module, _NORMS):
         return 8.0 * x.numel()  # two passes of statistics, normalise, scale and shift
     return float(max(x.numel(), y.numel()))  # elementwise, pooling to one voxel, upsampling
+
+
+def _kind(module: nn.Module) -> str:
+    """What ``parallelize`` takes ``module`` for: its class, or the supported one it extends."""
+    tables = (*SWAPS, *ELEMENTWISE, *REPLICATED)
+    return next((cls for cls in type(module).__mro__ if cls in tables), type(module)).__name__
 
 
 def _check_supported(model: nn.Module) -> None:
@@ -276,13 +284,13 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
             layers.append(
                 Layer(
                     name=name,
-                    kind=type(module).__name__,
+                    kind=_kind(module),
                     in_shape=tuple(x.shape),
                     out_shape=tuple(out.shape),
                     windows=_windows(module),
                     flops=_flops(module, x, out),
                     params=sum(p.numel() for p in module.parameters() if p.requires_grad),
-                    channels=x.shape[1] if isinstance(module, nn.BatchNorm3d | nn.GroupNorm) else 0,
+                    channels=x.shape[1] if isinstance(module, _NORMS) else 0,
                     itemsize=x.element_size(),
                     groups=int(getattr(module, "groups", 1)),
                 )

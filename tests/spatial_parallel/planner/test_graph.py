@@ -9,7 +9,9 @@ from torch import nn
 
 from sciml.models import UNet
 from sciml.spatial_parallel.partition import Window
+from sciml.spatial_parallel.planner.cost import estimate
 from sciml.spatial_parallel.planner.graph import trace
+from tests.spatial_parallel.planner.test_cost import PROFILE
 from tests.spatial_parallel.planner_models import pool_then_block
 
 
@@ -99,3 +101,40 @@ def test_the_unet_holds_each_upsampled_volume_through_its_decoder_block() -> Non
     assert graph.layers[up + 1].name == "decoder.1.0"
     assert graph.layers[up + 1].input_held == block - 1
     assert graph.layers[names.index("head")].input_held == 0
+
+
+class _Conv3DSimple(nn.Conv3d):
+    """A subclass that only builds the layer, as torchvision's video models have."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__(cin, cout, kernel_size=3, padding=1, bias=False)
+
+
+def test_a_subclass_of_a_supported_layer_is_priced_as_that_layer() -> None:
+    shape = (1, 2, 16, 16, 16)
+    plain = trace(nn.Sequential(nn.Conv3d(2, 4, 3, padding=1, bias=False), nn.ReLU()), shape)
+    sub = trace(nn.Sequential(_Conv3DSimple(2, 4), nn.ReLU()), shape)
+    assert [layer.kind for layer in sub.layers] == ["Conv3d", "ReLU"]
+    for grid in [(1, 1, 1, 1), (1, 2, 1, 1), (1, 2, 2, 1)]:
+        assert estimate(sub, grid, PROFILE) == estimate(plain, grid, PROFILE)
+
+
+def test_instance_norm_is_priced_as_the_group_norm_it_equals() -> None:
+    # InstanceNorm3d(C, affine=True) computes what GroupNorm(C, C) computes: per sample and
+    # channel statistics over the whole (split) volume, the same collectives
+    def model(norm: nn.Module) -> nn.Module:
+        return nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), norm, nn.ReLU())
+
+    shape = (2, 1, 16, 16, 16)
+    instance = trace(model(nn.InstanceNorm3d(4, affine=True)), shape)
+    group = trace(model(nn.GroupNorm(4, 4)), shape)
+    assert instance.layers[1].kind == "InstanceNorm3d" and instance.layers[1].channels == 4
+    assert instance.layers[1].flops == group.layers[1].flops
+    split, grouped = (estimate(g, (1, 2, 1, 1), PROFILE) for g in (instance, group))
+    assert split.time["norm"] > 0.0  # four all-reduces over the two ranks of a sample
+    assert split.time == grouped.time
+    # torch's own kernels keep statistics of other shapes for backward: (N * C) or (N, G)
+    statistics = 2 * 2 * 4 * 4  # mean and 1/std of N=2 samples and C=4 channels, float32
+    for term, nbytes in split.memory.items():
+        assert abs(nbytes - grouped.memory[term]) <= (statistics if term == "activations" else 0)
+    assert estimate(instance, (1, 1, 1, 1), PROFILE).time["norm"] == 0.0  # nothing to reduce
