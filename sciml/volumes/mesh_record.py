@@ -11,19 +11,37 @@ grid a run trains on once its inputs are checked
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.mesh import MESH_AXES
+from sciml.training.run_record import RecordKind, claim_run_dir, read_run_record
 
-__all__ = ["RECORD", "MeshChoice", "choose_mesh", "full_mesh", "read_record", "record_mesh"]
+__all__ = [
+    "MESH_RECORD",
+    "RECORD",
+    "MeshChoice",
+    "choose_mesh",
+    "full_mesh",
+    "read_record",
+    "record_mesh",
+]
 
 #: The file of a run folder that records its grid.
 RECORD = "mesh.json"
+#: The grid's run record (:mod:`sciml.training.run_record`); 2: it names its kind and format.
+MESH_RECORD = RecordKind(
+    name="volumes-mesh",
+    version=2,
+    file=RECORD,
+    what="the grid of a CosmoFlow / U-Net run",
+    command="sciml cosmoflow|unet3d train",
+    advice="resume with that grid (or --mesh auto), or start a new --run-dir",
+    changes={1: "the record now names its kind and format"},
+    sole=False,
+)
 
 
 @dataclass(frozen=True)
@@ -58,28 +76,30 @@ def read_record(run_dir: Path | str) -> dict[str, int] | None:
     """The grid recorded in ``run_dir`` (``None``: none recorded).
 
     Raises:
-        ValueError: If the record cannot be read or is not a grid.
+        ValueError: If the record cannot be read, is of another format or is not a grid.
     """
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
-    try:
-        mesh = json.loads(path.read_text())["mesh"]
-        if set(mesh) == set(MESH_AXES) and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh.values()
-        ):
-            return full_mesh(mesh)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"cannot read the run's grid from {path}: {err}") from None
+    mesh = read_run_record(run_dir, MESH_RECORD).get("mesh")
+    if (
+        isinstance(mesh, dict)
+        and set(mesh) == set(MESH_AXES)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh.values())
+    ):
+        return full_mesh(mesh)
     raise ValueError(f"{path} does not record a grid: expected sizes of {MESH_AXES}, got {mesh}")
 
 
 def record_mesh(run_dir: Path | str, mesh: Mapping[str, int]) -> None:
-    """Record ``mesh`` in ``run_dir`` on rank 0 unless a grid is recorded already."""
-    path = Path(run_dir) / RECORD
-    if world()[0] == 0 and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"mesh": full_mesh(mesh)}, indent=1) + "\n")
+    """Record ``mesh`` in ``run_dir`` on rank 0 unless it is recorded already.
+
+    Raises:
+        sciml.training.run_record.RunRecordError: ``run_dir`` records another grid.
+    """
+    if world()[0] == 0:
+        with claim_run_dir(run_dir, MESH_RECORD, {"mesh": full_mesh(mesh)}) as claim:
+            claim.write()
 
 
 def _decide(

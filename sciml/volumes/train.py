@@ -20,7 +20,7 @@ trains it with :func:`sciml.training.fit`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,8 +30,8 @@ from torch import nn
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.training import TrainConfig, TrainResult, fit
-from sciml.training.run_dir import PlainValue
+from sciml.training import RESUMABLE_FIELDS, TrainConfig, TrainResult, fit
+from sciml.training.run_dir import PlainValue, plain
 from sciml.training.setup import LossFn, LossOutput
 from sciml.volumes.dataset import ShardedVolumes, run_stats
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
@@ -187,6 +187,13 @@ def _open(options: VolumeTraining, mesh: SpatialMesh, path: Path, option: str) -
         raise type(err)(f"{option}: {err}") from err
 
 
+def _options_record(options: VolumeTraining) -> dict[str, PlainValue]:
+    """The options a resumed run must keep (the grid is recorded on its own, in mesh.json)."""
+    kept = {k: v for k, v in asdict(options).items() if k not in ("mesh", "config")}
+    loop = {k: v for k, v in asdict(options.config).items() if k not in RESUMABLE_FIELDS}
+    return {k: plain(v) for k, v in (kept | {"config": loop}).items()}
+
+
 def _datasets(
     options: VolumeTraining, mesh: SpatialMesh, train: Path, val: Path | None, run_dir: Path
 ) -> tuple[ShardedVolumes, ShardedVolumes | None, dict[str, PlainValue]]:
@@ -197,7 +204,7 @@ def _datasets(
     val_record = None if val_set is None else describe(val_set)
     if val_record is not None:
         check_val(train_record, val_record)
-    record: dict[str, PlainValue] = {"train": train_record, "val": val_record}
+    record = _options_record(options) | {"train": train_record, "val": val_record}
     _check_levels(options, train_set)
     check_resume(run_dir, record)
     stats = run_stats(train_set, run_dir, replica=(mesh.data_index, mesh.data))
@@ -221,9 +228,9 @@ def train_volumes(
     Args:
         train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
         run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
-            ``norm_stats.json``, the grid in ``mesh.json``, the volumes in
+            ``norm_stats.json``, the grid in ``mesh.json``, the options and volumes in
             ``volumes.json``); an interrupted run resumes from it, on the recorded
-            grid and volumes only.
+            grid, options and volumes only.
         options: The run's options.
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
@@ -233,7 +240,8 @@ def train_volumes(
     Raises:
         ValueError: If the mesh does not match the number of processes or the
             grid recorded in ``run_dir``, the files are damaged, do not fit the
-            model, each other (``val``) or the volumes recorded in ``run_dir``;
+            model, each other (``val``) or the volumes recorded in ``run_dir``, or the
+            options differ from those recorded there (a resumed run keeps them);
             all checked before the statistics pass (named in the command line's
             terms: ``DATA``, ``--val``, ``--levels``, ``--run-dir``).
     """

@@ -1,32 +1,58 @@
-"""The volumes a run trains on, recorded in ``RUN_DIR/volumes.json`` and checked on resume.
+"""The options and volumes a run trains on, recorded in ``RUN_DIR/volumes.json``, checked on resume.
 
+The file is the run record of :mod:`sciml.training.run_record` (:data:`VOLUMES_RECORD`): the
+run's options (those a resume must keep) and, under ``train`` and ``val``, its volumes.
 :func:`describe` says what a store holds as the model sees it (the volume's
 ``(channel, z, y, x)`` shape and channel names, the transform, the target
 and its shape) and how the file holds it (its path, its dims by name, its
 dtype). :func:`check_val` refuses validation volumes that do not fit the
 training ones; :func:`check_resume` (collective) refuses a resumed run whose
-volumes differ from those recorded when it started, naming both, before the
+volumes or options differ from those recorded when it started, naming both, before the
 run writes anything; :func:`record_volumes` writes the record once a run's
 inputs are checked (:func:`sciml.volumes.train.train_volumes` calls all three).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_write_text
 from sciml.training.run_dir import PlainValue, differences
+from sciml.training.run_record import (
+    RecordKind,
+    check_run_record,
+    claim_run_dir,
+    read_run_record,
+)
 
 if TYPE_CHECKING:
     from sciml.volumes.dataset import ShardedVolumes
 
-__all__ = ["COMPARED", "RECORD", "check_resume", "check_val", "describe", "record_volumes"]
+__all__ = [
+    "COMPARED",
+    "RECORD",
+    "VOLUMES_RECORD",
+    "check_resume",
+    "check_val",
+    "describe",
+    "record_volumes",
+]
 
 #: The file of a run folder that records its volumes.
 RECORD = "volumes.json"
+#: The run record of a CosmoFlow or U-Net run; 2: it names its kind and format and records
+#: the run's options beside its volumes.
+VOLUMES_RECORD = RecordKind(
+    name="volumes-run",
+    version=2,
+    file=RECORD,
+    what="a CosmoFlow / U-Net run",
+    command="sciml cosmoflow|unet3d train",
+    advice="resume with the options it was started with, or start a new --run-dir",
+    changes={1: "the record now names its kind and format, and the run's options"},
+    sole=False,
+)
 #: What must be the same for a resumed run and for validation volumes (the rest is recorded
 #: for the reader: the path, the file's dims and dtype, which the reading aligns).
 COMPARED = ("shape", "channels", "transform", "target", "target_shape")
@@ -70,24 +96,11 @@ def check_val(train: dict[str, PlainValue], val: dict[str, PlainValue]) -> None:
         )
 
 
-def _read(run_dir: Path) -> dict[str, PlainValue] | None:
-    path = run_dir / RECORD
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read the run's volumes from {path}: {err}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("train"), dict):
-        raise ValueError(f"{path} does not record a run's volumes: {record!r}")
-    return record
-
-
 def _compare(run_dir: Path, record: dict[str, PlainValue]) -> None:
     """Rank 0: refuse ``record`` unless it matches the one of ``run_dir`` (if any)."""
-    saved = _read(run_dir)
-    if saved is None:
+    if not (run_dir / RECORD).exists():
         return
+    saved = read_run_record(run_dir, VOLUMES_RECORD)
     lines = []
     for split, option in (("train", "DATA"), ("val", "--val")):
         before, now = saved.get(split), record.get(split)
@@ -105,6 +118,7 @@ def _compare(run_dir: Path, record: dict[str, PlainValue]) -> None:
             + "; ".join(lines)
             + "; resume with the volumes it was started on, or start a new --run-dir"
         )
+    check_run_record(run_dir, VOLUMES_RECORD, record)  # the options
 
 
 def _store(record: PlainValue) -> str:
@@ -112,21 +126,26 @@ def _store(record: PlainValue) -> str:
 
 
 def check_resume(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
-    """Refuse a resumed run whose volumes differ from the recorded ones (collective).
+    """Refuse a resumed run whose volumes or options differ from the recorded ones (collective).
 
     Args:
         run_dir: The run folder.
-        record: ``{"train": describe(train), "val": describe(val) or None}``.
+        record: The run's options with ``"train": describe(train)`` and
+            ``"val": describe(val) or None``.
 
     Raises:
-        ValueError: On every rank, naming each difference with both stores.
+        ValueError: On every rank, naming each difference (volumes with both stores), or
+            a record of another format.
     """
     on_rank0(lambda: _compare(Path(run_dir), record))
 
 
 def record_volumes(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
-    """Record ``record`` in ``run_dir`` on rank 0 unless the volumes are recorded already."""
-    path = Path(run_dir) / RECORD
-    if world()[0] == 0 and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+    """Record ``record`` in ``run_dir`` on rank 0 unless it is recorded already.
+
+    Raises:
+        sciml.training.run_record.RunRecordError: ``run_dir`` holds another record.
+    """
+    if world()[0] == 0:
+        with claim_run_dir(run_dir, VOLUMES_RECORD, record) as claim:
+            claim.write()

@@ -6,8 +6,16 @@ import pytest
 
 from sciml.cli import main
 from sciml.distributed import init_distributed
+from sciml.training.run_record import record_text
 from sciml.volumes.data import write_cosmology
-from sciml.volumes.mesh_record import RECORD, MeshChoice, choose_mesh, read_record, record_mesh
+from sciml.volumes.mesh_record import (
+    MESH_RECORD,
+    RECORD,
+    MeshChoice,
+    choose_mesh,
+    read_record,
+    record_mesh,
+)
 
 TINY = ["--epochs", "1", "--width", "2", "--levels", "1", "--workers", "0", "--no-progress"]
 
@@ -29,7 +37,8 @@ def test_the_recorded_grid_is_kept(tmp_path: Path) -> None:
         assert choose_mesh(tmp_path, {}, plan=no_plan) == chosen
         with pytest.raises(ValueError, match="differs from the grid .* recorded in"):
             choose_mesh(tmp_path, {"depth": 2})
-        record_mesh(tmp_path, {"depth": 2})  # a recorded grid is never replaced
+        with pytest.raises(ValueError, match=r"another configuration \(mesh.depth: 1 in the"):
+            record_mesh(tmp_path, {"depth": 2})  # a recorded grid is never replaced
         assert read_record(tmp_path) == chosen
         for bad, message in (
             ({"depht": 2}, "axes \\['depht'\\] are unknown"),
@@ -37,9 +46,12 @@ def test_the_recorded_grid_is_kept(tmp_path: Path) -> None:
         ):
             with pytest.raises(ValueError, match=message):
                 choose_mesh(tmp_path / "new", bad)
-        (tmp_path / RECORD).write_text('{"mesh": {"depth": 0}}')
+        (tmp_path / RECORD).write_text(record_text(MESH_RECORD, {"mesh": {"depth": 0}}))
         with pytest.raises(ValueError, match="does not record a grid"):
             read_record(tmp_path)
+        (tmp_path / RECORD).write_text('{"mesh": {"depth": 1}}')  # the layout of format 1
+        with pytest.raises(ValueError, match=r"CosmoFlow / U-Net run of format 1; .* format 2"):
+            choose_mesh(tmp_path, None, plan=no_plan)
 
 
 def test_a_run_that_fails_on_its_inputs_records_no_grid(

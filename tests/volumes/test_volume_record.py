@@ -10,6 +10,7 @@ import pytest
 from sciml.cli import main
 from sciml.volumes.data import write_cosmology, write_segmentation
 from sciml.volumes.volume_record import RECORD
+from tests.weather.test_grid import _hashes
 
 pytestmark = pytest.mark.xdist_group("volumes_cli")
 
@@ -44,7 +45,7 @@ def test_the_run_records_its_volumes(stores: dict[str, Path], tmp_path: Path) ->
     run = tmp_path / "run"
     data = stores["cosmo8"]
     assert main(_train("cosmoflow", data, run, "--levels", "1", "--val", str(data))) == 0
-    record = json.loads((run / RECORD).read_text())
+    record = json.loads((run / RECORD).read_text())["config"]
     assert record["train"] == record["val"]
     assert record["train"] == {
         "store": str(data),
@@ -75,6 +76,23 @@ def test_a_resume_on_volumes_of_another_shape_is_refused_before_writing(
     assert "DATA shape: [4, 8, 8, 8] in the run, [4, 16, 16, 16] now" in err
     assert f"(run: {stores['cosmo8']}, now: {stores['cosmo16']})" in err
     assert _files(run) == before
+
+
+def test_other_options_are_refused_before_anything_is_written(
+    stores: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(_train("cosmoflow", stores["cosmo8"], run, "--levels", "1")) == 0
+    for lock in run.glob("*.lock"):  # as a copy of the folder that left its lock files out
+        lock.unlink()
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(_train("cosmoflow", stores["cosmo8"], run, "--levels", "2", "--lr", "0.5")) == 1
+    assert _hashes(run) == before
+    err = capsys.readouterr().err
+    assert f"--run-dir {run} holds a CosmoFlow / U-Net run with another configuration" in err
+    assert "(levels: 1 in the run, 2 now; lr: 0.01 in the run, 0.5 now)" in err
+    assert "nothing was written: resume with the options it was started with" in err
 
 
 def test_validation_volumes_of_another_shape_are_refused_at_the_start(
