@@ -1,9 +1,10 @@
 """Training runs of the masked segmenter: run folders, training, loading.
 
-A run folder holds ``model.json`` (the model's and the training's
+A run folder holds ``model.json`` (the run record of
+:mod:`sciml.training.run_record`, :data:`RUN_RECORD`: the model's and the training's
 configuration, :func:`run_config`, with the pixel scaling of the training
 image) and the checkpoints of :func:`sciml.training.fit`; it resumes only the
-run it describes (:func:`check_run_dir`). :func:`load_segmenter` rebuilds the
+run it describes, and refuses another before writing anything. :func:`load_segmenter` rebuilds the
 trained :class:`~sciml.geo.model.MaskedUNet` from it, and
 :func:`run_pixel_scaling` gives the pixel units an image must be in to be
 predicted by it.
@@ -23,14 +24,15 @@ from torch import nn
 from sciml.geo.losses import LOSS_KINDS, LossKind, make_loss_fn
 from sciml.geo.model import MaskedUNet
 from sciml.geo.pixels import PixelScaling
+from sciml.training.run_record import RecordKind, RunRecordError, read_run_record
 
 if TYPE_CHECKING:
     from sciml.training import TrainResult
 
 __all__ = [
     "RUN_CONFIG",
+    "RUN_RECORD",
     "RunConfigError",
-    "check_run_dir",
     "load_segmenter",
     "run_config",
     "run_pixel_scaling",
@@ -40,10 +42,14 @@ __all__ = [
 
 #: File of a run folder holding the model's and the training's configuration.
 RUN_CONFIG = "model.json"
-
-
-class RunConfigError(ValueError):
-    """A run folder holds a run trained with another configuration."""
+_FRESH = "pass a new --run-dir (run_dir=) to start a new run, or delete the folder to retrain"
+_LAYOUT = {1: "the record now names its kind and format"}
+#: The run record of a segmenter's training run; 2: the record names its kind and format.
+RUN_RECORD = RecordKind(
+    "geo-segmenter", 2, RUN_CONFIG, "a segmenter run", advice=_FRESH, changes=_LAYOUT, sole=False
+)
+#: A run folder that cannot be used: another configuration, or a damaged record.
+RunConfigError = RunRecordError
 
 
 def run_config(
@@ -77,43 +83,6 @@ def run_config(
     if pixels is not None:
         config["pixels"] = pixels.record()
     return json.loads(json.dumps(config))  # what reading model.json gives back
-
-
-def check_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
-    """Whether ``run_dir`` can take a run of ``config``; True when it resumes one.
-
-    A folder without checkpoints takes any configuration. A folder with
-    checkpoints resumes only the run its ``model.json`` describes.
-
-    Raises:
-        RunConfigError: The folder's run has another (or no recorded) configuration.
-    """
-    run_dir = Path(run_dir)
-    if not any((run_dir / "checkpoints").glob("*.pt")):
-        return False
-    path = run_dir / RUN_CONFIG
-    fresh = f"pass a new --run-dir (run_dir=) to start a new run, or delete {run_dir} to retrain"
-    if not path.exists():
-        raise RunConfigError(
-            f"{run_dir} holds checkpoints but no {RUN_CONFIG}: it is not a run of "
-            f"train_segmenter, so it cannot be resumed; {fresh}"
-        )
-    try:
-        saved = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunConfigError(f"{path} is not valid JSON ({err}); {fresh}") from None
-    keys = sorted(set(saved) | set(config))
-    differ = [
-        f"{k}: {saved.get(k, '<unset>')!r} -> {config.get(k, '<unset>')!r}"
-        for k in keys
-        if saved.get(k, "<unset>") != config.get(k, "<unset>")
-    ]
-    if differ:
-        raise RunConfigError(
-            f"{run_dir} holds a run trained with another configuration "
-            f"({'; '.join(differ)}); resuming it would mix two runs: {fresh}"
-        )
-    return True
 
 
 def _check_training(
@@ -163,8 +132,8 @@ def train_segmenter(
     """Train with :func:`sciml.training.fit` (Adam, CSV metrics, atomic checkpoints).
 
     Everything is checked before any file is written: the options, the tiles
-    against the model, and the run folder (:func:`check_run_dir`: a folder
-    with checkpoints resumes only a run of the same configuration). Then the
+    against the model, and the run folder (:func:`sciml.training.run_record.claim_run_dir`:
+    a folder resumes only a run of the same configuration). Then the
     configuration (:func:`run_config`) is written atomically to
     ``run_dir/model.json`` so that :func:`load_segmenter` can rebuild the
     model. ``checkpoints/best.pt`` holds the epoch with the lowest
@@ -194,12 +163,12 @@ def train_segmenter(
 
     Raises:
         ValueError: Bad options, or tiles the model cannot take.
-        RunConfigError: ``run_dir`` holds a run of another configuration.
+        RunConfigError: ``run_dir`` holds a run of another configuration, or checkpoints
+            without its record.
         sciml.training.run_dir.RunDirError: Another process is training in ``run_dir``.
     """
-    from sciml.io_utils import atomic_write_text
     from sciml.training import TrainConfig, fit, seed_everything
-    from sciml.training.run_dir import RunLock
+    from sciml.training.run_record import claim_run_dir
 
     _check_training(model, train_dataset, epochs=epochs, batch_size=batch_size, lr=lr, loss=loss)
     config = run_config(
@@ -220,21 +189,30 @@ def train_segmenter(
         tensorboard=False,
         handle_signals=handle_signals,
     )
-    # One process at a time checks and writes model.json (fit's run.lock comes later).
-    with RunLock(Path(run_dir), name=f"{RUN_CONFIG}.lock"):
-        check_run_dir(run_dir, config)
-        atomic_write_text(Path(run_dir) / RUN_CONFIG, json.dumps(config, indent=2))
-        seed_everything(seed)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        return fit(
-            model,
-            optimizer,
-            train_dataset,
-            make_loss_fn(kind=loss, masked=masked),
-            run_dir=run_dir,
-            config=train_config,
-            val_dataset=val_dataset,
-            collate_fn=_collate,
+    _check_checkpoints(Path(run_dir))
+    with claim_run_dir(run_dir, RUN_RECORD, config) as claim:
+        claim.write()
+    seed_everything(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    return fit(
+        model,
+        optimizer,
+        train_dataset,
+        make_loss_fn(kind=loss, masked=masked),
+        run_dir=run_dir,
+        config=train_config,
+        val_dataset=val_dataset,
+        collate_fn=_collate,
+    )
+
+
+def _check_checkpoints(run_dir: Path) -> None:
+    """Refuse a folder with checkpoints but no ``model.json``: not a run of this function."""
+    if any((run_dir / "checkpoints").glob("*.pt")) and not (run_dir / RUN_CONFIG).exists():
+        raise RunConfigError(
+            f"{run_dir} holds checkpoints but no {RUN_CONFIG}: it is not a run of "
+            "train_segmenter, so it cannot be resumed",
+            f"nothing was written: {RUN_RECORD.advice}",
         )
 
 
@@ -301,19 +279,8 @@ def run_pixel_scaling(run_dir: str | Path) -> PixelScaling:
 
 
 def _read_run_config(run_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """``run_dir/model.json`` and its content; errors name the file and the run folder."""
-    path = run_dir / RUN_CONFIG
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found: {run_dir} (--run-dir) is not a run folder of sciml geo train"
-        )
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise RunConfigError(f"{path} is not valid JSON ({err}); train the run again") from None
-    if not isinstance(config, dict):
-        raise RunConfigError(f"{path} holds no run configuration; train the run again")
-    return path, config
+    """``run_dir/model.json`` and its configuration (see :func:`read_run_record`)."""
+    return run_dir / RUN_CONFIG, read_run_record(run_dir, RUN_RECORD)
 
 
 def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from sciml.cli import main
 from sciml.geo import RasterGrid
 from sciml.geo.rasters import write_geotiff
 from sciml.training import EXIT_REQUEUE
+from tests.weather.test_grid import _hashes
 
 GRID = RasterGrid.from_bounds((385700.0, 6671900.0, 385732.0, 6671932.0), 0.5, "EPSG:32635")
 EPOCHS = 20  # long enough to be signalled mid-run, short enough to finish on a rerun
@@ -48,11 +49,6 @@ def _predict(rasters: dict[str, Path], run: Path, out: Path, *extra: str) -> int
     return main(["geo", "predict", str(rasters["image"]), str(out), "--run-dir", str(run), *extra])
 
 
-def _snapshot(run: Path) -> dict[str, bytes]:
-    files = [run / "model.json", *sorted((run / "checkpoints").glob("*.pt"))]
-    return {path.name: path.read_bytes() for path in files}
-
-
 @pytest.mark.parametrize(
     "change",
     [
@@ -68,15 +64,31 @@ def test_other_configuration_is_refused_and_run_stays_usable(
 ) -> None:
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
-    before = _snapshot(run)
+    before = _hashes(run)
     capsys.readouterr()
     assert _train(rasters, run, "--epochs", "2", *change) == 1
     captured = capsys.readouterr()
     assert "trained" not in captured.out
     assert "another configuration" in captured.err and "new --run-dir" in captured.err
-    assert _snapshot(run) == before
+    assert _hashes(run) == before
     out = tmp_path / "prob.tif"
     assert _predict(rasters, run, out, "--tile", "64", "--overlap", "16") == 0
+
+
+def test_a_refused_run_creates_nothing_in_a_folder_without_lock_files(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert _train(rasters, run, "--epochs", "1") == 0
+    for lock in run.glob("*.lock"):  # as a copy of the folder that left its lock files out
+        lock.unlink()
+    before = _hashes(run)
+    capsys.readouterr()
+    assert _train(rasters, run, "--epochs", "2", "--lr", "0.01") == 1
+    err = capsys.readouterr().err
+    assert f"--run-dir {run} holds a segmenter run with another configuration (lr: 0.001" in err
+    assert "nothing was written: pass a new --run-dir (run_dir=) to start a new run" in err
+    assert _hashes(run) == before
 
 
 def test_same_configuration_resumes_and_best_checkpoint_predicts(
@@ -232,12 +244,12 @@ def test_a_second_process_is_refused_before_writing(
 
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
-    before = _snapshot(run)
-    with open(run / "model.json.lock", "a") as held:  # as a process still training holds it
+    before = _hashes(run)
+    with open(run / "run.lock", "a") as held:  # as a process still training holds it
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert _train(rasters, run, "--epochs", "2", "--base-channels", "8") == 1
+        assert _train(rasters, run, "--epochs", "2") == 1  # the same run, resumed
     assert "in use by another training run" in capsys.readouterr().err
-    assert _snapshot(run) == before
+    assert _hashes(run) == before
 
 
 def test_signal_while_loading_data_stops_after_one_checkpointed_step(
