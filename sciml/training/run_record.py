@@ -50,7 +50,6 @@ class RecordKind:
         version: The format of the configuration this version of sciml writes and reads.
         file: The record's file in the run folder (e.g. ``"weather_run.json"``).
         what: What the folder holds, for messages (e.g. ``"a weather run"``).
-        command: The command that writes it (e.g. ``"sciml weather train"``).
         advice: What to do when the folder is refused, in the command line's terms.
         changes: For an older format, why this version cannot read it.
         sole: The record is a run's first file: a folder that holds other files but not
@@ -61,7 +60,6 @@ class RecordKind:
     version: int
     file: str
     what: str
-    command: str
     advice: str = "give this run another --run-dir"
     changes: Mapping[int, str] = field(default_factory=dict)
     sole: bool = True
@@ -90,8 +88,7 @@ def _load(run_dir: Path, kind: RecordKind, advice: str) -> dict[str, Any] | None
         raise RunRecordError(f"{path} holds no run record", advice)
     if "kind" in raw and raw["kind"] != kind.name:
         raise RunRecordError(
-            f"{path} is the record of a {raw['kind']!r} run, not {kind.what} "
-            f"({kind.name!r}, written by {kind.command})",
+            f"{path} is the record of a {raw['kind']!r} run, not {kind.what} ({kind.name!r})",
             advice,
         )
     version = raw.get("version", 1) if "kind" in raw else _legacy_version(raw)
@@ -193,7 +190,7 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
 
     Examples:
         >>> import tempfile
-        >>> kind = RecordKind("demo", 1, "demo_run.json", "a demo run", "python")
+        >>> kind = RecordKind("demo", 1, "demo_run.json", "a demo run")
         >>> with tempfile.TemporaryDirectory() as folder:
         ...     with claim_run_dir(folder, kind, {"lr": 0.1}) as claim:
         ...         claim.write()
@@ -217,10 +214,10 @@ def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} (--run-dir) not found: no such run folder")
-    config = _load(run_dir, kind, f"retrain it in a new --run-dir with {kind.command}")
+    config = _load(run_dir, kind, "retrain it in a new --run-dir")
     if config is None:
         raise FileNotFoundError(
-            f"{run_dir / kind.file} not found: {run_dir} (--run-dir) is not a run folder of "
-            f"{kind.command}"
+            f"{run_dir / kind.file} not found: {run_dir} (--run-dir) is not a run folder "
+            f"holding {kind.what}"
         )
     return config

@@ -31,16 +31,10 @@ __all__ = [
 
 #: The file of a run folder that records its grid.
 RECORD = "mesh.json"
+_ADVICE = "resume with that grid (or --mesh auto), or start a new --run-dir"
 #: The grid's run record (:mod:`sciml.training.run_record`); 2: it names its kind and format.
 MESH_RECORD = RecordKind(
-    name="volumes-mesh",
-    version=2,
-    file=RECORD,
-    what="the grid of a CosmoFlow / U-Net run",
-    command="sciml cosmoflow|unet3d train",
-    advice="resume with that grid (or --mesh auto), or start a new --run-dir",
-    changes={1: "the record now names its kind and format"},
-    sole=False,
+    "volumes-mesh", 2, RECORD, "the grid of a CosmoFlow / U-Net run", advice=_ADVICE, sole=False
 )
 
 

@@ -41,17 +41,12 @@ __all__ = [
 
 #: The file of a run folder that records its volumes.
 RECORD = "volumes.json"
+_ADVICE = "resume with the options it was started with, or start a new --run-dir"
+_LAYOUT = {1: "the record now names its kind and format, and the run's options"}
 #: The run record of a CosmoFlow or U-Net run; 2: it names its kind and format and records
 #: the run's options beside its volumes.
 VOLUMES_RECORD = RecordKind(
-    name="volumes-run",
-    version=2,
-    file=RECORD,
-    what="a CosmoFlow / U-Net run",
-    command="sciml cosmoflow|unet3d train",
-    advice="resume with the options it was started with, or start a new --run-dir",
-    changes={1: "the record now names its kind and format, and the run's options"},
-    sole=False,
+    "volumes-run", 2, RECORD, "a CosmoFlow / U-Net run", advice=_ADVICE, changes=_LAYOUT, sole=False
 )
 #: What must be the same for a resumed run and for validation volumes (the rest is recorded
 #: for the reader: the path, the file's dims and dtype, which the reading aligns).

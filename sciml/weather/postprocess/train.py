@@ -74,18 +74,11 @@ RUN_CONFIG = "weather_run.json"
 #: records the training data's grid, lead times and start dates (2: the deep models read the
 #: lead time, a 4-output head).
 RUN_VERSION = 4
+_GRID = "a run now records the grid, lead times and start dates it was trained on"
+_CHANGES = {1: _GRID, 2: _GRID, 3: "the record now names its kind and format"}
 #: The run record of a weather post-processing run.
 RUN_RECORD = RecordKind(
-    name="weather-postprocess",
-    version=RUN_VERSION,
-    file=RUN_CONFIG,
-    what="a weather run",
-    command="sciml weather train",
-    changes={
-        1: "a run now records the grid, lead times and start dates it was trained on",
-        2: "a run now records the grid, lead times and start dates it was trained on",
-        3: "the record now names its kind and format",
-    },
+    "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
 )
 #: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
 DATA_KEY = "data"

@@ -37,19 +37,15 @@ RUN_CONFIG = "spread_run.json"
 SPREAD_VERSION = 5
 #: Key of the training data's record in the configuration.
 DATA_KEY = "data"
+_CHANGES = {
+    1: "periodic dims now wrap exactly, another network",
+    2: "the head now keeps the k members' own part of the full spread, another network",
+    3: "a run now records the grid, lead times and start dates it was trained on",
+    4: "the record now names its kind and format",
+}
 #: The run record of a spread run.
 SPREAD_RECORD = RecordKind(
-    name="weather-spread",
-    version=SPREAD_VERSION,
-    file=RUN_CONFIG,
-    what="a spread run",
-    command="sciml weather spread train",
-    changes={
-        1: "periodic dims now wrap exactly, another network",
-        2: "the head now keeps the k members' own part of the full spread, another network",
-        3: "a run now records the grid, lead times and start dates it was trained on",
-        4: "the record now names its kind and format",
-    },
+    "weather-spread", SPREAD_VERSION, RUN_CONFIG, "a spread run", changes=_CHANGES
 )
 
 
