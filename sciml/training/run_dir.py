@@ -15,8 +15,8 @@ This module holds the generic parts:
   :class:`RunLock` is that lock for any file (it names its holder while held and is
   emptied on release);
 * :func:`run_record` describes a training run and :func:`differences` lists what a
-  resumed run changed, so that :func:`sciml.training.fit` can refuse it;
-  :func:`check_record` does the same for a workflow's own JSON record, reading only;
+  resumed run changed, so that :func:`sciml.training.fit` can refuse it (a workflow's own
+  record of its run folder is kept by :mod:`sciml.training.run_record`);
 * :func:`coordinate_record` records a coordinate's labels (or, for a long one, a
   fingerprint of them) as plain JSON data, and :func:`match_labels` finds a recorded
   coordinate's labels in a new input's (the same labels in another order, or another
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import socket
 from pathlib import Path
@@ -47,7 +46,6 @@ __all__ = [
     "PlainValue",
     "RunDirError",
     "RunLock",
-    "check_record",
     "coordinate_record",
     "differences",
     "lock_run_dir",
@@ -157,45 +155,6 @@ def _short(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to about ``limit`` characters (a grid's labels are long)."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 5]} ...{text[-1]}"
-
-
-def check_record(path: Path, text: str, *, what: str) -> bool:
-    """Whether ``path`` holds the JSON record ``text`` already (a resumed run) or nothing yet.
-
-    Reads only: the caller writes ``text`` once every check has passed.
-
-    Args:
-        path: The record file in a run folder (e.g. ``weather_run.json``).
-        text: The JSON record of this run.
-        what: What the folder holds, for the message (e.g. ``"a weather run"``).
-
-    Returns:
-        True if ``path`` holds the same record, False if neither it nor anything but lock
-        files is in its folder (a new run).
-
-    Raises:
-        ValueError: ``path`` holds another record (every difference named, the folder's
-            side first, with the ``--run-dir`` option that chose it), or the folder holds
-            files but not ``path`` (another kind of run, or something else).
-    """
-    if not path.exists():
-        found = sorted(p.name for p in path.parent.glob("*") if p.suffix != ".lock")
-        if found:
-            shown = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
-            raise ValueError(
-                f"--run-dir {path.parent} holds {shown} but no {path.name}, so not {what}; "
-                "nothing was written: give this run another --run-dir"
-            )
-        return False
-    changed = differences(json.loads(path.read_text()), json.loads(text))
-    if changed:
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        raise ValueError(
-            f"--run-dir {path.parent} holds {what} with another configuration "
-            f"({'; '.join(changed[:8])}{more}); nothing was written: give this run "
-            "another --run-dir"
-        )
-    return True
 
 
 class RunLock:

@@ -1,18 +1,11 @@
-"""Run folders: the lock leaves nothing behind, records compare, labels are matched or refused."""
+"""Run folders: the lock leaves nothing behind, labels are matched or refused."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sciml.training.run_dir import (
-    LabelMismatch,
-    RunLock,
-    check_record,
-    coordinate_record,
-    match_labels,
-)
+from sciml.training.run_dir import LabelMismatch, RunLock, coordinate_record, match_labels
 
 SIDES = ("the run in R (--run-dir)", "the data (test.nc)")
 
@@ -21,18 +14,6 @@ def test_a_released_lock_is_empty_and_names_its_holder_while_held(tmp_path: Path
     with RunLock(tmp_path, name="x.lock") as lock:
         assert lock.path.read_text().startswith("pid ")
     assert lock.path.read_bytes() == b""  # a run that took it and was refused changed nothing
-
-
-def test_a_record_is_new_the_same_or_refused_with_each_difference(tmp_path: Path) -> None:
-    path = tmp_path / "run.json"
-    text = json.dumps({"a": 1, "grid": {"lat": [1.0, 2.0]}})
-    assert not check_record(path, text, what="a run")
-    path.write_text(text)
-    assert check_record(path, text, what="a run")
-    other = json.dumps({"a": 2, "grid": {"lat": [2.0, 1.0]}})
-    with pytest.raises(ValueError, match=r"--run-dir .* \(a: 1 in the run, 2 now; grid\.lat"):
-        check_record(path, other, what="a run")
-    assert path.read_text() == text
 
 
 def test_labels_in_another_order_or_convention_are_found() -> None:
