@@ -6,6 +6,7 @@ installs them on CI); skipped, with the reason, where they are missing.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,29 @@ def _wait_gone(env: dict[str, str], job: str, seconds: float = 180) -> None:
     assert not _state(env, job), f"job {job} still queued after {seconds} s"
 
 
+def _run_job(env: dict[str, str], *args: str) -> str:
+    """Submit a batch job, wait until it has left the queue, and check that it completed.
+
+    Polls the queue twice a second: ``sbatch --wait`` polls 2 s, 10 s, then every
+    32 s after the submission, up to half a minute after a job of 10 to 40 s ends.
+    """
+    job = _sbatch(env, *args)
+    _wait_gone(env, job)
+    record = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    outcome = [re.search(rf"\b{key}=(\S+)", record) for key in ("JobState", "ExitCode")]
+    assert [m and m[1] for m in outcome] == ["COMPLETED", "0:0"], (
+        f"job {job}: expected JobState=COMPLETED ExitCode=0:0, got {record}"
+    )
+    return job
+
+
 def signal_and_release_requeued(env: dict[str, str], job: str, log: Path) -> None:
     """SIGUSR1 to a running job (what Slurm sends with --signal=USR1@120 before the limit),
     wait until the batch script has requeued it, then let it start again."""
@@ -90,9 +114,8 @@ def signal_and_release_requeued(env: dict[str, str], job: str, log: Path) -> Non
 
 def test_srun_two_tasks_initialise_from_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "ranks"
-    job = _sbatch(
+    job = _run_job(
         slurm_env,
-        "--wait",
         "--ntasks=2",
         f"--output={tmp_path}/job.out",
         str(SBATCH),

@@ -13,6 +13,7 @@ from sciml.training.checkpoint import read_checkpoint
 from sciml.volumes.data import write_cosmology
 from tests.test_slurm import (  # noqa: F401, F811
     ROOT,
+    _run_job,
     _sbatch,
     _wait_gone,
     pytestmark,
@@ -40,9 +41,8 @@ def test_two_tasks_interrupted_requeued_and_resumed_equal_one_straight_run(
 ) -> None:
     data = write_cosmology(tmp_path / "c.zarr", samples=16, size=16, seed=1)
     straight, run, log = tmp_path / "straight", tmp_path / "run", tmp_path / "job.out"
-    _sbatch(
+    _run_job(
         slurm_env,
-        "--wait",
         f"--output={tmp_path}/straight.out",
         str(SBATCH),
         str(data),
