@@ -186,7 +186,8 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
 
     Raises:
         RunRecordError: As :func:`check_run_record`.
-        sciml.training.run_dir.RunDirError: Another process holds the folder.
+        sciml.training.run_dir.RunDirError: Another process holds the folder (the advice
+            in the terms of :attr:`RecordKind.advice`).
 
     Examples:
         >>> import tempfile
@@ -199,9 +200,17 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
     """
     run_dir = Path(run_dir)
     check_run_record(run_dir, kind, config)
-    with RunLock(run_dir, name=LOCK_NAME):
+    lock = RunLock(run_dir, name=LOCK_NAME)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock.acquire()
+    except RunDirError as err:  # in use: the advice in the workflow's terms
+        raise err.with_advice(f"wait for it to finish, or {kind.advice}") from None
+    try:
         resumed = check_run_record(run_dir, kind, config)
         yield RunClaim(run_dir, kind, record_text(kind, config), resumed)
+    finally:
+        lock.release()
 
 
 def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:

@@ -304,8 +304,18 @@ def test_the_same_seed_reproduces_a_run(inputs: dict[str, Path], tmp_path: Path)
             ["predict", "{image}", "{out}", "--run-dir", "{damaged}"],
             "{damaged}/model.json is not valid JSON",
         ),
+        (
+            ["predict", "{image}", "{out}", "--run-dir", "{old}"],
+            "{old} holds a segmenter run of format 1; this version of sciml reads format 2",
+        ),
     ],
-    ids=["labels-no-crs", "train-missing-mask", "predict-not-a-run", "predict-damaged-run"],
+    ids=[
+        "labels-no-crs",
+        "train-missing-mask",
+        "predict-not-a-run",
+        "predict-damaged-run",
+        "predict-older-run",
+    ],
 )
 def test_errors_name_options_and_files(
     inputs: dict[str, Path],
@@ -321,10 +331,13 @@ def test_errors_name_options_and_files(
         "out": str(tmp_path / "out"),
         "empty": str(tmp_path / "empty"),
         "damaged": str(tmp_path / "damaged"),
+        "old": str(tmp_path / "old"),
     }
     (tmp_path / "empty").mkdir()
     (tmp_path / "damaged").mkdir()
     (tmp_path / "damaged" / "model.json").write_text('{"in_channels": 3,')  # cut short
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "model.json").write_text('{"in_channels": 3}')  # before format 2
     assert main(["geo", *(part.format(**names) for part in command)]) == 1
     assert message.format(**names) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -120,8 +120,13 @@ def test_a_second_process_cannot_claim_a_held_folder(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
-        with pytest.raises(RunDirError, match=f"in use by another training run \\(pid {proc.pid} "):
+        with pytest.raises(
+            RunDirError, match=f"in use by another training run \\(pid {proc.pid} "
+        ) as caught:
             _claim(tmp_path, {"lr": 0.1})
+        assert str(caught.value).endswith(
+            "; wait for it to finish, or give this run another --run-dir"
+        )
         assert not (tmp_path / KIND.file).exists()
     finally:
         proc.communicate("\n", timeout=60)
