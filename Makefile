@@ -5,6 +5,7 @@
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
 #   make gpu-check OUT=DIR   benchmarks/gpu_check.py on one GPU (no .venv needed) -> DIR/gpu_check.{json,md}
+#   make gpu-wheels          the zarr and dask wheels the GPU machine lacks -> gpu_wheels/ (carry it)
 # On a GPU machine drop the CPU pin: `make CONSTRAINTS= test`.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test notebooks bench lab lint install clean gpu-check
+.PHONY: demo test notebooks bench lab lint install clean gpu-check gpu-wheels
 
 $(RUNTIME): pyproject.toml constraints.txt
 	@echo "== setting up $(VENV) with $(PYTHON) and the newest pip (seconds)"
@@ -71,6 +72,9 @@ GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 gpu-check:
 	@test -n "$(OUT)" || { echo "make gpu-check needs OUT=DIR (where gpu_check.json and gpu_check.md go)"; exit 2; }
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py $(OUT) $(GPU_CHECK_ARGS)
+
+gpu-wheels: $(STAMP)
+	$(BIN)/python tools/gpu_wheels.py --dest gpu_wheels
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

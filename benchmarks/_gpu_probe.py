@@ -25,7 +25,8 @@ _VERBOSE = re.compile(r"^\S+::(\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", 
 MESSAGE_CHARS = 600
 
 
-def _importable(name: str) -> bool:
+def importable(name: str) -> bool:
+    """Whether this Python can import ``name`` (a finder that refuses it counts as absent)."""
     try:
         return importlib.util.find_spec(name) is not None
     except ImportError:  # a finder that refuses the name
@@ -75,7 +76,7 @@ def environment(part: Part) -> None:
         }
     else:
         row["device"] = f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)"
-    row["missing_packages"] = [name for name in OPTIONAL if not _importable(name)]
+    row["missing_packages"] = [name for name in OPTIONAL if not importable(name)]
     part.add(row)
     if not part.dry_run and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: run the GPU check with --dry-run on a CPU")

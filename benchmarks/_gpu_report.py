@@ -105,6 +105,8 @@ def markdown(report: Row) -> str:
     title = "GPU check (dry run on the CPU)" if report["dry_run"] else "GPU check"
     lines = [f"# {title}", ""]
     lines += [f"- {key}: {_cell(value)}" for key, value in env.items()]
+    if "wheels" in report:
+        lines += [f"- carried wheels: {_cell(report['wheels'])}"]
     lines += [f"- elapsed: {report['elapsed_s']:.0f} s of a {report['budget_s']:.0f} s budget"]
     for name, section in report["sections"].items():
         lines += ["", f"## {name}: {section['status']} ({section['seconds']:.1f} s)", ""]

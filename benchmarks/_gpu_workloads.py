@@ -284,5 +284,4 @@ def training(part: Part) -> None:
         f"MLPerf HPC v3.0 CosmoFlow on H100: about {MLPERF_H100_SAMPLES_PER_S:.0f} "
         "samples/s per GPU (data parallel); over_mlperf_h100 is this run's rate over it"
     )
-    part.note("Zarr-store throughput is not part of this check (a bare GPU machine has no zarr)")
     note_failures(part)

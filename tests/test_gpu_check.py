@@ -37,7 +37,15 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _Absent())
 """
-SECTIONS = ["environment", "cuda_tests", "conv_stack", "training", "planner", "largest"]
+SECTIONS = [
+    "environment",
+    "cuda_tests",
+    "conv_stack",
+    "training",
+    "zarr_training",
+    "planner",
+    "largest",
+]
 
 
 def _check(out: Path, *args: str, blocker: Path) -> subprocess.CompletedProcess[str]:
@@ -64,12 +72,16 @@ def test_the_dry_run_runs_every_section_without_the_absent_packages(
     assert list(report["sections"]) == SECTIONS
     failed = {n: s.get("error") for n, s in report["sections"].items() if s["status"] != "ok"}
     assert failed == {}
+    without_zarr = report["sections"].pop("zarr_training")  # skipped, saying why
+    assert without_zarr["rows"] == [] and "make gpu-wheels" in without_zarr["notes"][0]
     assert all(s["rows"] for s in report["sections"].values())
+    assert report["wheels"]["missing"] == ["zarr", "dask"]
     # every section's process saw the refusals
     assert {"zarr", "dask", "netCDF4", "geopandas", "rasterio"} <= set(
         report["environment"]["missing_packages"]
     )
     assert [r["section"] for r in report["rows"]] == SECTIONS
+    report["sections"]["zarr_training"] = without_zarr
     _assert_the_figures(report["sections"])
     _assert_the_markdown((tmp_path / "gpu_check.md").read_text())
 
@@ -109,6 +121,63 @@ def _assert_the_markdown(text: str) -> None:
     assert "- device: cpu" in text and "- torch: " in text
     for name in SECTIONS:
         assert f"\n## {name}: ok (" in text
+
+
+def test_the_zarr_section_trains_from_a_store_where_zarr_is_installed(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), str(tmp_path), "--dry-run"]
+    done = subprocess.run(
+        [*command, "--only", "zarr_training"], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (section,) = json.loads((tmp_path / "gpu_check.json").read_text())["sections"].values()
+    rows = section["rows"]
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    for row in rows:
+        assert "error" not in row and 0.0 <= row["loader_stall"] <= 1.0
+        assert row["timed_samples"] == 4  # the second pass over 4 samples, in batches of 2
+        assert row["over_mlperf_h100"] == row["samples_per_s"] / 200.0
+        assert "over_in_memory" not in row  # the training section did not run
+
+
+def _wheel(folder: Path, name: str) -> Path:
+    """A minimal pure-Python wheel of a package ``name`` whose module holds ``VALUE = 42``."""
+    import zipfile
+
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    info = f"{name}-0.1.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 42\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{file},,\n" for file in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as archive:
+        for file, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(file, text)
+    return path
+
+
+def test_carried_wheels_are_installed_for_the_sections_without_an_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = _module("gpu_check", monkeypatch)
+    wheels = tmp_path / "gpu_wheels"
+    wheels.mkdir()
+    _wheel(wheels, "carried_probe")
+    monkeypatch.setattr(check, "WHEELS", wheels)
+    env = {"PYTHONPATH": str(REPO)}
+    monkeypatch.setattr(check, "missing", lambda: [])
+    assert check.install_carried_wheels(tmp_path / "site", env) == {"missing": [], "carried": 1}
+    assert env == {"PYTHONPATH": str(REPO)}  # nothing missing: nothing installed
+    monkeypatch.setattr(check, "missing", lambda: ["zarr"])
+    record = check.install_carried_wheels(tmp_path / "site", env)
+    assert record["installed"] == ["carried_probe-0.1-py3-none-any.whl"], record
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "site")
+    code = "import carried_probe; print(carried_probe.VALUE)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.strip() == "42", done.stderr
 
 
 def test_without_a_gpu_each_section_fails_on_its_own_and_says_why(
