@@ -75,13 +75,16 @@ def test_other_configuration_is_refused_and_run_stays_usable(
     assert _predict(rasters, run, out, "--tile", "64", "--overlap", "16") == 0
 
 
-def test_a_refused_run_creates_nothing_in_a_folder_without_lock_files(
-    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("left_out", ["*.lock", "checkpoints/*.pt"], ids=["locks", "checkpoints"])
+def test_a_refused_run_changes_nothing_in_a_folder_left_without(
+    rasters: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], left_out: str
 ) -> None:
     run = tmp_path / "run"
     assert _train(rasters, run, "--epochs", "1") == 0
-    for lock in run.glob("*.lock"):  # as a copy of the folder that left its lock files out
-        lock.unlink()
+    # a copy of the folder that left its lock files out, or a run stopped before its first
+    # checkpoint: either way model.json says which run the folder holds
+    for path in run.glob(left_out):
+        path.unlink()
     before = _hashes(run)
     capsys.readouterr()
     assert _train(rasters, run, "--epochs", "2", "--lr", "0.01") == 1
