@@ -93,10 +93,11 @@ def _load(run_dir: Path, kind: RecordKind, advice: str) -> dict[str, Any] | None
         )
     version = raw.get("version", 1) if "kind" in raw else _legacy_version(raw)
     if version != kind.version or not isinstance(raw.get("config"), dict):
-        why = kind.changes.get(version, "another format") if isinstance(version, int) else ""
+        known = isinstance(version, int) and version in kind.changes
+        why = kind.changes[version] if known else "another format"
         raise RunRecordError(
             f"{run_dir} holds {kind.what} of format {version}; this version of sciml reads "
-            f"format {kind.version} ({why or 'another format'})",
+            f"format {kind.version} ({why})",
             advice,
         )
     config: dict[str, Any] = raw["config"]
