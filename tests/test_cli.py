@@ -160,24 +160,13 @@ def test_only_rank_0_prints_errors(
     assert capsys.readouterr().err.startswith("sciml: error: ValueError: unknown demo section")
 
 
-def test_demo_spine_section_writes_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["demo", "--quick", "--only", "spine", "--out", str(tmp_path)]) == 0
-    folder = tmp_path / "only-spine"
-    report = (folder / "report.md").read_text()
-    assert "## Spine" in report and "validation RMSE" in report
-    assert (folder / "spine_training.png").stat().st_size > 10_000
-    assert (folder / "spine-quick" / "checkpoints" / "last.pt").exists()
-    assert str(folder / "report.md") in capsys.readouterr().out
-
-
 def _train_steps(run_dir: Path) -> int:
     metrics = run_dir / "metrics.csv"
     return metrics.read_text().count(",train_step,loss,") if metrics.exists() else 0
 
 
 def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) -> None:
+    """The spine section stopped by a signal, then run again: the whole section's report."""
     cmd = [sys.executable, "-m", "sciml", "demo", "--quick", "--only", "spine"]
     cmd += ["--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -195,12 +184,15 @@ def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) ->
     assert 1 <= stopped_at < 8  # 2 epochs of 4 steps
     report = (folder / "report.md").read_text()
     assert "**Interrupted**" in report and "## Spine" not in report
+    assert not (folder / "spine_training.png").exists()  # the section's figure comes at its end
 
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
+    assert str(folder / "report.md") in again.stdout
     report = (folder / "report.md").read_text()
     assert "## Spine" in report and "Interrupted" not in report
-    assert "optimiser steps: 8, status: completed" in report
+    assert "optimiser steps: 8, status: completed" in report and "validation RMSE" in report
+    assert (folder / "spine_training.png").stat().st_size > 10_000
     rows = (run_dir / "metrics.csv").read_text().splitlines()
     steps = [int(row.split(",")[1]) for row in rows if ",train_step,loss," in row]
     assert steps == list(range(1, 9))  # resumed: every step once
