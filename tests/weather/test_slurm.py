@@ -19,7 +19,10 @@ from tests.test_slurm import (  # noqa: F401, F811
 from tests.weather.postprocess.test_evaluate import _ensemble
 
 SBATCH = ROOT / "slurm" / "weather.sbatch"
-ARGS = ["--model", "mlp", "--members", "2", "--epochs", "2", "--batch-size", "2"]
+# 8 epochs of 3 steps: the signal, sent after the first steps, must reach a job still training
+# (2 epochs took 0.9 s, less than a SIGUSR1 through scancel can take on a loaded machine)
+EPOCHS = 8
+ARGS = ["--model", "mlp", "--members", "2", "--epochs", str(EPOCHS), "--batch-size", "2"]
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
@@ -52,9 +55,9 @@ def test_interrupted_requeued_and_resumed_where_it_stopped(
     text = log.read_text()
     assert "mlp on 2 members: interrupted" in text and "mlp on 2 members: completed" in text, text
     assert f"job {job} (restart 1)" in text
-    # resumed, not restarted: every step of the 2 epochs (5 training dates x 2 lead times
+    # resumed, not restarted: every step of the epochs (5 training dates x 2 lead times
     # shared by 2 tasks, batches of 2 per task: 3 steps) logged once, in order (fit's tests
     # show the resumed values are exact)
     steps = [int(r["step"]) for r in _rows(run) if r["split"] == "train_step"]
-    assert steps == list(range(1, 2 * 3 + 1))
-    assert read_checkpoint(run / "checkpoints" / "last.pt")["state"]["global_step"] == 6
+    assert steps == list(range(1, EPOCHS * 3 + 1))
+    assert read_checkpoint(run / "checkpoints" / "last.pt")["state"]["global_step"] == EPOCHS * 3
