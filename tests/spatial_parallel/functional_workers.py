@@ -28,6 +28,15 @@ CASES: dict[str, Any] = {
     "var_unbiased_false": lambda m, y: m.head(y.var((2, 3, 4), unbiased=False)),
     "amax_amin": lambda m, y: m.head(y.amax(dim=(2, 3, 4)) - torch.amin(y, (2, 3, 4))),
     "max_min_global": lambda m, y: y * y.max() + y.min(),
+    # true on the whole volume, false on every block but the one holding the maximum
+    "any_all": lambda m, y: (
+        y
+        * (
+            (y >= y.amax((2, 3, 4), keepdim=True)).any((2, 3, 4), keepdim=True)
+            & ~(y < y.amax((2, 3, 4), keepdim=True)).all(dim=(2, 3, 4), keepdim=True)
+        )
+        + torch.any(y > y.amax()).to(y.dtype)
+    ),
     "max_dim": lambda m, y: y * y.max(dim=-1, keepdim=True).values,
     "norm_logsumexp": lambda m, y: m.head(y.norm(2, dim=(2, 3, 4)) + y.logsumexp((2, 3, 4))),
     "vector_norm": lambda m, y: torch.linalg.vector_norm(y, 3, dim=(2, 3, 4), keepdim=True) * y,

@@ -44,6 +44,7 @@ def _vnorm_sig(
     x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None
 ) -> None: ...
 def _max_sig(input: Any, dim: Any = None, keepdim: bool = False) -> None: ...
+def _any_sig(input: Any, dim: Any = None, keepdim: bool = False) -> None: ...
 
 
 _FORMS: list[tuple[tuple[str, ...], Callable[..., None]]] = [
@@ -53,6 +54,7 @@ _FORMS: list[tuple[tuple[str, ...], Callable[..., None]]] = [
     (("norm",), _norm_sig),
     (("linalg_vector_norm", "vector_norm"), _vnorm_sig),
     (("max", "min"), _max_sig),
+    (("any", "all"), _any_sig),
 ]
 _SIGNATURES = {name: inspect.signature(sig) for names, sig in _FORMS for name in names}
 _VARIANCE = ("var", "std", "var_mean", "std_mean")
@@ -181,6 +183,8 @@ def _global(
         return _sum(ctx, x, dims, dtype=values["dtype"]) / count
     if name in ("amax", "amin"):
         return extreme(ctx, x, dims, largest=name == "amax")
+    if name in ("any", "all"):
+        return _truth(ctx, x, dims, any_=name == "any")
     if name in ("max", "min"):
         if values["dim"] is None:
             return extreme(ctx, x, dims, largest=name == "max")
@@ -240,6 +244,19 @@ def _lowest(x: torch.Tensor, largest: bool) -> float | int:
         return -math.inf if largest else math.inf
     info = torch.iinfo(x.dtype)
     return info.min if largest else info.max
+
+
+def _truth(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, any_: bool) -> Any:
+    """Global ``any``/``all`` over ``dims`` (kept): the largest or smallest truth value."""
+    shape = _reduced_shape(tuple(x.shape), dims, True)
+    truth = (x != 0).to(torch.uint8)
+    if truth.numel():
+        value = (truth.amax if any_ else truth.amin)(dims, keepdim=True)
+    else:  # an empty block: what neither changes any nor all
+        value = truth.new_full(shape, 0 if any_ else 1)
+    op = dist.ReduceOp.MAX if any_ else dist.ReduceOp.MIN
+    dist.all_reduce(value, op=op, group=ctx.mesh.spatial_group)
+    return value.to(torch.bool)
 
 
 def extreme(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, largest: bool) -> Any:
