@@ -93,7 +93,7 @@ REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear)
 SUBCLASS_MAY_OVERRIDE = frozenset({"__init__", "reset_parameters", "extra_repr", "__repr__"})
 
 
-def _supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
+def supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
     """The layer of the tables that ``module`` is (or subclasses), if any.
 
     Raises:
@@ -349,7 +349,7 @@ def parallelize(
         kind = type(module)
         if isinstance(module, SpatialLayer):
             return module
-        base = _supported_base(module, name)
+        base = supported_base(module, name)
         if base in SWAPS:
             layer = SWAPS[base].from_module(module, mesh, name=name)
             if isinstance(layer, SpatialConv3d | SpatialMaxPool3d | SpatialAvgPool3d):

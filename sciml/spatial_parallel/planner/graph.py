@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.parallelize import ELEMENTWISE, REPLICATED, SWAPS
+from sciml.spatial_parallel.parallelize import supported_base
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 
 #: Geometry of one layer along the three spatial dims (``None``: no halo).
@@ -173,18 +173,17 @@ def _flops(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float(max(x.numel(), y.numel()))  # elementwise, pooling to one voxel, upsampling
 
 
-def _kind(module: nn.Module) -> str:
+def _kind(module: nn.Module, name: str) -> str:
     """What ``parallelize`` takes ``module`` for: its class, or the supported one it extends."""
-    tables = (*SWAPS, *ELEMENTWISE, *REPLICATED)
-    return next((cls for cls in type(module).__mro__ if cls in tables), type(module)).__name__
+    return (supported_base(module, name) or type(module)).__name__
 
 
 def _check_supported(model: nn.Module) -> None:
     """Raise naming the first leaf layer that ``parallelize`` would refuse."""
-    known = (*SWAPS, *ELEMENTWISE, *REPLICATED)
     for name, module in model.named_modules():
-        leaf = not list(module.children()) and not isinstance(module, known)
-        if leaf and (
+        if list(module.children()):
+            continue
+        if supported_base(module, name) is None and (
             list(module.parameters(recurse=False)) or type(module).__module__.startswith("torch.nn")
         ):
             raise ValueError(
@@ -284,7 +283,7 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
             layers.append(
                 Layer(
                     name=name,
-                    kind=_kind(module),
+                    kind=_kind(module, name),
                     in_shape=tuple(x.shape),
                     out_shape=tuple(out.shape),
                     windows=_windows(module),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 from torch import nn
 
 from sciml.models import UNet
@@ -117,6 +118,18 @@ def test_a_subclass_of_a_supported_layer_is_priced_as_that_layer() -> None:
     assert [layer.kind for layer in sub.layers] == ["Conv3d", "ReLU"]
     for grid in [(1, 1, 1, 1), (1, 2, 1, 1), (1, 2, 2, 1)]:
         assert estimate(sub, grid, PROFILE) == estimate(plain, grid, PROFILE)
+
+
+class _ScaledConv(nn.Conv3d):
+    """A subclass whose own forward the split layer would not run."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(x)
+
+
+def test_a_subclass_with_its_own_forward_is_refused_as_parallelize_refuses_it() -> None:
+    with pytest.raises(ValueError, match=r"'0' \(_ScaledConv\) subclasses Conv3d but overrides"):
+        trace(nn.Sequential(_ScaledConv(2, 4, 3, padding=1)), (1, 2, 8, 8, 8))
 
 
 def test_instance_norm_is_priced_as_the_group_norm_it_equals() -> None:
