@@ -51,6 +51,28 @@ class RefusedOp(nn.Module):
         return self.conv(x).cumsum(2)
 
 
+class Norms(nn.Module):
+    """A convolution, then each split norm side by side (no bias gradient zero in exact
+    arithmetic, as one norm's bias before another's would be)."""
+
+    def __init__(self) -> None:
+        """Build the convolution and the batch, group and instance norms."""
+        super().__init__()
+        self.conv = nn.Conv3d(2, 4, 3, padding=1, bias=False)
+        self.norms = nn.ModuleList(
+            [
+                nn.BatchNorm3d(4),
+                nn.GroupNorm(2, 4),
+                nn.InstanceNorm3d(4, affine=True, track_running_stats=True),
+            ]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The three norms of the convolution, concatenated along channels."""
+        y = self.conv(x)
+        return torch.cat([norm(y) for norm in self.norms], dim=1)
+
+
 def build(case: str) -> tuple[nn.Module, int]:
     """The model of ``case`` and its input channels."""
     from sciml.models import CosmoFlow, UNet
@@ -59,7 +81,9 @@ def build(case: str) -> tuple[nn.Module, int]:
     if case == "cosmoflow":
         return CosmoFlow(2, 3, base_filters=4, n_conv=2), 2
     if case == "unet":
-        return UNet(1, 2, base_channels=4, depth=2), 1
+        return UNet(1, 2, base_channels=4, depth=1), 1
+    if case == "norms":
+        return Norms(), 2
     if case == "global_mean":
         return GlobalMeanHead(), 2
     raise ValueError(f"unknown case {case!r}")
@@ -76,13 +100,15 @@ def compiled_errors(
     depths: list[int],
     compiler: str,
     size: int = 12,
+    dynamic: bool | None = None,
 ) -> dict[str, Any]:
     """Worst relative errors of eager and compiled parallel runs, one step per global depth.
 
     The loss of each step is ``sum(y * w)`` with random weights ``w``;
     gradients accumulate over the steps, and a depth that changes between
     steps makes the compiled model meet new global shapes (while a rank's
-    block may keep its own). ``compiler`` is the ``torch.compile`` backend.
+    block may keep its own). ``compiler`` is the ``torch.compile`` backend,
+    ``dynamic`` its option of that name.
     Also returns how many graphs the compiler made.
     """
     from torch._dynamo.utils import counters
@@ -93,7 +119,7 @@ def compiled_errors(
     model, channels = build(case)
     reference = model.double()
     eager = parallelize(reference, mesh)
-    compiled = torch.compile(parallelize(reference, mesh), backend=compiler)
+    compiled = torch.compile(parallelize(reference, mesh), backend=compiler, dynamic=dynamic)
     generator = torch.Generator().manual_seed(1)
     errors: dict[str, float] = {}
 

@@ -48,6 +48,15 @@ def test_compiled_parallel_model_matches_one_device(
     _assert_exact(results)
 
 
+def test_dynamic_shapes_compile_the_norms_exactly() -> None:
+    """``dynamic=True`` traces sizes as symbols from the first call: the norms' statistics
+    broadcast without rebuilding a shape from them (a fake-tensor reshape error before)."""
+    results = spawn(
+        compiled_errors, 2, DEPTH, "norms", [12, 13], "aot_eager", 12, True, timeout=600
+    )
+    _assert_exact(results)
+
+
 def test_compiled_four_ranks() -> None:
     results = spawn(
         compiled_errors,

@@ -21,11 +21,12 @@ def _moments(
     ``count`` is the global number of values per statistic (known from the
     global shape: no collective, no host synchronisation). Two passes (mean,
     then the centred sum of squares) keep float32 accurate; the sums are
-    collectives whose backward sums the gradients too.
+    collectives whose backward sums the gradients too. The mean and variance
+    keep ``dims`` (of size 1), so they broadcast against ``x`` as they are.
     """
-    mean = all_reduce_sum(x.sum(dims), group) / count
-    centred = x - mean.reshape([1 if d in dims else s for d, s in enumerate(x.shape)])
-    var = all_reduce_sum((centred * centred).sum(dims), group) / count
+    mean = all_reduce_sum(x.sum(dims, keepdim=True), group) / count
+    centred = x - mean
+    var = all_reduce_sum((centred * centred).sum(dims, keepdim=True), group) / count
     return mean, centred, var
 
 
@@ -80,11 +81,9 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
             )
         work = x.to(statistics_dtype(x))  # 16-bit inputs: statistics in float32
         mean, centred, var = _moments(work, (0, 2, 3, 4), world, total)
-        y = _affine(
-            centred * torch.rsqrt(var + self.eps).view(1, -1, 1, 1, 1), self.weight, self.bias
-        )
+        y = _affine(centred * torch.rsqrt(var + self.eps), self.weight, self.bias)
         if self.training and self.track_running_stats:
-            self._update_running(mean.detach(), var.detach(), total)
+            self._update_running(mean.detach().flatten(), var.detach().flatten(), total)
         return y.to(x.dtype)
 
     @torch.no_grad()
@@ -116,9 +115,7 @@ class SpatialGroupNorm(_NormLayer, nn.GroupNorm):
         grouped = work.reshape(n, self.num_groups, c // self.num_groups, *x.shape[2:])
         count = c // self.num_groups * math.prod(self._global_shape(x))
         _, centred, var = _moments(grouped, (2, 3, 4, 5), self.mesh.spatial_group, count)
-        y = (centred * torch.rsqrt(var + self.eps).view(n, self.num_groups, 1, 1, 1, 1)).reshape(
-            x.shape
-        )
+        y = (centred * torch.rsqrt(var + self.eps)).reshape(x.shape)
         return _affine(y, self.weight, self.bias).to(x.dtype)
 
 
@@ -151,11 +148,10 @@ class SpatialInstanceNorm3d(_NormLayer, nn.InstanceNorm3d):
             )
         work = x.to(statistics_dtype(x))  # 16-bit inputs: statistics in float32
         mean, centred, var = _moments(work, (2, 3, 4), self.mesh.spatial_group, volume)
-        y = centred * torch.rsqrt(var + self.eps).view(*x.shape[:2], 1, 1, 1)
+        y = centred * torch.rsqrt(var + self.eps)
         if self.training and self.track_running_stats and self.momentum:  # None: no update
-            self._update_running(
-                mean.detach(), var.detach() * (volume / (volume - 1)), shape[0], self.momentum
-            )
+            unbiased = var.detach().flatten(1) * (volume / (volume - 1))
+            self._update_running(mean.detach().flatten(1), unbiased, shape[0], self.momentum)
         return _affine(y, self.weight, self.bias).to(x.dtype)
 
     @torch.no_grad()
