@@ -165,4 +165,6 @@ def volume_model(name: str, size: int) -> tuple[nn.Module, tuple[int, ...]]:
     torch.manual_seed(0)
     if name == "cosmoflow":
         return CosmoFlow(4, 4, base_filters=16, n_conv=4), (1, 4, size, size, size)
-    return UNet(1, 2, base_channels=8, depth=3), (1, 1, size, size, size)
+    if name == "unet":
+        return UNet(1, 2, base_channels=8, depth=3), (1, 1, size, size, size)
+    raise ValueError(f"unknown model {name!r}: expected 'cosmoflow' or 'unet'")

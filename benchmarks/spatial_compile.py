@@ -1,7 +1,7 @@
 """Step time of a parallel model under torch.compile against eager, on 2 ranks.
 
 Usage: python benchmarks/spatial_compile.py [--quick] [--rounds 7] [--steps 3] [--size 48]
-       [--compiler inductor] [--out PATH]
+       [--models cosmoflow,unet] [--compiler inductor] [--out PATH]
 
 CosmoFlow and the 3D U-Net (``_spatial_workloads.volume_model``, as in
 ``spatial_mechanism_cost.py``) on 2 gloo ranks (depth split), one thread
@@ -85,16 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--size", type=int, default=48)
+    parser.add_argument(
+        "--models",
+        type=lambda text: text.split(","),
+        default=["cosmoflow", "unet"],
+        help="comma-separated: cosmoflow, unet",
+    )
     parser.add_argument("--compiler", default="inductor", help="the torch.compile backend")
     parser.add_argument("--out", default="runs/bench/spatial_compile.json")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.models) - {"cosmoflow", "unet"})
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; expected cosmoflow and/or unet")
     size, rounds, steps = (16, 2, 2) if args.quick else (args.size, args.rounds, args.steps)
     rows: list[dict[str, Any]] = []
     print(
         f"{'model':>10} {'size':>5} {'eager ms':>9} {'compiled ms':>12} {'ratio':>7} "
         f"{'95% interval':>14} {'compile s':>10} {'graphs':>7} {'breaks':>7}"
     )
-    for name in ("cosmoflow", "unet"):
+    for name in args.models:
         result = spawn(time_rounds, 2, name, size, rounds, steps, args.compiler, timeout=1800)[0]
         per_round = result.pop("rounds")
         ratios = [r["compiled"] / r["eager"] for r in per_round]
