@@ -56,6 +56,7 @@ from sciml.training.setup import (
     TrainResult,
     TrainSetup,
     check_inputs,
+    claim_training_record,
     dataset_length,
     resume_state,
 )
@@ -466,6 +467,7 @@ def fit(
         keep_freed_memory()  # steps reuse the memory the last one freed: next to no page faults
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
+        claim_training_record(setup, resume=resume)
         return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()
     finally:
         lock.release()

@@ -54,6 +54,8 @@ class RecordKind:
         changes: For an older format, why this version cannot read it.
         sole: The record is a run's first file: a folder that holds other files but not
             the record is refused (``False``: the workflow checks those files itself).
+        option: How the run folder is given, for messages (``"--run-dir"`` on the
+            command line, ``"run_dir"`` for a library call).
     """
 
     name: str
@@ -63,6 +65,7 @@ class RecordKind:
     advice: str = "give this run another --run-dir"
     changes: Mapping[int, str] = field(default_factory=dict)
     sole: bool = True
+    option: str = "--run-dir"
 
 
 def record_text(kind: RecordKind, config: Any) -> str:
@@ -134,7 +137,7 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
         if kind.sole and found:
             shown = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "")
             raise RunRecordError(
-                f"--run-dir {run_dir} holds {shown} but no {kind.file}, so not {kind.what}",
+                f"{kind.option} {run_dir} holds {shown} but no {kind.file}, so not {kind.what}",
                 advice,
             )
         return False
@@ -142,7 +145,7 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
     if changed:
         more = f" and {len(changed) - _SHOWN} more" if len(changed) > _SHOWN else ""
         raise RunRecordError(
-            f"--run-dir {run_dir} holds {kind.what} with another configuration "
+            f"{kind.option} {run_dir} holds {kind.what} with another configuration "
             f"({'; '.join(changed[:_SHOWN])}{more})",
             advice,
         )

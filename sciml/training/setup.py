@@ -1,9 +1,12 @@
 """The checked inputs of :func:`sciml.training.fit` and the state it starts from.
 
 :func:`check_inputs` checks every input of ``fit`` before anything is
-written and gathers them in a :class:`TrainSetup`; :class:`LoopState` holds
-the counters every checkpoint saves, and :func:`resume_state` reads them back
-from ``last.pt`` after checking that it belongs to this run.
+written and gathers them in a :class:`TrainSetup`; :func:`claim_training_record`
+refuses a run folder that recorded another run (``training_run.json``, the
+:mod:`~sciml.training.run_record` of :data:`TRAINING_RECORD`) and writes this
+run's; :class:`LoopState` holds the counters every checkpoint saves, and
+:func:`resume_state` reads them back from ``last.pt`` after checking that it
+belongs to this run.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sciml.distributed import check_replica, world
+from sciml.io_utils import atomic_write_text
 from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
 from sciml.training.run_dir import RunDirError, differences, run_record
+from sciml.training.run_record import RecordKind, check_run_record, record_text
 
 if TYPE_CHECKING:
     from sciml.spatial_parallel.mesh import SpatialMesh
 
 __all__ = [
+    "TRAINING_RECORD",
     "LoopState",
     "LossFn",
     "LossOutput",
@@ -35,10 +41,23 @@ __all__ = [
     "TrainResult",
     "TrainSetup",
     "check_inputs",
+    "claim_training_record",
     "dataset_length",
     "model_mesh",
     "resume_state",
 ]
+
+#: The record :func:`sciml.training.fit` keeps in its run folder: the options a resumed
+#: run must share (``TrainSetup.record``: loop options, model, optimiser, data sizes).
+TRAINING_RECORD = RecordKind(
+    name="training",
+    version=1,
+    file="training_run.json",
+    what="a training run",
+    advice="give this run another run_dir, or pass resume=False to overwrite it",
+    sole=False,
+    option="run_dir",
+)
 
 LossOutput = torch.Tensor | dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Any], LossOutput]
@@ -200,6 +219,25 @@ class TrainSetup:
     def last(self) -> Path:
         """The run's latest checkpoint, ``checkpoints/last.pt``."""
         return self.run_dir / "checkpoints" / "last.pt"
+
+
+def claim_training_record(setup: TrainSetup, *, resume: bool) -> None:
+    """Refuse a folder that recorded another run (when resuming), then write this run's.
+
+    Every rank checks; rank 0 writes (atomically). With ``resume=False`` the folder's
+    record is overwritten, as the rest of the run is.
+
+    Raises:
+        sciml.training.run_record.RunRecordError: ``resume`` and the folder's
+            ``training_run.json`` records another run (each difference named).
+    """
+    if resume:
+        check_run_record(setup.run_dir, TRAINING_RECORD, setup.record)
+    if setup.rank == 0:
+        setup.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(
+            setup.run_dir / TRAINING_RECORD.file, record_text(TRAINING_RECORD, setup.record)
+        )
 
 
 def resume_state(setup: TrainSetup) -> LoopState:

@@ -23,6 +23,8 @@ from sciml.training import (
 )
 from sciml.training.checkpoint import save_checkpoint
 from sciml.training.run_dir import RunLock
+from sciml.training.run_record import RunRecordError, read_run_record
+from sciml.training.setup import TRAINING_RECORD
 from tests.scripts.train_job import make_problem, mse
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "train_job.py"
@@ -388,12 +390,33 @@ def test_resuming_with_another_configuration_is_refused_untouched(tmp_path: Path
     for message, changes in cases.items():
         with pytest.raises(RunDirError, match=f"another configuration(.|\n)*{message}"):
             attempt(**changes)
-    with pytest.raises(RunDirError, match="; to start a new run, give it another run_dir"):
+    with pytest.raises(RunDirError, match="nothing was written: give this run another run_dir"):
         attempt(batch_size=8)
     assert _snapshot(tmp_path) == before
     # more epochs is a resume, not a new run; resume=False starts over
     _, more = _train(tmp_path, epochs=2)
     assert more.epoch == 2 and len(more.history) == 2
+
+
+def test_a_run_stopped_before_its_first_checkpoint_keeps_its_configuration(
+    tmp_path: Path,
+) -> None:
+    """training_run.json is written before the first step: a folder without a checkpoint
+    (a run killed in its first epoch) is not taken over by another configuration."""
+    _train(tmp_path, epochs=1)
+    for checkpoint in (tmp_path / "checkpoints").iterdir():
+        checkpoint.unlink()
+    before = _snapshot(tmp_path)
+    assert read_run_record(tmp_path, TRAINING_RECORD)["config"]["batch_size"] == 5
+    with pytest.raises(RunRecordError, match="batch_size: 5 in the run, 8 now(.|\n)*resume=False"):
+        _train(tmp_path, epochs=1, batch_size=8)
+    assert _snapshot(tmp_path) == before
+    _train(tmp_path, epochs=1)  # the same configuration starts again
+    model, train, _ = make_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    config = TrainConfig(**(CONFIG | {"batch_size": 8, "epochs": 1}))
+    fit(model, optimizer, train, mse, run_dir=tmp_path, config=config, resume=False)
+    assert read_run_record(tmp_path, TRAINING_RECORD)["config"]["batch_size"] == 8
 
 
 def test_resuming_a_checkpoint_not_written_by_fit_is_refused(tmp_path: Path) -> None:
