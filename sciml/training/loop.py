@@ -397,8 +397,8 @@ def fit(
         loss_fn: ``loss_fn(model, batch)`` returns the loss (a one-element
             tensor), or a dict with ``"loss"`` and other one-element tensors to
             log, with the same names at every step.
-        run_dir: Folder for ``metrics.csv``, ``checkpoints/last.pt``,
-            ``checkpoints/best.pt`` and the lock file ``run.lock``.
+        run_dir: Folder for the run record ``training_run.json``, ``metrics.csv``,
+            ``checkpoints/last.pt``, ``checkpoints/best.pt`` and the lock file ``run.lock``.
         config: Loop options (default :class:`TrainConfig`).
         val_dataset: Dataset evaluated with ``loss_fn`` after every epoch;
             its metrics are logged with a ``val_`` prefix.
