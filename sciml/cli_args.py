@@ -1,26 +1,39 @@
-"""What every ``sciml`` subcommand module shares: the subparsers type and validating number types.
+"""What every ``sciml`` subcommand module shares: types, checks and generated options.
 
-The workflow ``cli`` modules import these, never :mod:`sciml.cli` (which
-imports the workflows), so the command line has no import cycle.
+The subparsers type, validating number types, and command-line options generated from
+configuration dataclasses.
+
+A configuration field carries its option in ``dataclasses.field(metadata=option(...))``;
+:func:`add_config_arguments` adds one option per field and :func:`config_from_args` builds the
+configuration back from the parsed arguments, so each option is written once. The workflow
+``cli`` modules import these, never :mod:`sciml.cli` (which imports the workflows), so the
+command line has no import cycle.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 __all__ = [
+    "Option",
     "Register",
     "Subparsers",
+    "add_config_arguments",
+    "config_from_args",
     "finite_float",
     "fraction",
     "non_negative_float",
     "non_negative_int",
+    "not_an_option",
+    "option",
     "positive_float",
     "positive_int",
+    "nested",
     "runs_and_test_data",
 ]
 
@@ -77,3 +90,145 @@ def runs_and_test_data(
     if count == 0:
         raise ValueError(f"no run folder among --run-dir {runs} (none holds {marker})")
     return runs[:count], runs[count:]
+
+
+#: The key of a field's command-line option in its ``dataclasses.field`` metadata.
+_KEY = "sciml.cli"
+_Config = TypeVar("_Config")
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How a configuration field appears on the command line (:func:`option`)."""
+
+    help: str
+    flag: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: Sequence[str] | None = None
+    metavar: str | None = None
+    nargs: str | None = None
+
+
+def option(
+    help: str,  # noqa: A002 - argparse's own name
+    *,
+    flag: str | None = None,
+    type: Callable[[str], Any] | None = None,  # noqa: A002
+    choices: Sequence[str] | None = None,
+    metavar: str | None = None,
+    nargs: str | None = None,
+) -> dict[str, Option]:
+    """Field metadata making the field a command-line option.
+
+    Args:
+        help: The option's help text (``--help`` adds its default).
+        flag: The flag, when not ``--`` and the field's name with ``-`` for ``_``.
+        type: The argparse type converting the text, e.g. :data:`positive_int`.
+        choices: The values allowed.
+        metavar: The value's name in ``--help``.
+        nargs: argparse's ``nargs``; the values become a tuple in the configuration.
+    """
+    return {_KEY: Option(help, flag, type, choices, metavar, nargs)}
+
+
+def not_an_option() -> dict[str, None]:
+    """Field metadata keeping the field off the command line (it keeps its default)."""
+    return {_KEY: None}
+
+
+def nested(**options: Mapping[str, Option]) -> dict[str, dict[str, Option]]:
+    """Metadata of a nested configuration field exposing ``options`` (name -> :func:`option`).
+
+    The inner fields named appear as options of their own, flattened; the others keep the
+    values of the field's default.
+    """
+    return {_KEY: {name: meta[_KEY] for name, meta in options.items()}}
+
+
+def _options(config: type) -> Iterator[tuple[str, Option, Any]]:
+    """``(name, option, default)`` of each option of ``config``; ``default`` is MISSING if none."""
+    for field in dataclasses.fields(config):
+        if _KEY not in field.metadata:
+            raise TypeError(
+                f"{config.__name__}.{field.name} has no command-line metadata: give it "
+                "metadata=option(...), nested(...) or not_an_option()"
+            )
+        spec = field.metadata[_KEY]
+        default = field.default
+        if field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        if isinstance(spec, Option):
+            yield field.name, spec, default
+        elif isinstance(spec, dict):
+            if default is dataclasses.MISSING:
+                raise TypeError(f"{config.__name__}.{field.name} is nested but has no default")
+            for name, inner in spec.items():
+                yield name, inner, getattr(default, name)
+        elif default is dataclasses.MISSING:
+            raise TypeError(f"{config.__name__}.{field.name} is not an option but has no default")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config: type) -> None:
+    """Add one option per field of the dataclass ``config`` (nested fields flattened).
+
+    A field without a default is a required option; a ``bool`` field defaulting to
+    ``False`` is a flag.
+
+    Raises:
+        TypeError: A field without command-line metadata, or two options of one name.
+    """
+    seen: set[str] = set()
+    for name, spec, default in _options(config):
+        if name in seen:
+            raise TypeError(f"{config.__name__} has two options named {name!r}")
+        seen.add(name)
+        flag = spec.flag or "--" + name.replace("_", "-")
+        if default is False:
+            parser.add_argument(flag, dest=name, action="store_true", help=spec.help)
+            continue
+        settings: dict[str, Any] = {"type": spec.type, "choices": spec.choices}
+        settings |= {"metavar": spec.metavar, "nargs": spec.nargs}
+        settings = {key: value for key, value in settings.items() if value is not None}
+        if default is dataclasses.MISSING:
+            settings["required"] = True
+        else:
+            settings["default"] = default
+        parser.add_argument(flag, dest=name, help=spec.help, **settings)
+
+
+def config_from_args(config: type[_Config], args: argparse.Namespace) -> _Config:
+    """The ``config`` dataclass of the options parsed into ``args`` (lists become tuples).
+
+    Examples:
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Loop:
+        ...     epochs: int = 10
+        ...     seed: int = 0
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Run:
+        ...     model: str = dataclasses.field(metadata=option("model", choices=("a", "b")))
+        ...     sizes: tuple[int, ...] = dataclasses.field(
+        ...         default=(), metadata=option("sizes", type=positive_int, nargs="*"))
+        ...     loop: Loop = dataclasses.field(
+        ...         default_factory=Loop, metadata=nested(epochs=option("epochs", type=int)))
+        >>> parser = argparse.ArgumentParser()
+        >>> add_config_arguments(parser, Run)
+        >>> args = parser.parse_args(["--model", "b", "--sizes", "2", "3", "--epochs", "4"])
+        >>> run = config_from_args(Run, args)
+        >>> run
+        Run(model='b', sizes=(2, 3), loop=Loop(epochs=4, seed=0))
+    """
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        spec = field.metadata.get(_KEY)
+        if isinstance(spec, Option):
+            values[field.name] = _value(getattr(args, field.name))
+        elif isinstance(spec, dict):
+            inner = {name: _value(getattr(args, name)) for name in spec}
+            default = field.default_factory()  # type: ignore[operator]
+            values[field.name] = dataclasses.replace(default, **inner)
+    return config(**values)
+
+
+def _value(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
