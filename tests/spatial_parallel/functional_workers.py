@@ -44,6 +44,9 @@ CASES: dict[str, Any] = {
     "pad_constant": lambda m, y: F.pad(y, (0, 1, 2, 0, 1, 3), value=0.5),
     "pad_replicate": lambda m, y: F.pad(y, (1, 0, 0, 1, 0, 1), mode="replicate"),
     "pad_crop": lambda m, y: F.pad(y, (0, -1, -1, 0, -2, -1)),
+    # wraps along width, height (split on 4 ranks) and depth (7 = blocks of 4 and 3): the
+    # 4 planes wrapped onto the first depth block come from both blocks
+    "pad_circular": lambda m, y: F.pad(y, (1, 2, 2, 1, 4, 1), mode="circular"),
     "cat_split_dim": lambda m, y: torch.cat([y, y[:, :, 1:]], dim=2),
     "slice_steps": lambda m, y: y[:, :, 1:-1:2, ..., ::2] * 2,
     "interpolate_nearest": lambda m, y: F.interpolate(y, scale_factor=2, mode="nearest"),
@@ -66,7 +69,10 @@ ONE_AXIS_CASES: dict[str, Any] = {
 REFUSED: dict[str, tuple[Any, str]] = {
     "conv_functional": (lambda m, y: F.conv3d(y, m.conv.weight, padding=1), "conv3d"),
     "cumsum_split": (lambda m, y: y.cumsum(2), "cumsum"),
-    "pad_circular": (lambda m, y: F.pad(y, (1, 1, 1, 1, 1, 1), mode="circular"), "F.pad"),
+    "pad_circular_twice": (
+        lambda m, y: F.pad(y, (0, 0, 0, 0, 8, 0), mode="circular"),
+        "F.pad",
+    ),
     "trilinear": (lambda m, y: F.interpolate(y, scale_factor=2, mode="trilinear"), "interpolate"),
     "reshape_mixing": (lambda m, y: y.flatten(2), "flatten"),
     "dropout": (lambda m, y: F.dropout(y, 0.5), "dropout"),

@@ -223,6 +223,8 @@ def _pad(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, 
     pad = list(args[1] if len(args) > 1 else kwargs["pad"])
     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
     value = args[3] if len(args) > 3 else kwargs.get("value")
+    if mode == "circular":
+        return _pad_circular(ctx, func, x, pad)
     ndim = len(x._gshape)
     amounts = {ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
     split = dict(x._split)
@@ -295,6 +297,47 @@ def _pad_split(
     if any(edge):
         x = F.pad(x, edge, mode=mode, **options)
     return _move(ctx, x, dim, axis, tuple(pieces), new)
+
+
+def _pad_circular(ctx: SplitContext, func: Any, x: SplitTensor, pad: list[int]) -> Any:
+    """Circular padding: along a split dim, the global tensor's far ends joined on.
+
+    ``cat([x[size - lo:], x, x[:hi]])`` along each split dim (circular padding is
+    separable), through the slicing and ``cat`` handlers, which re-partition the
+    wrapped ends to the ranks that need them; the unsplit dims are padded locally.
+    """
+    ndim = len(x._gshape)
+    split = dict(x._split)
+    local = [0] * len(pad)
+    for i in range(len(pad) // 2):
+        dim, (lo, hi) = ndim - 1 - i, pad[2 * i : 2 * i + 2]
+        if dim not in split:
+            local[2 * i : 2 * i + 2] = [lo, hi]
+            continue
+        size = x._gshape[dim]
+        if min(lo, hi) < 0 or max(lo, hi) > size:
+            raise refuse(
+                func,
+                x._split,
+                f"mode='circular' along split dim {dim} needs pads from 0 to the global size "
+                f"{size}, got ({lo}, {hi})",
+            )
+        whole = (slice(None),) * dim
+        ends = [((*whole, slice(size - lo, size)), lo), ((*whole, slice(0, hi)), hi)]
+        head, tail = (_getitem(ctx, func, (x, index), {}) if n else None for index, n in ends)
+        parts = [t for t in (head, x, tail) if t is not None]
+        if len(parts) > 1:
+            joined = _cat(ctx, func, (parts, dim), {})
+            assert isinstance(joined, SplitTensor)
+            x = joined
+    if not any(local):
+        return x
+    plain = F.pad(unwrap(x), local, mode="circular")
+    gshape = list(x._gshape)
+    for d, s in enumerate(local_shape(plain)):
+        if d not in split:
+            gshape[d] = s
+    return wrap_split(plain, ctx, tuple(gshape), x._split)
 
 
 # slicing -------------------------------------------------------------------------------------
