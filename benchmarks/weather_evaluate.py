@@ -26,6 +26,8 @@ import xarray as xr
 from _report import write_report
 
 from sciml.cli_args import positive_int
+from sciml.training import TrainConfig
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import score_runs
 from sciml.weather.postprocess.evaluate_report import write_evaluation
 from sciml.weather.postprocess.train import train_postprocessor
@@ -68,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     for model, members in (("emos", 5), ("emos", 10), ("mlp", 5)):
         runs.append(work / f"{model}_{members}")
         train_postprocessor(
-            climate, model=model, run_dir=runs[-1], members=members, epochs=1, progress=False
+            climate,
+            PostprocessConfig(
+                model=model,
+                members=members,
+                train=TrainConfig(epochs=1, progress=False, tensorboard=False),
+            ),
+            runs[-1],
         )
     rows = []
     for count in dates:

@@ -33,7 +33,9 @@ import xarray as xr
 from _report import write_report
 
 from sciml.cli_args import positive_int
+from sciml.training import TrainConfig
 from sciml.weather.data import split_start_dates
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.loss_scale import LOSS_SCALES
 from sciml.weather.postprocess.train import MODELS, train_postprocessor
@@ -53,14 +55,16 @@ def _train(seen: xr.Dataset, run: Path, model: str, members: int, args: argparse
     start = time.perf_counter()
     status = train_postprocessor(
         seen,
-        model=model,
-        run_dir=run,
-        members=members,
-        validation=0.25,
-        epochs=args.epochs,
-        seed=args.seed,
-        loss_scale=args.loss_scale,
-        progress=False,
+        PostprocessConfig(
+            model=model,
+            members=members,
+            validation=0.25,
+            loss_scale=args.loss_scale,
+            train=TrainConfig(
+                epochs=args.epochs, seed=args.seed, progress=False, tensorboard=False
+            ),
+        ),
+        run,
     )
     record = {
         "status": status,

@@ -158,6 +158,8 @@ def _train_runs(train: xr.Dataset, folder: Path, *, k: int, epochs: int) -> list
     and 27 s instead of 8.5 s and 11 s).
     """
     from sciml.demos import DemoInterrupted
+    from sciml.training import TrainConfig
+    from sciml.weather.postprocess.config import PostprocessConfig
     from sciml.weather.postprocess.train import train_postprocessor
 
     runs = []
@@ -165,7 +167,13 @@ def _train_runs(train: xr.Dataset, folder: Path, *, k: int, epochs: int) -> list
         run = folder / f"{model}_{members}"
         with torch_threads(1):
             status = train_postprocessor(
-                train, model=model, run_dir=run, members=members, epochs=epochs, progress=False
+                train,
+                PostprocessConfig(
+                    model=model,
+                    members=members,
+                    train=TrainConfig(epochs=epochs, progress=False, tensorboard=False),
+                ),
+                run,
             )
         if status == "interrupted":
             raise DemoInterrupted("weather", f"run folder {run}")

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from sciml.cli_args import (
     Subparsers,
+    add_config_arguments,
+    config_from_args,
     fraction,
-    non_negative_int,
     positive_float,
-    positive_int,
     runs_and_test_data,
 )
-from sciml.weather.options import LOSS_SCALES, MODELS
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.spread.cli import register_spread
 from sciml.weather.toy.cli import register_toy
 
@@ -53,23 +54,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.weather.postprocess.train import train_postprocessor
 
     with init_distributed() as ctx:
+        config = config_from_args(PostprocessConfig, args)
+        config = replace(config, train=replace(config.train, progress=not args.quiet))
         status = train_postprocessor(
-            open_ensemble(args.data),
-            model=args.model,
-            run_dir=args.run_dir,
-            members=args.members,
-            variables=args.variables,
-            choice=args.choice,
-            validation=args.validation,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            loss_scale=args.loss_scale,
-            progress=not args.quiet,
-            device=ctx.device,
+            open_ensemble(args.data), config, args.run_dir, device=ctx.device
         )
-        print0(f"{args.model} on {args.members} members: {status}, run folder {args.run_dir}")
+        print0(f"{config.model} on {config.members} members: {status}, run folder {args.run_dir}")
     return EXIT_REQUEUE if status == "interrupted" else 0
 
 
@@ -164,37 +154,8 @@ def _register_train(sub: Subparsers) -> None:
         "the same command resumes it.",
     )
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
-    train.add_argument("--model", required=True, choices=MODELS, help="model to train")
-    train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
-    train.add_argument(
-        "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
-    )
-    train.add_argument(
-        "--choice",
-        choices=("first", "random"),
-        help="first k members, or k drawn per training sample (unset: random for pooled, "
-        "first for the others)",
-    )
-    train.add_argument(
-        "--validation",
-        type=positive_float,
-        default=0.2,
-        help="fraction of the last dates that validates a deep model (EMOS fits on all)",
-    )
-    train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
-    train.add_argument(
-        "--batch-size", type=positive_int, default=8, help="samples per step on each rank"
-    )
-    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
-    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
-    train.add_argument(
-        "--loss-scale",
-        choices=LOSS_SCALES,
-        default="raw-crps",
-        help="deep models: divide each channel's and lead time's CRPS by the raw ensemble's "
-        "(every row counts alike), or not",
-    )
+    add_config_arguments(train, PostprocessConfig)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.train import train_postprocessor
 
@@ -105,28 +106,22 @@ def _check_variable(ds: xr.Dataset, var: str, member_dim: str, truth_dim: str) -
 
 
 def leave_one_date_out(
-    ds: xr.Dataset,
-    *,
-    run_dir: Path | str,
-    model: str = "emos",
-    members: int = 5,
-    validation: float = 0.25,
+    ds: xr.Dataset, config: PostprocessConfig, run_dir: Path | str
 ) -> pd.DataFrame:
     """Hold out each start date in turn: train on the others, score the held-out date.
 
-    Each fold trains ``model`` on the other dates with
+    Each fold trains ``config`` on the other dates with
     :func:`~sciml.weather.postprocess.train.train_postprocessor` (a deep model validates on the last
-    ``validation`` share of those dates, EMOS fits on all of them) into ``run_dir/date<i>``,
+    ``config.validation`` share of those dates, EMOS fits on all of them) into
+    ``run_dir/date<i>``,
     and scores it with
     :func:`~sciml.weather.postprocess.evaluate.evaluate_runs` on the held-out date, the other dates
     defining the extreme-event climates.
 
     Args:
         ds: Ensemble with ``<variable>_truth`` and at least 3 distinct start dates (``time``).
+        config: The model each fold trains, and how.
         run_dir: Folder of the folds' run folders.
-        model: One of :data:`sciml.weather.postprocess.train.MODELS`.
-        members: Members the model sees (the first ones).
-        validation: Share of each fold's training dates that validates a deep model.
 
     Returns:
         The evaluation table of every fold, with a ``held_out`` column (the date scored).
@@ -148,8 +143,6 @@ def leave_one_date_out(
     for i, held in enumerate(dates):
         seen, test = ds.drop_sel(time=[held]), ds.sel(time=[held])
         run = Path(run_dir) / f"date{i}"
-        train_postprocessor(
-            seen, model=model, run_dir=run, members=members, validation=validation, progress=False
-        )
+        train_postprocessor(seen, config, run)
         tables.append(evaluate_runs([run], test, climate=seen).assign(held_out=held))
     return pd.concat(tables, ignore_index=True)

@@ -1,12 +1,34 @@
-"""The names the weather commands offer, kept free of heavy imports.
+"""The names and shared option pieces of the weather commands, kept free of heavy imports.
 
-``sciml weather ... --help`` lists them without importing torch, xarray or
-pandas; the modules that implement each option import their names from here.
+``sciml weather ... --help`` lists them without importing torch, xarray or pandas; the
+modules that implement each option import their names from here, and the configurations
+(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.options`) their shared
+training options and their run-record form.
 """
 
 from __future__ import annotations
 
-__all__ = ["DEEP_MODELS", "LOSS_SCALES", "MODELS", "SPREAD_LOSSES"]
+import dataclasses
+import math
+from typing import Any, TypeVar
+
+from sciml.cli_args import nested, non_negative_int, option, positive_int
+from sciml.training.config import TrainConfig
+
+__all__ = [
+    "DEEP_MODELS",
+    "LOSS_SCALES",
+    "MODELS",
+    "SPREAD_LOSSES",
+    "config_from_record",
+    "config_record",
+    "is_count",
+    "is_fraction",
+    "is_names",
+    "is_rate",
+    "require",
+    "train_field",
+]
 
 #: The deep post-processors of :mod:`sciml.weather.postprocess.train` (they read the lead time).
 DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
@@ -20,3 +42,82 @@ LOSS_SCALES = ("raw-crps", "none")
 
 #: The spread predictor's losses against the full ensemble's spread (:mod:`sciml.weather.spread`).
 SPREAD_LOSSES = ("l1", "mse", "log_l1", "crps")
+
+#: :class:`TrainConfig` fields that change how a run shows and stops, not what it computes:
+#: a run record leaves them out, so a resumed run may change them.
+_RUNTIME = ("progress", "tensorboard", "handle_signals")
+_Config = TypeVar("_Config")
+
+
+def train_field(batch_help: str) -> Any:
+    """The ``train`` field of a weather configuration: epochs, batch size and seed as options.
+
+    The default loop logs no TensorBoard files; its other options are
+    :class:`~sciml.training.TrainConfig`'s.
+    """
+    return dataclasses.field(
+        default_factory=lambda: TrainConfig(tensorboard=False),
+        metadata=nested(
+            epochs=option("training epochs", type=positive_int),
+            batch_size=option(batch_help, type=positive_int),
+            seed=option("seed of the run", type=non_negative_int),
+        ),
+    )
+
+
+def require(config: object, name: str, ok: bool, expected: str) -> None:
+    """Raise ``ValueError`` naming ``config``'s field ``name`` and ``expected`` unless ``ok``.
+
+    Raises:
+        ValueError: ``ok`` is false.
+    """
+    if not ok:
+        value = getattr(config, name)
+        raise ValueError(f"{type(config).__name__}.{name} must be {expected}, got {value!r}")
+
+
+def is_count(value: object, minimum: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def is_fraction(value: object, *, zero: bool = False) -> bool:
+    """Whether ``value`` is a number in (0, 1) (``[0, 1)`` with ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (value >= 0 if zero else value > 0) and value < 1
+
+
+def is_rate(value: object) -> bool:
+    """Whether ``value`` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def is_names(value: object) -> bool:
+    """Whether ``value`` is a non-empty tuple of non-empty strings."""
+    return isinstance(value, tuple) and bool(value) and all(isinstance(v, str) and v for v in value)
+
+
+def config_record(config: object) -> dict[str, Any]:
+    """``config`` as its run record keeps it: the nested ``train`` without its runtime fields."""
+    record: dict[str, Any] = dataclasses.asdict(config)  # type: ignore[call-overload]
+    record["train"] = {k: v for k, v in record["train"].items() if k not in _RUNTIME}
+    return record
+
+
+def config_from_record(config: type[_Config], record: dict[str, Any], where: str) -> _Config:
+    """The ``config`` dataclass of a record written by :func:`config_record`.
+
+    Raises:
+        ValueError: The record's fields are not ``config``'s (a run of another format).
+    """
+    expected = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    if set(record) != expected:
+        raise ValueError(
+            f"{where} holds a run of another format (missing {sorted(expected - set(record))}, "
+            f"unknown {sorted(set(record) - expected)}); this version of sciml cannot rebuild it"
+        )
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
+    return config(**values | {"train": TrainConfig(tensorboard=False, **record["train"])})

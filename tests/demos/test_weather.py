@@ -2,7 +2,6 @@
 
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import xarray as xr
 
 from sciml.demos.weather import _train_runs, demo
 from sciml.distributed import torch_threads
+from sciml.weather.postprocess.config import PostprocessConfig
 
 
 def test_demo_quick_writes_linked_figures(tmp_path: Path) -> None:
@@ -36,8 +36,8 @@ def test_the_post_processors_train_on_one_torch_thread(
     # cores its training took 30 s of CPU instead of 8.5 s)
     threads: dict[str, int] = {}
 
-    def record(train: xr.Dataset, *, model: str, members: int, **options: Any) -> str:
-        threads[f"{model}_{members}"] = torch.get_num_threads()
+    def record(train: xr.Dataset, config: PostprocessConfig, run_dir: Path) -> str:
+        threads[f"{config.model}_{config.members}"] = torch.get_num_threads()
         return "completed"
 
     monkeypatch.setattr("sciml.weather.postprocess.train.train_postprocessor", record)

@@ -8,8 +8,12 @@ import xarray as xr
 
 from sciml.weather import metrics
 from sciml.weather.crossval import leave_one_date_out, members_as_truth
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import fit_emos, unpack_coefficients
 from sciml.weather.verify import leave_one_out_scores
+
+#: The folds' model: EMOS on the first 2 members.
+EMOS = PostprocessConfig(model="emos", members=2)
 
 
 def _analyses(*, members: int = 4, dates: int = 4) -> xr.Dataset:
@@ -63,7 +67,7 @@ def test_members_as_truth_refuses_what_it_cannot_verify() -> None:
 
 def test_each_date_is_scored_by_a_fit_on_the_other_dates(tmp_path: Path) -> None:
     data = members_as_truth(_analyses())
-    table = leave_one_date_out(data, run_dir=tmp_path, members=2, validation=0.25)
+    table = leave_one_date_out(data, EMOS, tmp_path)
     dates = data["time"].values
     assert set(table.model) == {"raw_3", "raw_2", "emos_2"}
     # one row per model, level and held-out date
@@ -92,8 +96,8 @@ def test_each_date_is_scored_by_a_fit_on_the_other_dates(tmp_path: Path) -> None
 def test_leave_one_date_out_needs_three_distinct_dates(tmp_path: Path) -> None:
     data = members_as_truth(_analyses(dates=3))
     with pytest.raises(ValueError, match="at least 3 start dates"):
-        leave_one_date_out(data.isel(time=[0, 1]), run_dir=tmp_path)
+        leave_one_date_out(data.isel(time=[0, 1]), EMOS, tmp_path)
     with pytest.raises(ValueError, match="start dates repeat"):
-        leave_one_date_out(data.isel(time=[0, 1, 1]), run_dir=tmp_path)
+        leave_one_date_out(data.isel(time=[0, 1, 1]), EMOS, tmp_path)
     with pytest.raises(ValueError, match="no start-date dimension 'time'"):
-        leave_one_date_out(data.isel(time=0, drop=True), run_dir=tmp_path)
+        leave_one_date_out(data.isel(time=0, drop=True), EMOS, tmp_path)

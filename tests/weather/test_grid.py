@@ -8,11 +8,15 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
+from sciml.training import TrainConfig
 from sciml.training.run_dir import LabelMismatch, RunLock
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor
 from sciml.weather.spread.train import predict_spread, train_spread
 
+#: One quiet epoch of the loop.
+LOOP = TrainConfig(epochs=1, progress=False, tensorboard=False)
 SPREAD = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
 
 
@@ -47,7 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for model in ("mixed", "unet", "emos"):
         found[model] = folder / model
         train_postprocessor(
-            train, model=model, run_dir=found[model], members=2, epochs=1, progress=False
+            train, PostprocessConfig(model=model, members=2, train=LOOP), found[model]
         )
     found["spread"] = folder / "spread"
     train_spread(train, run_dir=found["spread"], members=2, **SPREAD)
@@ -163,7 +167,7 @@ def _train(kind: str, ds: xr.Dataset, run: Path) -> None:
     if kind == "spread":
         train_spread(ds, run_dir=run, members=2, **SPREAD)
     else:
-        train_postprocessor(ds, model=kind, run_dir=run, members=2, epochs=1, progress=False)
+        train_postprocessor(ds, PostprocessConfig(model=kind, members=2, train=LOOP), run)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "emos", "spread"])

@@ -47,8 +47,9 @@ from sciml.progress import phase
 from sciml.weather import metrics
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import predict_run
-from sciml.weather.postprocess.train import RunConfig, read_run
+from sciml.weather.postprocess.train import read_run
 
 __all__ = ["SCORES", "Evaluation", "evaluate_runs", "predict_run", "score_runs"]
 
@@ -109,27 +110,29 @@ class _Target:
 @dataclass(frozen=True)
 class _Run:
     path: Path
-    config: RunConfig
+    config: PostprocessConfig
     name: str
     group: str | None  # the aggregated row's name when the run is one of several seeds
 
 
-def _name_runs(runs: list[tuple[Path, RunConfig]]) -> list[_Run]:
+def _name_runs(runs: list[tuple[Path, PostprocessConfig]]) -> list[_Run]:
     """Name each run; runs that differ only by seed share a group (the module docstring)."""
-    groups: dict[RunConfig, list[tuple[Path, RunConfig]]] = {}
+    groups: dict[PostprocessConfig, list[tuple[Path, PostprocessConfig]]] = {}
     for path, config in runs:
-        groups.setdefault(replace(config, seed=0), []).append((path, config))
+        groups.setdefault(replace(config, train=replace(config.train, seed=0)), []).append(
+            (path, config)
+        )
     bases = [f"{key.model}_{key.members}" for key in groups]
     named: list[_Run] = []
     for base, members in zip(bases, groups.values(), strict=True):
         name = base if bases.count(base) == 1 else f"{base}_{members[0][0].name}"
-        seeds = [config.seed for _, config in members]
+        seeds = [config.train.seed for _, config in members]
         if len(set(seeds)) < len(seeds):
             paths = [str(path) for path, _ in members]
             raise ValueError(f"runs {paths} have the same configuration and seed: pass one of them")
         for path, config in members:
             single = len(members) == 1
-            run_name = name if single else f"{name}_seed{config.seed}"
+            run_name = name if single else f"{name}_seed{config.train.seed}"
             named.append(_Run(path, config, run_name, None if single else name))
     if len({run.name for run in named}) < len(named):
         raise ValueError(
@@ -191,7 +194,7 @@ def score_runs(
         raise ValueError("evaluate needs at least one run folder")
     check_fraction(extreme_fraction)
     runs = _name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
-    variables = list(dict.fromkeys(v for run in runs for v in run.config.variables))
+    variables = list(dict.fromkeys(v for run in runs for v in run.config.variables or ()))
     _check_data(test, variables, data)
     if climate is not None:
         _check_data(climate, variables, "the climate data (--climate)")
@@ -225,7 +228,7 @@ def score_runs(
             with phase(logger, f"{where}: scoring raw_{k}"):
                 rows += _raw_rows(ensemble.isel(member=slice(k)), var, target, histograms)
         for run, forecast in zip(runs, forecasts, strict=True):
-            if var in run.config.variables:
+            if var in (run.config.variables or ()):
                 with phase(logger, f"{where}: scoring {run.name}"):
                     rows += _model_rows(run, var, forecast[var], target, histograms)
     table = _with_skills(pd.DataFrame(rows), keep, full)

@@ -20,9 +20,9 @@ import xarray as xr
 from torch.utils.data import DataLoader
 
 from sciml.weather.grid import align_to_run
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import emos_predict, unpack_coefficients
 from sciml.weather.postprocess.train import (
-    RunConfig,
     load_postprocessor,
     read_data_record,
     read_run,
@@ -35,18 +35,18 @@ SAMPLE_DIMS = ("time", "lead_time")
 Forecast = dict[str, tuple[xr.DataArray, xr.DataArray]]
 
 
-def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:
     from sciml.weather.dataset import EnsembleDataset
 
     _, stats = read_run(run_dir)
     model = load_postprocessor(run_dir)
     data = EnsembleDataset(
         test,
-        list(config.variables),
+        list(config.variables or ()),
         members=config.members,
         stats=stats,
         channel_dims=config.channel_dims,
-        static=config.static,
+        static=config.static or (),
     )
     parts: list[tuple[torch.Tensor, torch.Tensor]] = []
     with torch.no_grad():
@@ -58,7 +58,7 @@ def _deep_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Foreca
     sigma = torch.cat([p[1] for p in parts]).double() * std
     out: Forecast = {}
     start = 0
-    for var in config.variables:
+    for var in config.variables or ():
         truth = test[f"{var}_truth"]
         own = [d for d in config.channel_dims if d in truth.dims]
         count = int(np.prod([truth.sizes[d] for d in own]))
@@ -82,7 +82,7 @@ def labelled_like_truth(
 
 
 def _own_coefficients(
-    packed: xr.Dataset, var: str, config: RunConfig, test: xr.Dataset, *, source: Path
+    packed: xr.Dataset, var: str, config: PostprocessConfig, test: xr.Dataset, *, source: Path
 ) -> xr.Dataset:
     """``var``'s EMOS coefficients, on the channel dims it had in training.
 
@@ -131,20 +131,20 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
         forecast = _emos_forecast(run_dir, config, aligned.data)
     else:
         forecast = _deep_forecast(run_dir, config, aligned.data)
-    own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables}
+    own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables or ()}
     return {
         var: (aligned.restore(mu, own[var]), aligned.restore(sigma, own[var]))
         for var, (mu, sigma) in forecast.items()
     }
 
 
-def _emos_forecast(run_dir: Path, config: RunConfig, test: xr.Dataset) -> Forecast:
+def _emos_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:
     """EMOS's ``(mu, sigma)`` of every variable, from ``emos.nc``."""
     path = run_dir / "emos.nc"
     with xr.open_dataset(path) as stored:
         packed = stored.load()
     out: Forecast = {}
-    for var in config.variables:
+    for var in config.variables or ():
         coef = _own_coefficients(packed, var, config, test, source=path)
         if "lead_time" in coef.dims:  # the data may hold some of the run's lead times
             coef = coef.sel(lead_time=test["lead_time"].values)

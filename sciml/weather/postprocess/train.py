@@ -1,6 +1,7 @@
 """Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
 
-``sciml weather train`` calls :func:`train_postprocessor`. For the deep models the last
+``sciml weather train`` calls :func:`train_postprocessor` with a
+:class:`~sciml.weather.postprocess.config.PostprocessConfig`. For the deep models the last
 ``validation`` fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates`
 without a test part: test on another file) and the rest trains; EMOS, which has nothing to
 choose on validation dates, fits on every start date it is given (its run records
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,11 @@ from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import RecordKind, claim_run_dir, read_run_record
 from sciml.weather.grid import data_record, spatial_dims
-from sciml.weather.options import DEEP_MODELS, MODELS
+from sciml.weather.options import DEEP_MODELS, MODELS, config_from_record, config_record
 from sciml.weather.periodic import is_periodic_lon
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import fit_emos, pack_coefficients
-from sciml.weather.postprocess.loss_scale import LOSS_SCALES, raw_crps_scale
+from sciml.weather.postprocess.loss_scale import raw_crps_scale
 from sciml.weather.postprocess.mixed import MixedPostProcessor
 from sciml.weather.postprocess.models import Backbone, GaussianPostProcessor, PostProcessor
 from sciml.weather.postprocess.pooled import PooledPostProcessor
@@ -58,7 +60,6 @@ __all__ = [
     "MODELS",
     "RUN_RECORD",
     "RUN_VERSION",
-    "RunConfig",
     "forecast_variables",
     "load_postprocessor",
     "read_data_record",
@@ -70,12 +71,18 @@ __all__ = [
 ]
 
 RUN_CONFIG = "weather_run.json"
-#: Format of ``weather_run.json``; 4: the run record's layout (kind, version, config); 3: it
+#: Format of ``weather_run.json``; 5: the configuration nests the loop's options (``train``:
+#: epochs, batch size, seed); 4: the run record's layout (kind, version, config); 3: it
 #: records the training data's grid, lead times and start dates (2: the deep models read the
 #: lead time, a 4-output head).
-RUN_VERSION = 4
+RUN_VERSION = 5
 _GRID = "a run now records the grid, lead times and start dates it was trained on"
-_CHANGES = {1: _GRID, 2: _GRID, 3: "the record now names its kind and format"}
+_CHANGES = {
+    1: _GRID,
+    2: _GRID,
+    3: "the record now names its kind and format",
+    4: "the configuration now nests the training loop's options (train)",
+}
 #: The run record of a weather post-processing run.
 RUN_RECORD = RecordKind(
     "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
@@ -83,26 +90,6 @@ RUN_RECORD = RecordKind(
 #: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
 DATA_KEY = "data"
 SAMPLE_DIMS = ("time", "lead_time")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What a weather run was trained on and how (``weather_run.json``)."""
-
-    model: str
-    members: int
-    variables: tuple[str, ...]
-    static: tuple[str, ...]
-    channel_dims: tuple[str, ...]
-    choice: str
-    validation: float
-    epochs: int
-    batch_size: int
-    lr: float
-    seed: int
-    grid: tuple[int, ...] = ()
-    periodic: bool = False
-    loss_scale: str = "none"
 
 
 @contextlib.contextmanager
@@ -146,25 +133,12 @@ def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, 
 
 def train_postprocessor(
     ds: xr.Dataset,
-    *,
-    model: str,
+    config: PostprocessConfig,
     run_dir: Path | str,
-    members: int = 5,
-    variables: Sequence[str] | None = None,
-    static: Sequence[str] | None = None,
-    channel_dims: Sequence[str] = ("level",),
-    choice: str | None = None,
-    validation: float = 0.2,
-    epochs: int = 10,
-    batch_size: int = 8,
-    lr: float = 1e-3,
-    seed: int = 0,
-    loss_scale: str = "raw-crps",
-    progress: bool = True,
-    handle_signals: bool = True,
+    *,
     device: torch.device | str | None = None,
 ) -> str:
-    """Train ``model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
+    """Train ``config.model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
 
     Under an initialised ``torch.distributed`` group (``sciml weather train`` under
     torchrun or srun) a deep model trains data-parallel: each rank reads its share of
@@ -173,86 +147,62 @@ def train_postprocessor(
 
     Args:
         ds: Ensemble with ``<variable>_truth`` (e.g. a toy preset), Dask-backed or not.
-        model: ``"emos"``, ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"``.
+        config: What to train and how; the run records it with what the data decide
+            (variables, static fields, member choice, grid, periodic longitudes).
         run_dir: The run folder.
-        members: Members the model sees (the first ones for EMOS).
-        variables: Forecast variables (default: every one with a truth).
-        static: Static fields for the deep models (default: every field without sample
-            dims; EMOS uses none).
-        channel_dims: Dims folded into channels.
-        choice: ``"first"`` or ``"random"`` members per training sample (deep models;
-            None: ``"random"`` for ``pooled``, which is meant for any members, else
-            ``"first"``).
-        validation: Fraction of the last start dates that validates a deep model (the
-            checkpoint kept is the best on them); EMOS fits on every date.
-        epochs: Training epochs (deep models).
-        batch_size: Samples per step (deep models).
-        lr: Adam learning rate (deep models).
-        seed: Seed of the run.
-        loss_scale: ``"raw-crps"`` (the deep models' CRPS of each channel and lead time
-            divided by the raw full ensemble's on the training dates, so every row counts
-            alike: :mod:`sciml.weather.postprocess.loss_scale`) or ``"none"`` (the plain mean CRPS).
-            EMOS fits every row on its own, where a row's constant scale moves nothing.
-        progress: Show progress bars.
-        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1 (deep models).
         device: Where a deep model trains (default: the CPU).
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
 
     Raises:
-        ValueError: An unknown model or loss scale, ``members`` not in [2, ensemble size],
-            a dataset without truth, or a run folder that holds another configuration.
+        ValueError: ``config.members`` above the ensemble size, a dataset without truth,
+            ``config.grid`` or ``config.periodic`` set by hand (the data decide them), or
+            a run folder that holds another configuration.
     """
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    if loss_scale not in LOSS_SCALES:
-        raise ValueError(f"loss_scale must be one of {LOSS_SCALES}, got {loss_scale!r}")
-    size = ds.sizes.get("member", 0)
-    if isinstance(members, bool) or not isinstance(members, int) or not 2 <= members <= size:
+    if (config.grid, config.periodic) != ((), False):
         raise ValueError(
-            f"members must be an integer in [2, {size}] (the ensemble has {size}), got {members!r}"
+            f"PostprocessConfig.grid and periodic come from the data; leave them unset, got "
+            f"grid={config.grid!r}, periodic={config.periodic!r}"
         )
-    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    size = ds.sizes.get("member", 0)
+    if config.members > size:
+        raise ValueError(
+            f"PostprocessConfig.members must be at most the ensemble's {size} members, "
+            f"got {config.members}"
+        )
+    emos = config.model == "emos"
+    chosen = list(config.variables or forecast_variables(ds))
     if not chosen:
         raise ValueError(
             f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
         )
-    fields = [] if model == "emos" else list(static if static is not None else static_variables(ds))
-    if choice is None:
-        choice = "random" if model == "pooled" else "first"
-    grid = () if model == "emos" else _grid(ds, chosen, channel_dims)
-    config = RunConfig(
-        model=model,
-        members=members,
+    static = config.static if config.static is not None else static_variables(ds)
+    channel_dims = config.channel_dims
+    config = replace(
+        config,
         variables=tuple(chosen),
-        static=tuple(fields),
-        channel_dims=tuple(channel_dims),
-        choice=choice,
-        validation=0.0 if model == "emos" else validation,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        grid=grid,
-        periodic=model != "emos" and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
-        loss_scale=loss_scale,
+        static=() if emos else tuple(static),
+        choice=config.choice or ("random" if config.model == "pooled" else "first"),
+        validation=0.0 if emos else config.validation,
+        grid=() if emos else _grid(ds, chosen, channel_dims),
+        periodic=not emos and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
     run_dir = Path(run_dir)
-    if model == "emos":
+    if emos:
         train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
     else:
-        train, val = split_validation(ds, validation=validation)
+        train, val = split_validation(ds, validation=config.validation)
 
-    record = asdict(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=channel_dims)}
+    record = config_record(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=channel_dims)}
+    wants_scale = not emos and config.loss_scale != "none"
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
         with claim_run_dir(run_dir, RUN_RECORD, record) as claim:
-            resumed = claim.resumed and model != "emos"  # EMOS has no checkpoint: it refits
+            resumed = claim.resumed and not emos  # EMOS has no checkpoint: it refits
             stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
             keep_stats = resumed and stats_path.exists()
-            wants_scale = model != "emos" and loss_scale != "none"
             keep_scale = wants_scale and resumed and scale_path.exists()
             if keep_stats:
                 stats = NormStats.from_json(stats_path)
@@ -264,7 +214,7 @@ def train_postprocessor(
                     scale = stored.load()
             elif wants_scale:
                 scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
-            coefficients = _fit_emos(train, config) if model == "emos" else None
+            coefficients = _fit_emos(train, config) if emos else None
             # every check and computation is done: only now is the folder written
             claim.write()
             if not keep_stats:
@@ -280,23 +230,13 @@ def train_postprocessor(
     stats, scale = on_rank0(prepare)
     if val is None:
         return "completed"
-    return _train_deep(
-        train,
-        val,
-        config,
-        stats,
-        scale,
-        run_dir,
-        progress,
-        handle_signals,
-        torch.device(device or "cpu"),
-    )
+    return _train_deep(train, val, config, stats, scale, run_dir, torch.device(device or "cpu"))
 
 
-def _fit_emos(train: xr.Dataset, config: RunConfig) -> xr.Dataset:
+def _fit_emos(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:
     """One EMOS fit per variable, level and lead time (pooled over dates and grid), packed."""
     fits = {}
-    for var in config.variables:
+    for var in config.variables or ():
         truth = train[f"{var}_truth"]
         pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
         forecasts = train[var].isel(member=slice(config.members))
@@ -315,8 +255,8 @@ def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> 
     return tuple(ds.sizes[d] for d in spatial)
 
 
-def _build(config: RunConfig, channels: int) -> GaussianPostProcessor:
-    static, periodic = len(config.static), config.periodic
+def _build(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
+    static, periodic = len(config.static or ()), config.periodic
     if config.model in ("mlp", "unet"):
         backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
         return PostProcessor(channels, static=static, backbone=backbone, periodic=periodic)
@@ -331,33 +271,30 @@ def _build(config: RunConfig, channels: int) -> GaussianPostProcessor:
 def _train_deep(
     train: xr.Dataset,
     val: xr.Dataset,
-    config: RunConfig,
+    config: PostprocessConfig,
     stats: NormStats,
     scale: xr.DataArray | None,
     run_dir: Path,
-    progress: bool,
-    handle_signals: bool,
     device: torch.device,
 ) -> str:
     from sciml.datasets.sampling import seed_everything
     from sciml.training import fit
-    from sciml.training.config import TrainConfig
     from sciml.weather.dataset import EnsembleDataset
     from sciml.weather.postprocess.models import gaussian_crps_loss
 
     def dataset(part: xr.Dataset, choice: str) -> EnsembleDataset:
         return EnsembleDataset(
             part,
-            list(config.variables),
+            list(config.variables or ()),
             members=config.members,
             choice=choice,  # type: ignore[arg-type]
             stats=stats,
             channel_dims=config.channel_dims,
-            static=config.static,
+            static=config.static or (),
             crps_scale=scale,
         )
 
-    seed_everything(config.seed)
+    seed_everything(config.train.seed)
     model: torch.nn.Module = _build(config, len(stats.channels)).to(device)
     if world()[1] > 1:
         model = DistributedDataParallel(
@@ -367,23 +304,16 @@ def _train_deep(
         result = fit(
             model,
             torch.optim.Adam(model.parameters(), lr=config.lr),
-            dataset(train, config.choice),
+            dataset(train, config.choice or "first"),
             gaussian_crps_loss,
             run_dir=run_dir,
-            config=TrainConfig(
-                epochs=config.epochs,
-                batch_size=config.batch_size,
-                seed=config.seed,
-                progress=progress,
-                tensorboard=False,
-                handle_signals=handle_signals,
-            ),
+            config=config.train,
             val_dataset=dataset(val, "first"),
         )
     return result.status
 
 
-def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
+def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
     """The configuration and channel statistics of a weather run folder.
 
     Raises:
@@ -393,9 +323,7 @@ def read_run(run_dir: Path | str) -> tuple[RunConfig, NormStats]:
     run_dir = Path(run_dir)
     raw = read_run_record(run_dir, RUN_RECORD)
     raw.pop(DATA_KEY, None)
-    for key in ("variables", "static", "channel_dims", "grid"):
-        raw[key] = tuple(raw[key])
-    config = RunConfig(**raw)
+    config = config_from_record(PostprocessConfig, raw, str(run_dir / RUN_CONFIG))
     return config, NormStats.from_json(run_dir / "stats.json")
 
 

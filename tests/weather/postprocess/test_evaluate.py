@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from sciml.training import TrainConfig
 from sciml.weather.metrics.reliability import reliability_index
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import emos_predict, fit_emos
 from sciml.weather.postprocess.evaluate import SCORES, evaluate_runs, score_runs
 from sciml.weather.postprocess.predict import predict_run
@@ -50,7 +52,13 @@ def runs(data: tuple[xr.Dataset, xr.Dataset], tmp_path_factory: pytest.TempPathF
     for name, model, seed in (("emos", "emos", 0), ("mlp0", "mlp", 0), ("mlp1", "mlp", 1)):
         out[name] = folder / name
         train_postprocessor(
-            train, model=model, run_dir=out[name], members=2, epochs=1, seed=seed, progress=False
+            train,
+            PostprocessConfig(
+                model=model,
+                members=2,
+                train=TrainConfig(epochs=1, seed=seed, progress=False, tensorboard=False),
+            ),
+            out[name],
         )
     return out
 
@@ -130,7 +138,14 @@ def test_runs_that_differ_beyond_the_seed_are_told_apart(
     train, test = data
     other = tmp_path / "mlp_lr"
     train_postprocessor(
-        train, model="mlp", run_dir=other, members=2, epochs=1, lr=0.01, progress=False
+        train,
+        PostprocessConfig(
+            model="mlp",
+            members=2,
+            lr=0.01,
+            train=TrainConfig(epochs=1, progress=False, tensorboard=False),
+        ),
+        other,
     )
     table = evaluate_runs([runs["mlp0"], other], test)
     assert {"mlp_2_mlp0", "mlp_2_mlp_lr"} <= set(table.model)
@@ -167,7 +182,13 @@ def test_emos_fits_and_scores_a_surface_field_beside_levelled_ones(
 ) -> None:
     train, test = (_with_surface(ds) for ds in data)
     run = tmp_path / "emos"
-    train_postprocessor(train, model="emos", run_dir=run, members=2, progress=False)
+    train_postprocessor(
+        train,
+        PostprocessConfig(
+            model="emos", members=2, train=TrainConfig(progress=False, tensorboard=False)
+        ),
+        run,
+    )
     mu, sigma = predict_run(run, test)["t2m"]
     assert mu.dims == sigma.dims == test["t2m_truth"].dims
     # the surface field's forecast is that of its own fit over every date given (EMOS has
@@ -192,7 +213,13 @@ def test_emos_coefficients_are_taken_on_the_dims_each_variable_had(
     train, test = (_with_surface(ds) for ds in data)
     run = tmp_path / "one_level"
     one_level = train.isel(level=[0])
-    train_postprocessor(one_level, model="emos", run_dir=run, members=2, progress=False)
+    train_postprocessor(
+        one_level,
+        PostprocessConfig(
+            model="emos", members=2, train=TrainConfig(progress=False, tensorboard=False)
+        ),
+        run,
+    )
     # psi had a level in training: test data without it are refused, not broadcast
     flat = test.isel(level=0, drop=True)
     with pytest.raises(ValueError, match=r"no 'level' dimension .* trained on data with one"):

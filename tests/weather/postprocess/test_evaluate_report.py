@@ -9,6 +9,8 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
+from sciml.training import TrainConfig
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.train import train_postprocessor
 
 from .test_evaluate import _ensemble
@@ -24,7 +26,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths["emos"] = (
         folder / "emos"
     )  # the deep models' forecasts: tests/weather/postprocess/test_evaluate.py
-    train_postprocessor(train, model="emos", run_dir=paths["emos"], members=2, progress=False)
+    train_postprocessor(
+        train,
+        PostprocessConfig(
+            model="emos", members=2, train=TrainConfig(progress=False, tensorboard=False)
+        ),
+        paths["emos"],
+    )
     return paths
 
 

@@ -9,7 +9,9 @@ import torch
 import xarray as xr
 
 from sciml.datasets.channels import compute_stats
+from sciml.training import TrainConfig
 from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss
 from sciml.weather.postprocess.train import read_run, train_postprocessor
@@ -110,18 +112,42 @@ def test_the_scaled_loss_is_the_mean_crps_relative_to_each_rows_scale() -> None:
 def test_a_deep_run_keeps_its_scale_and_says_which_loss_it_trained_on(tmp_path: Path) -> None:
     ds = _ensemble()
     run = tmp_path / "mlp"
-    train_postprocessor(ds, model="mlp", run_dir=run, members=2, epochs=1, progress=False)
+    train_postprocessor(
+        ds,
+        PostprocessConfig(
+            model="mlp", members=2, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
+        ),
+        run,
+    )
     config, stats = read_run(run)
     assert config.loss_scale == "raw-crps"
     with xr.open_dataarray(run / "crps_scale.nc") as saved:
         train = ds.isel(time=slice(3))  # the last of 4 dates validates
         xr.testing.assert_allclose(saved, raw_crps_scale(train, ["psi", "q"], stats=stats))
     with pytest.raises(ValueError, match="another configuration.*loss_scale"):
-        train_postprocessor(ds, model="mlp", run_dir=run, members=2, epochs=1, loss_scale="none")
+        train_postprocessor(
+            ds,
+            PostprocessConfig(
+                model="mlp",
+                members=2,
+                loss_scale="none",
+                train=TrainConfig(epochs=1, tensorboard=False),
+            ),
+            run,
+        )
     with pytest.raises(ValueError, match="loss_scale must be one of"):
-        train_postprocessor(ds, model="mlp", run_dir=tmp_path / "x", members=2, loss_scale="raw")
+        train_postprocessor(
+            ds, PostprocessConfig(model="mlp", members=2, loss_scale="raw"), tmp_path / "x"
+        )
     plain = tmp_path / "plain"
     train_postprocessor(
-        ds, model="mlp", run_dir=plain, members=2, epochs=1, progress=False, loss_scale="none"
+        ds,
+        PostprocessConfig(
+            model="mlp",
+            members=2,
+            loss_scale="none",
+            train=TrainConfig(epochs=1, progress=False, tensorboard=False),
+        ),
+        plain,
     )
     assert read_run(plain)[0].loss_scale == "none" and not (plain / "crps_scale.nc").exists()

@@ -8,7 +8,9 @@ import pytest
 import torch
 import xarray as xr
 
+from sciml.training import TrainConfig
 from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import unpack_coefficients
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import load_postprocessor, read_run, train_postprocessor
@@ -23,7 +25,13 @@ def test_the_forecast_is_the_model_on_each_sample_with_its_lead_time(
     train = xr.open_dataset(_write(tmp_path / "train.nc", dates=6, seed=0))
     test = xr.open_dataset(_write(tmp_path / "test.nc", dates=2, seed=1))
     run = tmp_path / model
-    train_postprocessor(train, model=model, run_dir=run, members=3, epochs=1, progress=False)
+    train_postprocessor(
+        train,
+        PostprocessConfig(
+            model=model, members=3, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
+        ),
+        run,
+    )
     forecast = predict_run(run, test)
     mu, sigma = forecast["q"]
     assert mu.dims == sigma.dims == test["q_truth"].dims
@@ -53,7 +61,13 @@ def test_the_forecast_is_the_model_on_each_sample_with_its_lead_time(
 def test_emos_nc_keeps_each_variables_coefficients_on_its_own_dims(tmp_path: Path) -> None:
     train, test = (_with_surface(_ensemble(dates=d, seed=d)) for d in (5, 2))
     run = tmp_path / "emos"
-    train_postprocessor(train, model="emos", run_dir=run, members=2, progress=False)
+    train_postprocessor(
+        train,
+        PostprocessConfig(
+            model="emos", members=2, train=TrainConfig(progress=False, tensorboard=False)
+        ),
+        run,
+    )
     with xr.open_dataset(run / "emos.nc") as stored:
         packed = stored.load()
     # the surface field's fits are not repeated along the levelled field's 'level'

@@ -13,6 +13,8 @@ import xarray as xr
 
 import sciml.weather.postprocess.models as postprocess
 from sciml.cli import main
+from sciml.training import TrainConfig
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.mixed import MixedPostProcessor
 from sciml.weather.postprocess.pooled import PooledPostProcessor
 from sciml.weather.postprocess.predict import predict_run
@@ -59,8 +61,9 @@ def test_an_interrupted_mixed_run_resumes_to_the_uninterrupted_one(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ds = xr.open_dataset(data)
-    options = {"model": "mixed", "members": 2, "epochs": 2, "batch_size": 4, "progress": False}
-    assert train_postprocessor(ds, run_dir=tmp_path / "whole", **options) == "completed"
+    loop = TrainConfig(epochs=2, batch_size=4, progress=False, tensorboard=False)
+    config = PostprocessConfig(model="mixed", members=2, train=loop)
+    assert train_postprocessor(ds, config, tmp_path / "whole") == "completed"
     loss, calls = postprocess.gaussian_crps_loss, []
 
     def stopping(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -70,9 +73,9 @@ def test_an_interrupted_mixed_run_resumes_to_the_uninterrupted_one(
         return loss(model, batch)  # type: ignore[arg-type]
 
     monkeypatch.setattr(postprocess, "gaussian_crps_loss", stopping)
-    assert train_postprocessor(ds, run_dir=tmp_path / "split", **options) == "interrupted"
+    assert train_postprocessor(ds, config, tmp_path / "split") == "interrupted"
     monkeypatch.setattr(postprocess, "gaussian_crps_loss", loss)
-    assert train_postprocessor(ds, run_dir=tmp_path / "split", **options) == "completed"
+    assert train_postprocessor(ds, config, tmp_path / "split") == "completed"
     pd.testing.assert_frame_equal(_metrics(tmp_path / "split"), _metrics(tmp_path / "whole"))
     whole = load_postprocessor(tmp_path / "whole", checkpoint="last").state_dict()
     split = load_postprocessor(tmp_path / "split", checkpoint="last").state_dict()
@@ -81,21 +84,30 @@ def test_an_interrupted_mixed_run_resumes_to_the_uninterrupted_one(
 
 @pytest.mark.parametrize(
     ("version", "why"),
-    [(None, "records the grid, lead times and start dates"), (3, "names its kind and format")],
+    [
+        (None, "records the grid, lead times and start dates"),
+        (3, "names its kind and format"),
+        (4, "nests the training loop's options"),
+    ],
 )
 def test_a_run_folder_of_an_earlier_format_is_refused(
     data: Path, tmp_path: Path, version: int | None, why: str
 ) -> None:
     run = tmp_path / "old"
-    train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
-    saved = json.loads((run / RUN_CONFIG).read_text())["config"]  # written flat before format 4
-    (run / RUN_CONFIG).write_text(json.dumps(saved | ({} if version is None else {"version": 3})))
+    train_postprocessor(xr.open_dataset(data), PostprocessConfig(model="emos", members=2), run)
+    record = json.loads((run / RUN_CONFIG).read_text())
+    if version == 4:  # the layout of format 4, the loop's options beside the others
+        record["config"] |= record["config"].pop("train")
+        old = record | {"version": 4}
+    else:  # written flat before format 4
+        old = record["config"] | ({} if version is None else {"version": version})
+    (run / RUN_CONFIG).write_text(json.dumps(old))
     before = _hashes(run)
-    message = f"weather run of format {version or 1}; this version of sciml reads format 4 .*{why}"
+    message = f"weather run of format {version or 1}; this version of sciml reads format 5 .*{why}"
     with pytest.raises(ValueError, match=message):
         read_run(run)
     with pytest.raises(ValueError, match=message):
-        train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+        train_postprocessor(xr.open_dataset(data), PostprocessConfig(model="emos", members=2), run)
     assert _hashes(run) == before
 
 
@@ -117,26 +129,32 @@ def test_emos_fits_every_date_and_refuses_a_folder_fitted_without_the_validation
     data: Path, tmp_path: Path
 ) -> None:
     run = tmp_path / "emos"
-    train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+    train_postprocessor(xr.open_dataset(data), PostprocessConfig(model="emos", members=2), run)
     assert read_run(run)[0].validation == 0
     saved = json.loads((run / RUN_CONFIG).read_text())
     saved["config"]["validation"] = 0.2  # an older EMOS
     (run / RUN_CONFIG).write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"another configuration \(.*validation: 0.2 in the run"):
-        train_postprocessor(xr.open_dataset(data), model="emos", run_dir=run, members=2)
+        train_postprocessor(xr.open_dataset(data), PostprocessConfig(model="emos", members=2), run)
 
 
 def test_the_deep_models_need_a_lat_lon_grid(data: Path, tmp_path: Path) -> None:
     ds = xr.open_dataset(data).isel(lat=0)
     with pytest.raises(ValueError, match=r"need 2 spatial dims \(lat, lon\).*'psi' has \['lon'\]"):
-        train_postprocessor(ds, model="mlp", run_dir=tmp_path / "r", members=2)
+        train_postprocessor(ds, PostprocessConfig(model="mlp", members=2), tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 
 def test_periodic_longitudes_are_detected(data: Path, tmp_path: Path) -> None:
     ds = xr.open_dataset(data).assign_coords(lon=np.arange(8) * 45.0)
     run = tmp_path / "unet"
-    train_postprocessor(ds, model="unet", run_dir=run, members=2, epochs=1, progress=False)
+    train_postprocessor(
+        ds,
+        PostprocessConfig(
+            model="unet", members=2, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
+        ),
+        run,
+    )
     assert read_run(run)[0].periodic
 
 
@@ -146,12 +164,12 @@ def _data_parallel_run(data: Path, run: Path, batch_size: int) -> list[float]:
 
     status = train_postprocessor(
         xr.open_dataset(data),
-        model="mixed",
-        run_dir=run,
-        members=2,
-        epochs=1,
-        batch_size=batch_size,
-        progress=False,
+        PostprocessConfig(
+            model="mixed",
+            members=2,
+            train=TrainConfig(epochs=1, batch_size=batch_size, progress=False, tensorboard=False),
+        ),
+        run,
     )
     assert status == "completed"
     if dist.is_initialized():

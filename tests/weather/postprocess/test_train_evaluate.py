@@ -8,6 +8,8 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
+from sciml.training import TrainConfig
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.train import load_postprocessor, read_run, train_postprocessor
 
@@ -66,19 +68,37 @@ def test_train_and_evaluate_from_the_command_line(
 def test_runs_are_checked(files: tuple[Path, Path], tmp_path: Path) -> None:
     train, test = files
     ds = xr.open_dataset(train)
-    with pytest.raises(ValueError, match=r"members must be an integer in \[2, 4\]"):
-        train_postprocessor(ds, model="emos", run_dir=tmp_path / "a", members=5)
-    with pytest.raises(ValueError, match="model must be one of"):
-        train_postprocessor(ds, model="gbm", run_dir=tmp_path / "a")
+    with pytest.raises(
+        ValueError, match=r"members must be at most the ensemble's 4 members, got 5"
+    ):
+        train_postprocessor(ds, PostprocessConfig(model="emos", members=5), tmp_path / "a")
+    with pytest.raises(ValueError, match=r"PostprocessConfig.members must be an integer >= 2"):
+        PostprocessConfig(model="emos", members=1)
+    with pytest.raises(ValueError, match=r"PostprocessConfig.model must be one of \('emos'"):
+        PostprocessConfig(model="gbm")
     run = tmp_path / "mlp"
-    train_postprocessor(ds, model="mlp", run_dir=run, members=2, epochs=1, progress=False)
+    train_postprocessor(
+        ds,
+        PostprocessConfig(
+            model="mlp", members=2, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
+        ),
+        run,
+    )
     config, stats = read_run(run)
     assert config.static == ("topography",) and len(stats.channels) == 4
     assert load_postprocessor(run, checkpoint="last").static == 1
     with pytest.raises(ValueError, match=r"another configuration \(members: 2 in the run, 3 now"):
-        train_postprocessor(ds, model="mlp", run_dir=run, members=3, epochs=1, progress=False)
+        train_postprocessor(
+            ds,
+            PostprocessConfig(
+                model="mlp",
+                members=3,
+                train=TrainConfig(epochs=1, progress=False, tensorboard=False),
+            ),
+            run,
+        )
     with pytest.raises(ValueError, match="is an EMOS run"):
-        train_postprocessor(ds, model="emos", run_dir=tmp_path / "e", members=2)
+        train_postprocessor(ds, PostprocessConfig(model="emos", members=2), tmp_path / "e")
         load_postprocessor(tmp_path / "e")
     with pytest.raises(ValueError, match="use more members than the test data have"):
         evaluate_runs([run], xr.open_dataset(test).isel(member=[0]))

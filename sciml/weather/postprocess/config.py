@@ -1,0 +1,108 @@
+"""The options of a post-processing run (``sciml weather train``), checked when made.
+
+The command line is generated from :class:`PostprocessConfig`'s fields
+(:mod:`sciml.cli_args`); :func:`sciml.weather.postprocess.train.train_postprocessor` takes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sciml.cli_args import not_an_option, option, positive_float, positive_int
+from sciml.training.config import TrainConfig
+from sciml.weather.options import (
+    LOSS_SCALES,
+    MODELS,
+    is_count,
+    is_fraction,
+    is_names,
+    is_rate,
+    require,
+    train_field,
+)
+
+__all__ = ["PostprocessConfig"]
+
+
+@dataclass(frozen=True)
+class PostprocessConfig:
+    """What a post-processing run trains, and how.
+
+    Attributes:
+        model: ``"emos"``, ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"``.
+        members: Members the model sees (the first ones for EMOS; >= 2, at most the
+            ensemble's size).
+        variables: Forecast variables (``None``: every one with a truth).
+        choice: ``"first"`` or ``"random"`` members per training sample (deep models;
+            ``None``: ``"random"`` for ``pooled``, which is meant for any members, else
+            ``"first"``).
+        validation: Fraction of the last start dates that validates a deep model (the
+            checkpoint kept is the best on them); EMOS fits on every date (its run records 0).
+        train: The loop's options (:class:`~sciml.training.TrainConfig`; deep models).
+        lr: Adam learning rate (deep models).
+        loss_scale: ``"raw-crps"`` (the deep models' CRPS of each channel and lead time
+            divided by the raw full ensemble's on the training dates, so every row counts
+            alike: :mod:`sciml.weather.postprocess.loss_scale`) or ``"none"`` (the plain mean
+            CRPS). EMOS fits every row on its own, where a row's constant scale moves nothing.
+        static: Static fields for the deep models (``None``: every field without sample
+            dims; EMOS uses none).
+        channel_dims: Dims folded into channels.
+        grid: The (lat, lon) sizes, from the data (deep models; a run records them).
+        periodic: Whether the longitudes close the circle, from the data (deep models).
+    """
+
+    model: str = field(metadata=option("model to train", choices=MODELS))
+    members: int = field(default=5, metadata=option("members the model sees", type=positive_int))
+    variables: tuple[str, ...] | None = field(
+        default=None,
+        metadata=option("forecast variables; unset: every one with a truth", nargs="+"),
+    )
+    choice: str | None = field(
+        default=None,
+        metadata=option(
+            "first k members, or k drawn per training sample (unset: random for pooled, "
+            "first for the others)",
+            choices=("first", "random"),
+        ),
+    )
+    validation: float = field(
+        default=0.2,
+        metadata=option(
+            "fraction of the last dates that validates a deep model (EMOS fits on all)",
+            type=positive_float,
+        ),
+    )
+    train: TrainConfig = train_field("samples per step on each rank")
+    lr: float = field(default=1e-3, metadata=option("Adam learning rate", type=positive_float))
+    loss_scale: str = field(
+        default="raw-crps",
+        metadata=option(
+            "deep models: divide each channel's and lead time's CRPS by the raw ensemble's "
+            "(every row counts alike), or not",
+            choices=LOSS_SCALES,
+        ),
+    )
+    static: tuple[str, ...] | None = field(default=None, metadata=not_an_option())
+    channel_dims: tuple[str, ...] = field(default=("level",), metadata=not_an_option())
+    grid: tuple[int, ...] = field(default=(), metadata=not_an_option())
+    periodic: bool = field(default=False, metadata=not_an_option())
+
+    def __post_init__(self) -> None:
+        """Reject an unknown model, choice or loss scale and out-of-range numbers, by name."""
+        require(self, "model", self.model in MODELS, f"one of {MODELS}")
+        require(self, "members", is_count(self.members, 2), "an integer >= 2")
+        require(self, "variables", self.variables is None or is_names(self.variables),
+                "None or a non-empty tuple of variable names")  # fmt: skip
+        require(self, "choice", self.choice in (None, "first", "random"),
+                "None, 'first' or 'random'")  # fmt: skip
+        emos = self.model == "emos"
+        require(self, "validation", is_fraction(self.validation, zero=emos),
+                "a fraction in (0, 1)" + (" or 0" if emos else ""))  # fmt: skip
+        require(self, "train", isinstance(self.train, TrainConfig), "a TrainConfig")
+        require(self, "lr", is_rate(self.lr), "a finite number > 0")
+        require(self, "loss_scale", self.loss_scale in LOSS_SCALES, f"one of {LOSS_SCALES}")
+        require(self, "static", self.static is None or isinstance(self.static, tuple),
+                "None or a tuple of variable names")  # fmt: skip
+        require(self, "channel_dims", isinstance(self.channel_dims, tuple),
+                "a tuple of dimension names")  # fmt: skip
+        require(self, "grid", isinstance(self.grid, tuple), "a tuple of sizes")
