@@ -15,7 +15,9 @@ PUBLIC = {
     "sciml.distributed.process_group",
     "sciml.geo.mask",
     "sciml.spatial_parallel.parallelize",
+    "sciml.spatial_parallel.sharding",
     "sciml.training.loop",
+    "sciml.weather.metrics.dispersion",
     "sciml.weather.metrics.scores",
 }
 

@@ -24,6 +24,21 @@ def shard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     spatial grid, like :func:`torch.tensor_split` (first blocks one larger).
     The block is marked with the global shape, so that a parallel model finds
     it without communication (:mod:`sciml.spatial_parallel.shapes`).
+
+    Examples:
+        In one process the mesh has one block, the whole tensor (with more ranks,
+        each gets its own; see :func:`~sciml.spatial_parallel.parallelize`):
+
+        >>> import torch
+        >>> from sciml.distributed import init_distributed
+        >>> from sciml.spatial_parallel import SpatialMesh
+        >>> x = torch.randn(2, 1, 5, 4, 4)
+        >>> with init_distributed():
+        ...     mesh = SpatialMesh()
+        ...     block = shard(x, mesh)
+        ...     whole = unshard(block, mesh)
+        >>> block.shape, torch.equal(whole, x)
+        (torch.Size([2, 1, 5, 4, 4]), True)
     """
     _check_args("shard", x, mesh)
     if x.dim() != 5:
