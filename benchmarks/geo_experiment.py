@@ -16,6 +16,7 @@ import argparse
 import shutil
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from _report import write_report
@@ -51,23 +52,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from sciml.demos.geo import DEMO_BOUNDS, results_table
-    from sciml.geo.experiment import REFERENCE_ACCURACY, run_experiment
+    from sciml.geo.experiment import EXPERIMENT_CONFIG, REFERENCE_ACCURACY, run_experiment
     from sciml.geo.scene import synthesize_scene
 
     start = time.perf_counter()
     bounds = DEMO_BOUNDS if args.quick else None
     scene = synthesize_scene(resolution=args.resolution, bounds=bounds, seed=args.seed)
-    options = {
-        "block": 125 if args.quick else 256,
-        "tile": 32,
-        "epochs": 1 if args.quick else args.epochs,
-        "base_channels": 8 if args.quick else 16,
-        "seed": args.seed,
-    }
+    config = replace(
+        EXPERIMENT_CONFIG, tile=32, overlap=8, base_channels=8 if args.quick else 16
+    ).with_loop(epochs=1 if args.quick else args.epochs, seed=args.seed)
+    block = 125 if args.quick else 256
     run_dir = Path(args.run_dir) / f"{'quick-' if args.quick else ''}seed{args.seed}"
     if args.restart:
         shutil.rmtree(run_dir, ignore_errors=True)
-    results = run_experiment(scene, run_dir, **options)
+    results = run_experiment(scene, config, run_dir, block=block)
     table = results_table(results)
     print(table)
     counts = scene.trees.groupby(["source", "in_inventory"]).size()
@@ -89,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         "geo_experiment",
         rows,
         scene=scene_info,
-        options=options,
+        options={"block": block, **asdict(config)},
         reference_accuracy_in_mask=REFERENCE_ACCURACY,
         seconds=seconds,
     )

@@ -8,12 +8,14 @@ checkpoints and the section raises :class:`sciml.demos.DemoInterrupted`.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from sciml.datasets import sample_path
 from sciml.demos import DemoInterrupted
 from sciml.demos.report import save_figure
 from sciml.geo.experiment import (
+    EXPERIMENT_CONFIG,
     OSBS_KNOWN,
     OSBS_TRAIN,
     REFERENCE_ACCURACY,
@@ -101,9 +103,8 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     runs = folder / ("runs-quick" if quick else "runs")
     scene = synthesize_scene(resolution=1.0, bounds=DEMO_BOUNDS)
     try:
-        results = run_experiment(
-            scene, runs, block=125, tile=32, epochs=1 if quick else 2, base_channels=8
-        )
+        config = replace(EXPERIMENT_CONFIG, tile=32, overlap=8, base_channels=8)
+        results = run_experiment(scene, config.with_loop(epochs=1 if quick else 2), runs, block=125)
     except ExperimentInterrupted as stop:
         raise DemoInterrupted("geo", str(stop)) from stop
     figure = save_figure(experiment_figure(scene, results), folder, "experiment.png", dpi=80)

@@ -1,7 +1,8 @@
 """``sciml geo ...``: road masks, tree labels, training and scene-wide prediction.
 
 Handlers parse, check the numeric options against each other before any
-work (tile and overlap, tile and U-Net depth, bounds), refuse output paths
+work (tile and overlap, tile and U-Net depth, bounds; ``geo train``'s options are
+generated from :class:`~sciml.geo.config.SegmenterConfig`, which checks them), refuse output paths
 that are (or lie inside) one of the command's inputs, and existing outputs
 without ``--overwrite`` (:func:`sciml.geo.outputs.check_outputs`), call the
 library and print. ``geo train`` seeds every generator before it builds the
@@ -20,12 +21,15 @@ from pathlib import Path
 
 from sciml.cli_args import (
     Subparsers,
+    add_config_arguments,
+    config_from_args,
     finite_float,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
 )
+from sciml.geo.config import SegmenterConfig, check_tiles
 
 
 def _width(text: str) -> float | str:
@@ -46,16 +50,6 @@ def _classes(text: str) -> list[str] | str:
     if not classes:
         raise argparse.ArgumentTypeError(f"expected highway classes or 'all', got {text!r}")
     return classes
-
-
-def _check_tiles(tile: int, overlap: int, depth: int, *, depth_from: str = "--depth") -> None:
-    """Reject ``overlap >= tile`` and a ``tile`` not divisible by ``2**depth``, before any work."""
-    if overlap >= tile:
-        raise ValueError(f"--overlap ({overlap}) must be smaller than --tile ({tile})")
-    if tile % 2**depth:
-        raise ValueError(
-            f"--tile ({tile}) must be divisible by 2**depth = {2**depth} ({depth_from} {depth})"
-        )
 
 
 def _cmd_mask(args: argparse.Namespace) -> int:
@@ -105,49 +99,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import PreemptionFlag
     from sciml.geo.outputs import check_outputs
 
-    _check_tiles(args.tile, args.overlap, args.depth)
+    config = config_from_args(SegmenterConfig, args)
     inputs = {"image": args.image, "mask": args.mask, "labels": args.labels}
     check_outputs({"--run-dir": args.run_dir}, inputs, overwrite=None)
     with PreemptionFlag():  # a signal while the data load stops training after its first step
-        return _train(args)
+        return _train(args, config)
 
 
-def _train(args: argparse.Namespace) -> int:
-    from sciml.geo.model import MaskedUNet
+def _train(args: argparse.Namespace, config: SegmenterConfig) -> int:
     from sciml.geo.rasters import read_image, read_labels, read_mask
     from sciml.geo.tiles import SceneTiles
     from sciml.geo.training import train_segmenter
-    from sciml.training import EXIT_REQUEUE, seed_everything
+    from sciml.training import EXIT_REQUEUE
 
     image = read_image(args.image)
     mask = read_mask(args.mask, like=image)
     labels = read_labels(args.labels, like=image)
     try:
-        dataset = SceneTiles(image, mask, labels, tile=args.tile, overlap=args.overlap)
+        dataset = SceneTiles(image, mask, labels, tile=config.tile, overlap=config.overlap)
     except ValueError as err:
         raise ValueError(
             f"image {args.image}, mask {args.mask}, labels {args.labels}: {err}"
         ) from None
-    seed_everything(args.seed)  # the weights' initialisation depends on --seed only
-    model = MaskedUNet(
-        image.sizes["band"],
-        base_channels=args.base_channels,
-        depth=args.depth,
-        mask_image=not args.unmasked,
-    )
-    result = train_segmenter(
-        model,
-        dataset,
-        run_dir=args.run_dir,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        loss=args.loss,
-        masked=not args.unmasked,
-        options={"tile": args.tile, "overlap": args.overlap},
-        progress=True,
-    )
+    result = train_segmenter(dataset, config, args.run_dir, progress=True)
     if result.status == "interrupted":
         print(
             f"interrupted at epoch {result.epoch + 1}, step {result.global_step}; checkpoint "
@@ -167,7 +141,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     inputs = {"image": args.image, "--mask": args.mask, "--run-dir": args.run_dir}
     check_outputs({"out": args.out}, inputs, overwrite=args.overwrite)
     model = load_segmenter(args.run_dir, checkpoint=args.checkpoint)
-    _check_tiles(
+    check_tiles(
         args.tile, args.overlap, model.config["depth"], depth_from="the depth of --run-dir's U-Net"
     )
     scaling = run_pixel_scaling(args.run_dir)
@@ -265,24 +239,7 @@ def _add_train(sub: Subparsers) -> None:
     train.add_argument(
         "--run-dir", required=True, help="run folder; an existing run resumes if its settings match"
     )
-    train.add_argument("--epochs", type=positive_int, default=10, help="passes over the tiles")
-    train.add_argument("--batch-size", type=positive_int, default=8, help="tiles per step")
-    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
-    train.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
-    train.add_argument("--tile", type=positive_int, default=128, help="tile side in pixels")
-    train.add_argument(
-        "--overlap", type=non_negative_int, default=32, help="overlap of tiles in pixels"
-    )
-    train.add_argument(
-        "--base-channels", type=positive_int, default=16, help="channels of the first U-Net level"
-    )
-    train.add_argument("--depth", type=positive_int, default=3, help="U-Net levels")
-    train.add_argument(
-        "--loss", default="bce", choices=["bce", "dice", "tversky", "bce+dice"], help="loss"
-    )
-    train.add_argument(
-        "--unmasked", action="store_true", help="baseline: no mask, unlabelled = background"
-    )
+    add_config_arguments(train, SegmenterConfig)
     train.set_defaults(func=_cmd_train)
 
 

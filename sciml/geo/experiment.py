@@ -14,7 +14,7 @@ with the same ``run_dir`` resumes (a finished run is not trained again).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,12 @@ import torch
 from torch.utils.data import ConcatDataset
 
 from sciml.distributed import torch_threads
-from sciml.geo.losses import LossKind
-from sciml.geo.model import MaskedUNet
+from sciml.geo.config import SegmenterConfig
 from sciml.geo.scene import Scene
 from sciml.geo.scores import segmentation_metrics, tree_recall
 from sciml.geo.tiles import SceneTiles, predict_scene
-from sciml.geo.training import train_segmenter
+from sciml.geo.training import load_segmenter, train_segmenter
+from sciml.training.config import TrainConfig
 
 #: Accuracy inside the mask reached by the reference study (Hamburg, 0.2 m).
 REFERENCE_ACCURACY = 0.784
@@ -83,7 +83,7 @@ def checkerboard(shape: tuple[int, int], block: int) -> np.ndarray:
 
 
 def _training_tiles(
-    scene: Scene, labels: np.ndarray, mask: np.ndarray, *, block: int, tile: int
+    scene: Scene, labels: np.ndarray, mask: np.ndarray, *, block: int, config: SegmenterConfig
 ) -> ConcatDataset:
     image = scene.image.values
     height, width = mask.shape
@@ -100,86 +100,74 @@ def _training_tiles(
                     image[(slice(None), *window)],
                     mask[window],
                     labels[window],
-                    tile=tile,
-                    overlap=tile // 4,
+                    tile=config.tile,
+                    overlap=config.overlap,
                     augment=True,
                 )
             )
     return ConcatDataset(parts)
 
 
+#: The experiment's training: 64 px tiles overlapping by 16, 8 epochs of 16 tiles a step.
+EXPERIMENT_CONFIG = SegmenterConfig(
+    train=TrainConfig(epochs=8, batch_size=16, tensorboard=False), lr=2e-3, tile=64, overlap=16
+)
+
+
 def run_experiment(
     scene: Scene,
+    config: SegmenterConfig,
     run_dir: str | Path,
     *,
     block: int = 256,
-    tile: int = 64,
-    epochs: int = 8,
-    batch_size: int = 16,
-    base_channels: int = 16,
-    lr: float = 2e-3,
-    loss: LossKind = "bce",
-    mask_image: bool = True,
-    seed: int = 0,
     threads: int | None = 1,
 ) -> dict[str, ExperimentResult]:
     """Train the masked and the unmasked model and score both on the evaluation blocks.
 
     Args:
         scene: The synthetic scene.
+        config: The masked model's training (e.g. :data:`EXPERIMENT_CONFIG`); the
+            unmasked baseline trains the same with ``unmasked=True``. Tiles are augmented
+            with their 8 dihedral orientations.
         run_dir: Folder for the two training runs (``masked/``, ``unmasked/``).
         block: Side of the checkerboard blocks (pixels).
-        tile: Training tile side (pixels, divisible by 8); tiles are augmented
-            with their 8 dihedral orientations.
-        epochs: Passes over the training tiles.
-        batch_size: Tiles per optimiser step.
-        lr: Adam learning rate.
-        seed: Seed of the weights' initialisation and the tile order.
-        loss: One of :data:`sciml.geo.losses.LOSS_KINDS`.
-        base_channels: Width of the U-Nets.
-        mask_image: The masked model also zeroes the image off the mask.
         threads: Torch threads while training and predicting (``None``: unchanged).
 
     Returns:
         ``{"masked": ..., "unmasked": ...}`` :class:`ExperimentResult`.
 
     Raises:
+        ValueError: ``config`` is the unmasked baseline's (it trains both).
         ExperimentInterrupted: A signal stopped a training run (checkpointed).
         sciml.geo.training.RunConfigError: ``run_dir`` holds runs of other options.
     """
+    if config.unmasked:
+        raise ValueError(
+            "run_experiment trains the masked model and the unmasked baseline: pass the "
+            "masked model's config (unmasked=False)"
+        )
     run_dir = Path(run_dir)
     road = scene.mask.values
     evaluation = checkerboard(road.shape, block)
     truth = scene.truth.values.astype(bool)
     instances = np.where(evaluation, scene.instances.values, 0)
     inventory = scene.labels(masked=True).values
+    source: dict[str, str | int] = {"scene": str(scene.grid), "block": block}
+    tile, overlap = 4 * config.tile, config.tile // 2
     results = {}
     with torch_threads(threads):
         for name, masked in (("masked", True), ("unmasked", False)):
-            torch.manual_seed(seed)
             labels = inventory if masked else scene.labels(masked=False).values
             train_mask = road if masked else np.ones_like(road)
-            dataset = _training_tiles(scene, labels, train_mask, block=block, tile=tile)
-            model = MaskedUNet(
-                3, base_channels=base_channels, depth=3, mask_image=masked and mask_image
-            )
-            trained = train_segmenter(
-                model,
-                dataset,
-                run_dir=run_dir / name,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                seed=seed,
-                loss=loss,
-                masked=masked,
-                options={"scene": str(scene.grid), "block": block, "tile": tile},
-            )
+            dataset = _training_tiles(scene, labels, train_mask, block=block, config=config)
+            run = replace(config, unmasked=not masked)
+            trained = train_segmenter(dataset, run, run_dir / name, source=source)
             if trained.status == "interrupted":
                 raise ExperimentInterrupted(name, trained)
-            everywhere = predict_scene(model, scene.image, None, tile=4 * tile, overlap=tile // 2)
+            model = load_segmenter(run_dir / name)
+            everywhere = predict_scene(model, scene.image, None, tile=tile, overlap=overlap)
             on_roads = (  # each model sees the mask channel it was trained with
-                predict_scene(model, scene.image, road, tile=4 * tile, overlap=tile // 2)
+                predict_scene(model, scene.image, road, tile=tile, overlap=overlap)
                 if masked
                 else everywhere
             )
@@ -253,21 +241,16 @@ def osbs_experiment(
     columns = np.indices(truth.shape)[1]
     train, test = columns < OSBS_TRAIN, columns >= OSBS_KNOWN
     labels = tree_labels(trees, image, mask=train)
-    torch.manual_seed(seed)
-    model = MaskedUNet(3, base_channels=base_channels, depth=3)
-    dataset = SceneTiles(image, train, labels, tile=64, overlap=16, augment=True)
+    loop = TrainConfig(epochs=epochs, batch_size=8, seed=seed, tensorboard=False)
+    config = SegmenterConfig(train=loop, tile=64, overlap=16, base_channels=base_channels)
+    dataset = SceneTiles(
+        image, train, labels, tile=config.tile, overlap=config.overlap, augment=True
+    )
     with torch_threads(threads):
-        trained = train_segmenter(
-            model,
-            dataset,
-            run_dir=run_dir,
-            epochs=epochs,
-            batch_size=8,
-            seed=seed,
-            options={"study": "osbs", "tile": 64},
-        )
+        trained = train_segmenter(dataset, config, run_dir, source={"study": "osbs"})
         if trained.status == "interrupted":
             raise ExperimentInterrupted("OSBS", trained)
+        model = load_segmenter(run_dir)
         probability = predict_scene(model, image, None, tile=128, overlap=32)
     prob = probability.values
     threshold = best_threshold(prob, truth, ~train & ~test)

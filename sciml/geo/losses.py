@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["LOSS_KINDS", "LossKind", "make_loss_fn", "masked_loss"]
+from sciml.geo.config import LOSS_KINDS, LossKind
 
-LossKind = Literal["bce", "dice", "tversky", "bce+dice"]
-#: Loss kinds accepted by :func:`masked_loss` and :func:`sciml.geo.training.train_segmenter`.
-LOSS_KINDS: tuple[str, ...] = ("bce", "dice", "tversky", "bce+dice")
+__all__ = ["LOSS_KINDS", "LossKind", "make_loss_fn", "masked_loss"]
 
 
 def masked_loss(

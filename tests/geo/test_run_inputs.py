@@ -306,7 +306,12 @@ def test_the_same_seed_reproduces_a_run(inputs: dict[str, Path], tmp_path: Path)
         ),
         (
             ["predict", "{image}", "{out}", "--run-dir", "{old}"],
-            "{old} holds a segmenter run of format 1; this version of sciml reads format 2",
+            "{old} holds a segmenter run of format 1; this version of sciml reads format 3",
+        ),
+        (
+            ["predict", "{image}", "{out}", "--run-dir", "{flat}"],
+            "{flat} holds a segmenter run of format 2; this version of sciml reads format 3 "
+            "(the record now holds the run's SegmenterConfig",
         ),
     ],
     ids=[
@@ -315,6 +320,7 @@ def test_the_same_seed_reproduces_a_run(inputs: dict[str, Path], tmp_path: Path)
         "predict-not-a-run",
         "predict-damaged-run",
         "predict-older-run",
+        "predict-flat-record",
     ],
 )
 def test_errors_name_options_and_files(
@@ -332,12 +338,16 @@ def test_errors_name_options_and_files(
         "empty": str(tmp_path / "empty"),
         "damaged": str(tmp_path / "damaged"),
         "old": str(tmp_path / "old"),
+        "flat": str(tmp_path / "flat"),
     }
     (tmp_path / "empty").mkdir()
     (tmp_path / "damaged").mkdir()
     (tmp_path / "damaged" / "model.json").write_text('{"in_channels": 3,')  # cut short
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "model.json").write_text('{"in_channels": 3}')  # before format 2
+    (tmp_path / "flat").mkdir()  # format 2: the U-Net's arguments beside the options
+    flat = '{"kind": "geo-segmenter", "version": 2, "config": {"in_channels": 3, "lr": 0.001}}'
+    (tmp_path / "flat" / "model.json").write_text(flat)
     assert main(["geo", *(part.format(**names) for part in command)]) == 1
     assert message.format(**names) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import shapely
 
 from sciml.demos.geo import results_table
-from sciml.geo.experiment import checkerboard, run_experiment
+from sciml.geo.experiment import EXPERIMENT_CONFIG, checkerboard, run_experiment
 from sciml.geo.scene import Scene, synthesize_scene
 from sciml.geo.trees import tree_labels
 
@@ -50,9 +51,8 @@ def test_scene_is_deterministic(helsinki_pbf: str, scene: Scene) -> None:
 
 
 def test_experiment_smoke(scene: Scene, tmp_path: Path) -> None:
-    results = run_experiment(
-        scene, tmp_path, block=100, tile=32, epochs=1, batch_size=8, base_channels=4
-    )
+    config = replace(EXPERIMENT_CONFIG, tile=32, overlap=8, base_channels=4)
+    results = run_experiment(scene, config.with_loop(epochs=1, batch_size=8), tmp_path, block=100)
     assert set(results) == {"masked", "unmasked"}
     for result in results.values():
         assert 0.0 <= result.tree_recall <= 1.0
