@@ -90,8 +90,9 @@ def build(case: str) -> tuple[nn.Module, int]:
 
 
 def _weights_block(w: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
-    """This rank's loss weights: its block of a split output, all of a replicated one."""
-    return shard(w, mesh) if w.dim() == 5 else w
+    """This rank's loss weights: its block of a split output, its replica's samples of a
+    replicated one."""
+    return shard(w, mesh) if w.dim() == 5 else w[mesh.block((*w.shape, 1, 1, 1))[0]]
 
 
 def compiled_errors(
@@ -139,13 +140,14 @@ def compiled_errors(
             out = pmodel(xin)
             (out * _weights_block(w, mesh)).sum().backward()
             assert xin.grad is not None
-            whole = unshard(out.detach(), mesh) if out.dim() == 5 else out.detach()
+            whole = unshard(out, mesh).detach()
             worst(f"{kind}:out", whole, y.detach())
             worst(f"{kind}:xgrad", xin.grad, shard(xref.grad, mesh))
     for kind, pmodel in (("eager", eager), ("compiled", compiled)):
         for (name, p), ref in zip(pmodel.named_parameters(), reference.parameters(), strict=True):
             assert p.grad is not None and ref.grad is not None
-            worst(f"{kind}:grad:{name}", p.grad, ref.grad)
+            # each replica's loss is its own samples': the gradient is their average
+            worst(f"{kind}:grad:{name}", p.grad * mesh.data, ref.grad)
     return {"errors": errors, "graphs": counters["stats"]["unique_graphs"]}
 
 

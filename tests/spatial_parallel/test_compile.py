@@ -57,16 +57,13 @@ def test_dynamic_shapes_compile_the_norms_exactly() -> None:
     _assert_exact(results)
 
 
-def test_compiled_four_ranks() -> None:
-    results = spawn(
-        compiled_errors,
-        4,
-        dict(depth=2, height=2),
-        "global_mean",
-        [12, 13],
-        "aot_eager",
-        timeout=600,
-    )
+@pytest.mark.parametrize(
+    "mesh", [dict(depth=2, height=2), dict(data=2, depth=2)], ids=["2x2", "hybrid"]
+)
+def test_compiled_four_ranks(mesh: dict[str, int]) -> None:
+    """Two split dims; and two data-parallel replicas of a depth split (the gradients
+    averaged over replicas, as DistributedDataParallel does)."""
+    results = spawn(compiled_errors, 4, mesh, "global_mean", [12, 13], "aot_eager", timeout=600)
     _assert_exact(results)
 
 
