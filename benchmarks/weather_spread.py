@@ -31,9 +31,11 @@ import xarray as xr
 from _report import write_report
 
 from sciml.cli_args import non_negative_int, positive_int
+from sciml.training import TrainConfig
 from sciml.weather.data import split_start_dates
 from sciml.weather.spread.evaluate import evaluate_spread
 from sciml.weather.spread.model import LOSSES
+from sciml.weather.spread.options import SpreadConfig
 from sciml.weather.spread.train import train_spread
 
 
@@ -81,20 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         name = f"spread_{args.members}_{loss}_t{history}_{args.choice}_w{args.base_channels}"
         run = Path(args.work) / f"{name}_e{args.epochs}_seed{seed}"
         start = time.perf_counter()
-        status = train_spread(
-            seen,
-            run_dir=run,
+        config = SpreadConfig(
             members=args.members,
             history=history,
             loss=loss,
             choice=args.choice,
             periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
             validation=0.25,
-            epochs=args.epochs,
+            train=TrainConfig(epochs=args.epochs, seed=seed, progress=False, tensorboard=False),
             base_channels=args.base_channels,
-            seed=seed,
-            progress=False,
         )
+        status = train_spread(seen, config, run)
         timings[run.name] = time.perf_counter() - start
         print(f"{run.name}: {status} in {timings[run.name]:.0f} s", flush=True)
         runs.append(run)

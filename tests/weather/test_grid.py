@@ -13,11 +13,13 @@ from sciml.training.run_dir import LabelMismatch, RunLock
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor
+from sciml.weather.spread.options import SpreadConfig
 from sciml.weather.spread.train import predict_spread, train_spread
 
 #: One quiet epoch of the loop.
 LOOP = TrainConfig(epochs=1, progress=False, tensorboard=False)
-SPREAD = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
+#: A small spread run of that loop.
+SPREAD = SpreadConfig(members=2, base_channels=4, depth=1, train=LOOP)
 
 
 def _ensemble(dates: int, seed: int) -> xr.Dataset:
@@ -54,7 +56,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             train, PostprocessConfig(model=model, members=2, train=LOOP), found[model]
         )
     found["spread"] = folder / "spread"
-    train_spread(train, run_dir=found["spread"], members=2, **SPREAD)
+    train_spread(train, SPREAD, found["spread"])
     return found
 
 
@@ -165,7 +167,7 @@ def _hashes(folder: Path) -> dict[str, str]:
 
 def _train(kind: str, ds: xr.Dataset, run: Path) -> None:
     if kind == "spread":
-        train_spread(ds, run_dir=run, members=2, **SPREAD)
+        train_spread(ds, SPREAD, run)
     else:
         train_postprocessor(ds, PostprocessConfig(model=kind, members=2, train=LOOP), run)
 

@@ -7,10 +7,12 @@ import pytest
 from sciml.cli import build_parser
 from sciml.cli_args import add_config_arguments, config_from_args
 from sciml.weather.postprocess.config import PostprocessConfig
+from sciml.weather.spread.options import SpreadConfig
 
 #: Each command, its configuration, and its required options with their fields' values.
 COMMANDS = [
     pytest.param(("weather", "train"), PostprocessConfig, {"model": "mlp"}, id="weather train"),
+    pytest.param(("weather", "spread", "train"), SpreadConfig, {}, id="weather spread train"),
 ]
 #: What a command adds by hand: the data, the run folder, and the progress bar (how a run
 #: shows, not what it computes).
@@ -45,3 +47,29 @@ def test_the_command_line_defaults_are_the_configuration_defaults(
     given = [text for name, value in required.items() for text in (f"--{name}", value)]
     args = build_parser().parse_args([*path, *given, "--run-dir", "r", "data.nc"])
     assert config_from_args(config, args) == config(**required)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: PostprocessConfig(model="gbm"), r"PostprocessConfig.model must be one of"),
+        (lambda: PostprocessConfig(model="mlp", members=1), r"members must be an integer >= 2"),
+        (lambda: PostprocessConfig(model="mlp", validation=1.5), r"validation must be a fract"),
+        (lambda: PostprocessConfig(model="mlp", validation=0), r"validation must be a fraction"),
+        (lambda: PostprocessConfig(model="mlp", lr=float("nan")), r"lr must be a finite number"),
+        (lambda: PostprocessConfig(model="mlp", choice="last"), r"choice must be None, 'first'"),
+        (lambda: PostprocessConfig(model="mlp", variables=()), r"variables must be None or a"),
+        (lambda: SpreadConfig(history=0), r"SpreadConfig.history must be an integer >= 1"),
+        (lambda: SpreadConfig(periodic=("time",)), r"periodic must be None or a tuple of"),
+        (lambda: SpreadConfig(depth=-1), r"SpreadConfig.depth must be an integer >= 0"),
+    ],
+)
+def test_a_bad_option_is_refused_by_name_when_the_configuration_is_made(
+    make: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_emos_records_no_validation_dates() -> None:
+    assert PostprocessConfig(model="emos", validation=0).validation == 0

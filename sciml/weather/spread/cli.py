@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
-from sciml.cli_args import Subparsers, non_negative_int, positive_float, positive_int
-from sciml.weather.options import SPREAD_LOSSES
+from sciml.cli_args import Subparsers, add_config_arguments, config_from_args
+from sciml.weather.spread.options import SpreadConfig
 
 __all__ = ["register_spread"]
 
@@ -17,26 +18,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.weather.spread.train import train_spread
 
     with init_distributed() as ctx:
-        status = train_spread(
-            open_ensemble(args.data),
-            run_dir=args.run_dir,
-            members=args.members,
-            history=args.temporal,
-            loss=args.loss,
-            variables=args.variables,
-            periodic=args.periodic,
-            choice=args.choice,
-            validation=args.validation,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            progress=not args.quiet,
-            device=ctx.device,
-        )
+        config = config_from_args(SpreadConfig, args)
+        config = replace(config, train=replace(config.train, progress=not args.quiet))
+        status = train_spread(open_ensemble(args.data), config, args.run_dir, device=ctx.device)
         print0(
-            f"spread from {args.members} members, {args.temporal} lead time(s), {args.loss} "
-            f"loss: {status}, run folder {args.run_dir}"
+            f"spread from {config.members} members, {config.history} lead time(s), "
+            f"{config.loss} loss: {status}, run folder {args.run_dir}"
         )
     return EXIT_REQUEUE if status == "interrupted" else 0
 
@@ -73,44 +60,8 @@ def _add_train(sub: Subparsers) -> None:
         "the command exits with 3; the same command resumes it.",
     )
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
-    train.add_argument("--members", type=positive_int, default=5, help="members the model sees")
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
-    train.add_argument(
-        "--temporal",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="lead times stacked: the current one and the N-1 before it (1: current only)",
-    )
-    train.add_argument(
-        "--loss", choices=SPREAD_LOSSES, default="l1", help="loss against the spread"
-    )
-    train.add_argument(
-        "--variables", nargs="+", help="forecast variables; unset: every one with a truth"
-    )
-    train.add_argument(
-        "--periodic",
-        nargs="*",
-        choices=("lat", "lon"),
-        default=None,
-        help="spatial dims that wrap around (unset: lon when the longitudes close 360 "
-        "degrees; the toy QG domain: lat lon)",
-    )
-    train.add_argument(
-        "--choice",
-        choices=("first", "random"),
-        default="first",
-        help="first k members, or k drawn per training sample",
-    )
-    train.add_argument(
-        "--validation", type=positive_float, default=0.2, help="fraction of dates to validate on"
-    )
-    train.add_argument("--epochs", type=positive_int, default=10, help="training epochs")
-    train.add_argument(
-        "--batch-size", type=positive_int, default=8, help="samples per step (per rank)"
-    )
-    train.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
-    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run")
+    add_config_arguments(train, SpreadConfig)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

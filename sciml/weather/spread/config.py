@@ -1,8 +1,8 @@
-"""A spread run's configuration and its run record, ``spread_run.json``.
+"""A spread run's record, ``spread_run.json``.
 
-:class:`SpreadConfig` holds what a spread run was trained on and how; the run record
-(:data:`SPREAD_RECORD`, kept by :mod:`sciml.training.run_record`) holds it with the training
-data's record (:func:`sciml.weather.grid.data_record`: grid labels, lead times, start dates).
+The run record (:data:`SPREAD_RECORD`, kept by :mod:`sciml.training.run_record`) holds the
+run's :class:`~sciml.weather.spread.options.SpreadConfig` with the training data's record
+(:func:`sciml.weather.grid.data_record`: grid labels, lead times, start dates).
 :func:`read_spread_run` reads the configuration back with the run's channel statistics
 (:func:`read_spread_data` the data's record). A run folder records :data:`SPREAD_VERSION`;
 folders of another version are refused by name (retrain in a new folder).
@@ -10,31 +10,31 @@ folders of another version are refused by name (retrain in a new folder).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from sciml.datasets.channels import NormStats
 from sciml.training.run_record import RecordKind, read_run_record
-from sciml.weather.spread.model import SpreadPredictor
+from sciml.weather.options import config_from_record
+from sciml.weather.spread.options import SpreadConfig
 
 __all__ = [
     "DATA_KEY",
     "RUN_CONFIG",
     "SPREAD_RECORD",
     "SPREAD_VERSION",
-    "SpreadConfig",
     "read_spread_data",
     "read_spread_run",
 ]
 
 RUN_CONFIG = "spread_run.json"
-#: Format of ``spread_run.json``; 5: the run record's layout (kind, version, config); 4: it
+#: Format of ``spread_run.json``; 6: the configuration nests the loop's options (``train``:
+#: epochs, batch size, seed); 5: the run record's layout (kind, version, config); 4: it
 #: records the training data's grid, lead times and start dates; 3: the head estimates the
 #: underlying variance and keeps the k members' own part of the ``ensemble``-member spread
 #: (2: a free log-residual on the sample spread; 1: periodic dims padded by ``2**depth``
 #: points and cropped): other networks.
-SPREAD_VERSION = 5
+SPREAD_VERSION = 6
 #: Key of the training data's record in the configuration.
 DATA_KEY = "data"
 _CHANGES = {
@@ -42,50 +42,12 @@ _CHANGES = {
     2: "the head now keeps the k members' own part of the full spread, another network",
     3: "a run now records the grid, lead times and start dates it was trained on",
     4: "the record now names its kind and format",
+    5: "the configuration now nests the training loop's options (train)",
 }
 #: The run record of a spread run.
 SPREAD_RECORD = RecordKind(
     "weather-spread", SPREAD_VERSION, RUN_CONFIG, "a spread run", changes=_CHANGES
 )
-
-
-@dataclass(frozen=True)
-class SpreadConfig:
-    """What a spread run was trained on and how (``spread_run.json``).
-
-    ``ensemble`` is the size of the ensemble whose spread the run predicts (the training
-    data's member count).
-    """
-
-    members: int
-    ensemble: int
-    history: int
-    lead_days: tuple[float, ...]
-    loss: str
-    variables: tuple[str, ...]
-    levels: int
-    periodic: tuple[str, ...]
-    choice: str
-    validation: float
-    epochs: int
-    batch_size: int
-    lr: float
-    seed: int
-    base_channels: int
-    depth: int
-
-    def build(self) -> SpreadPredictor:
-        """A new model of this configuration."""
-        return SpreadPredictor(
-            len(self.variables),
-            members=self.members,
-            ensemble=self.ensemble,
-            levels=self.levels,
-            history=self.history,
-            periodic=self.periodic,
-            base_channels=self.base_channels,
-            depth=self.depth,
-        )
 
 
 def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
@@ -97,18 +59,10 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
             configuration fields).
     """
     run_dir = Path(run_dir)
-    path = run_dir / RUN_CONFIG
     raw = read_run_record(run_dir, SPREAD_RECORD)
     raw.pop(DATA_KEY, None)
-    expected = {f.name for f in fields(SpreadConfig)}
-    if set(raw) != expected:
-        raise ValueError(
-            f"{path} is a spread run of another format (missing {sorted(expected - set(raw))}, "
-            f"unknown {sorted(set(raw) - expected)}); this version of sciml cannot rebuild it"
-        )
-    for key in ("variables", "periodic", "lead_days"):
-        raw[key] = tuple(raw[key])
-    return SpreadConfig(**raw), NormStats.from_json(run_dir / "stats.json")
+    config = config_from_record(SpreadConfig, raw, str(run_dir / RUN_CONFIG))
+    return config, NormStats.from_json(run_dir / "stats.json")
 
 
 def read_spread_data(run_dir: Path | str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from sciml.weather.spread.config import SpreadConfig, read_spread_run
+from sciml.weather.spread.config import read_spread_run
+from sciml.weather.spread.options import SpreadConfig
 from sciml.weather.spread.train import predict_spread
 
 __all__ = ["evaluate_spread", "spread_scores"]
@@ -101,7 +102,7 @@ def evaluate_spread(
             f"runs predict the spread of ensembles of other sizes ({other} members) than the "
             f"test data's full ensemble ({full_size} members), which they are scored against"
         )
-    variables = list(dict.fromkeys(v for _, c in runs for v in c.variables))
+    variables = list(dict.fromkeys(v for _, c in runs for v in c.variables or ()))
     missing = [v for v in variables if v not in test.data_vars]
     if missing:
         raise KeyError(f"{data} lack {missing}")

@@ -18,8 +18,7 @@ the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -30,96 +29,67 @@ from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.training.config import TrainConfig
 from sciml.training.run_record import claim_run_dir
 from sciml.weather.grid import align_to_run, data_record
+from sciml.weather.options import config_record
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
 from sciml.weather.postprocess.train import forecast_variables, run_dir_advice, split_validation
-from sciml.weather.spread.config import (
-    DATA_KEY,
-    SPREAD_RECORD,
-    SpreadConfig,
-    read_spread_data,
-    read_spread_run,
-)
+from sciml.weather.spread.config import DATA_KEY, SPREAD_RECORD, read_spread_data, read_spread_run
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
-from sciml.weather.spread.model import LOSSES, SpreadPredictor, spread_loss
+from sciml.weather.spread.model import SpreadPredictor, spread_loss
+from sciml.weather.spread.options import SpreadConfig
 
 __all__ = ["load_spread_model", "predict_spread", "train_spread"]
 
 
 def train_spread(
     ds: xr.Dataset,
-    *,
+    config: SpreadConfig,
     run_dir: Path | str,
-    members: int = 5,
-    history: int = 1,
-    loss: str = "l1",
-    variables: Sequence[str] | None = None,
-    periodic: Sequence[str] | None = None,
-    choice: str = "first",
-    validation: float = 0.2,
-    epochs: int = 10,
-    batch_size: int = 8,
-    lr: float = 1e-3,
-    seed: int = 0,
-    base_channels: int = 16,
-    depth: int = 2,
-    progress: bool = True,
-    handle_signals: bool = True,
+    *,
     device: torch.device | str | None = None,
 ) -> str:
     """Train a :class:`~sciml.weather.spread.model.SpreadPredictor` on ``ds``; return the status.
 
     Under an initialised ``torch.distributed`` group the model trains data-parallel: each
-    rank reads its share of every epoch's samples (``batch_size`` per rank) and the
-    gradients are averaged over ranks (``DistributedDataParallel``); rank 0 alone writes
+    rank reads its share of every epoch's samples (``config.train.batch_size`` per rank) and
+    the gradients are averaged over ranks (``DistributedDataParallel``); rank 0 alone writes
     the run folder's configuration and statistics, and its checkpoints hold the plain
     model's weights.
 
     Args:
         ds: Ensemble with ``<variable>_truth`` and dims ``member``, ``time``, ``lead_time``,
             ``level``, ``lat``, ``lon`` (e.g. a toy preset).
+        config: What to train and how; the run records it with what the data decide
+            (variables, periodic dims, ensemble size, lead times, levels).
         run_dir: The run folder.
-        members: ``k``, members the model sees (2 <= k <= the ensemble size).
-        history: Lead times stacked (1: none before the current one).
-        loss: One of :data:`~sciml.weather.spread.model.LOSSES`.
-        variables: Forecast variables (default: every one with a truth).
-        periodic: Spatial dims that wrap around (``"lat"``, ``"lon"``; default: ``"lon"``
-            when the longitudes close 360 degrees, else none). ``"lon"`` on longitudes
-            that do not close the circle is refused.
-        choice: ``"first"`` or ``"random"`` members per training sample.
-        validation: Fraction of the last start dates used for validation.
-        epochs: Training epochs.
-        batch_size: Samples per step.
-        lr: Adam learning rate.
-        seed: Seed of the run.
-        base_channels: Channels of the U-Net's first level.
-        depth: Poolings of lat and lon.
-        progress: Show progress bars.
-        handle_signals: Checkpoint and stop on SIGTERM/SIGUSR1.
         device: Where the model trains (default: the CPU).
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
 
     Raises:
-        ValueError: A bad option or data (see :class:`~sciml.weather.spread.data.SpreadDataset`),
-            or a run folder that holds another configuration; raised before anything is written.
+        ValueError: Bad data (see :class:`~sciml.weather.spread.data.SpreadDataset`), the
+            data's sizes set by hand in ``config`` (``ensemble``, ``lead_days``, ``levels``),
+            or a run folder that holds another configuration; raised before anything is
+            written.
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if choice not in ("first", "random"):
-        raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+    derived = {"ensemble": config.ensemble, "lead_days": config.lead_days, "levels": config.levels}
+    if derived != {"ensemble": 0, "lead_days": (), "levels": 0}:
+        raise ValueError(
+            f"SpreadConfig's ensemble, lead_days and levels come from the data; leave them "
+            f"unset, got {derived}"
+        )
     target = torch.device(device or "cpu")  # a bad device string fails here, before writing
-    chosen = list(variables) if variables is not None else forecast_variables(ds)
+    chosen = list(config.variables or forecast_variables(ds))
     if not chosen:
         raise ValueError(
             f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
         )
-    check_spread_data(ds, chosen, members=members, history=history)
+    check_spread_data(ds, chosen, members=config.members, history=config.history)
     closed = is_periodic_lon(ds)
+    periodic = config.periodic
     if periodic is None:
         periodic = ("lon",) if closed else ()
     elif "lon" in periodic and not closed:
@@ -128,41 +98,23 @@ def train_spread(
             f"degrees; the data's lon ({ds.sizes.get('lon', 0)} points) does not: leave lon "
             "out of periodic"
         )
-    config = SpreadConfig(
-        members=members,
-        ensemble=ds.sizes["member"],
-        history=history,
-        lead_days=lead_days(ds),
-        loss=loss,
+    config = replace(
+        config,
         variables=tuple(chosen),
-        levels=ds.sizes["level"],
         periodic=tuple(periodic),
-        choice=choice,
-        validation=validation,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        base_channels=base_channels,
-        depth=depth,
+        ensemble=ds.sizes["member"],
+        lead_days=lead_days(ds),
+        levels=ds.sizes["level"],
     )
     config.build()  # the model's own checks, before anything is written
-    multiple = 2**depth
+    multiple = 2**config.depth
     odd = {d: ds.sizes[d] for d in ("lat", "lon") if ds.sizes.get(d, 0) % multiple}
     if odd:
         raise ValueError(f"lat and lon must divide by 2**depth = {multiple}, got {odd}")
-    loop = TrainConfig(
-        epochs=epochs,
-        batch_size=batch_size,
-        seed=seed,
-        progress=progress,
-        tensorboard=False,
-        handle_signals=handle_signals,
-    )
-    train, val = split_validation(ds, validation=validation)
+    train, val = split_validation(ds, validation=config.validation)
     run_dir = Path(run_dir)
 
-    record = asdict(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=("level",))}
+    record = config_record(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=("level",))}
 
     def prepare() -> NormStats:
         """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
@@ -176,7 +128,7 @@ def train_spread(
             return stats
 
     stats = on_rank0(prepare)
-    return _fit(train, val, config, stats, run_dir, loop=loop, device=target)
+    return _fit(train, val, config, stats, run_dir, device=target)
 
 
 def _fit(
@@ -186,7 +138,6 @@ def _fit(
     stats: NormStats,
     run_dir: Path,
     *,
-    loop: TrainConfig,
     device: torch.device,
 ) -> str:
     from sciml.datasets.sampling import seed_everything
@@ -195,14 +146,14 @@ def _fit(
     def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
         return SpreadDataset(
             part,
-            config.variables,
+            config.variables or (),
             members=config.members,
             history=config.history,
             choice=choice,  # type: ignore[arg-type]
             stats=stats,
         )
 
-    seed_everything(config.seed)
+    seed_everything(config.train.seed)
     model: torch.nn.Module = config.build().to(device)
     if world()[1] > 1:
         model = DistributedDataParallel(
@@ -215,7 +166,7 @@ def _fit(
             dataset(train, config.choice),
             partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
             run_dir=run_dir,
-            config=loop,
+            config=config.train,
             val_dataset=dataset(val, "first"),
         )
     return result.status
@@ -266,7 +217,7 @@ def predict_spread(
     on_grid = aligned.data
     model = load_spread_model(run_dir)
     samples = SpreadDataset(
-        on_grid, config.variables, members=config.members, history=config.history, stats=stats
+        on_grid, config.variables or (), members=config.members, history=config.history, stats=stats
     )
     if config.history > 1 and lead_days(on_grid) != config.lead_days:
         raise ValueError(
@@ -278,7 +229,7 @@ def predict_spread(
     scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
     sd = torch.cat(parts).double() * scale
     out = {}
-    for v, var in enumerate(config.variables):
+    for v, var in enumerate(config.variables or ()):
         picked = sd[:, v * config.levels : (v + 1) * config.levels]
         truth = on_grid[f"{var}_truth"]
         out[var] = aligned.restore(

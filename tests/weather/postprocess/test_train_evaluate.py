@@ -72,6 +72,8 @@ def test_runs_are_checked(files: tuple[Path, Path], tmp_path: Path) -> None:
         ValueError, match=r"members must be at most the ensemble's 4 members, got 5"
     ):
         train_postprocessor(ds, PostprocessConfig(model="emos", members=5), tmp_path / "a")
+    with pytest.raises(ValueError, match=r"grid and periodic come from the data; leave them"):
+        train_postprocessor(ds, PostprocessConfig(model="mlp", grid=(8, 8)), tmp_path / "a")
     with pytest.raises(ValueError, match=r"PostprocessConfig.members must be an integer >= 2"):
         PostprocessConfig(model="emos", members=1)
     with pytest.raises(ValueError, match=r"PostprocessConfig.model must be one of \('emos'"):

@@ -1,20 +1,22 @@
 """A spread run's configuration file: written once, read back, older formats refused by name."""
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sciml.datasets.channels import NormStats
+from sciml.training import TrainConfig
 from sciml.training.run_record import check_run_record, record_text
+from sciml.weather.options import config_record
 from sciml.weather.spread.config import (
     SPREAD_RECORD,
     SPREAD_VERSION,
-    SpreadConfig,
     read_spread_data,
     read_spread_run,
 )
+from sciml.weather.spread.options import SpreadConfig
 
 CONFIG = SpreadConfig(
     members=5,
@@ -27,10 +29,8 @@ CONFIG = SpreadConfig(
     periodic=("lat", "lon"),
     choice="random",
     validation=0.25,
-    epochs=5,
-    batch_size=8,
+    train=TrainConfig(epochs=5, batch_size=8, seed=0, tensorboard=False),
     lr=1e-3,
-    seed=0,
     base_channels=8,
     depth=2,
 )
@@ -40,7 +40,7 @@ DATA = {"members": 10, "spatial": ["lat", "lon"], "coords": {"lat": {"size": 4}}
 
 
 def _record(config: SpreadConfig) -> dict[str, object]:
-    return asdict(config) | {"data": DATA}
+    return config_record(config) | {"data": DATA}
 
 
 def _run(folder: Path) -> Path:
@@ -54,7 +54,7 @@ def _run(folder: Path) -> Path:
 def test_a_run_reads_back_its_configuration_and_refuses_another(tmp_path: Path) -> None:
     run = _run(tmp_path / "run")
     config, stats = read_spread_run(run)
-    assert config == CONFIG and SPREAD_VERSION == 5
+    assert config == CONFIG and SPREAD_VERSION == 6
     assert stats.std == (1.0, 2.0) and read_spread_data(run) == DATA
     model = config.build()
     assert (model.members, model.ensemble, model.history) == (5, 10, 3)
@@ -68,12 +68,15 @@ def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
     saved = json.loads((run / "spread_run.json").read_text())
     flat = saved["config"]  # the layout before format 5
     config = {k: v for k, v in flat.items() if k != "ensemble"}
+    unnested = {**flat, **flat["train"]}  # format 5: the loop's options beside the others
+    del unnested["train"]
     cases = [
-        ({**flat, "version": 2}, r"format 2; .* reads format 5 \(the head now keeps the k members"),
+        ({**flat, "version": 2}, r"format 2; .* reads format 6 \(the head now keeps the k members"),
         (flat, r"format 1; .* \(periodic dims now"),
-        ({**flat, "version": 3}, r"format 3; .* format 5 \(a run now records the grid"),
-        ({**flat, "version": 4}, r"format 4; .* format 5 \(the record now names its kind"),
-        ({**saved, "version": 7}, r"format 7; .* format 5 \(another format\); retrain"),
+        ({**flat, "version": 3}, r"format 3; .* format 6 \(a run now records the grid"),
+        ({**flat, "version": 4}, r"format 4; .* format 6 \(the record now names its kind"),
+        ({**saved, "version": 5, "config": unnested}, r"format 5; .* format 6 \(the config"),
+        ({**saved, "version": 7}, r"format 7; .* format 6 \(another format\); retrain"),
         ({**saved, "config": config}, r"missing \['ensemble'\], unknown"),
     ]
     for raw, message in cases:

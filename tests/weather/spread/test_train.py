@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,16 +14,21 @@ import torch
 import xarray as xr
 
 import sciml.weather.spread.train as spread_train
+from sciml.training import TrainConfig
 from sciml.weather.spread.cli import register_spread
 from sciml.weather.spread.config import read_spread_run
 from sciml.weather.spread.evaluate import evaluate_spread
+from sciml.weather.spread.options import SpreadConfig
 from sciml.weather.spread.train import load_spread_model, predict_spread, train_spread
 from tests.weather.spread.test_data import write_tiny
 from tests.weather.test_grid import _hashes
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = ["--epochs", "1", "--quiet"]
-SMALL = {"base_channels": 4, "depth": 1, "epochs": 1, "progress": False}
+#: A small, quiet spread run of one epoch.
+SMALL = SpreadConfig(
+    base_channels=4, depth=1, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
+)
 
 
 def _spread_cli(argv: list[str]) -> int:
@@ -40,7 +46,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
     data = write_tiny(folder / "train.nc", dates=5)
     test = write_tiny(folder / "test.nc", dates=2, seed=1)
     run = folder / "run"
-    train_spread(xr.open_dataset(data), run_dir=run, members=2, history=2, loss="crps", **SMALL)
+    train_spread(xr.open_dataset(data), replace(SMALL, members=2, history=2, loss="crps"), run)
     return data, test, run
 
 
@@ -84,9 +90,8 @@ def test_another_configuration_is_refused_before_anything_is_written(
     before = _hashes(run)
     message = f"--run-dir {run} holds a spread run with another configuration \\(lr: 0.001"
     with pytest.raises(ValueError, match=message) as caught:
-        train_spread(
-            xr.open_dataset(data), run_dir=run, members=2, history=2, loss="crps", lr=0.01, **SMALL
-        )
+        config = replace(SMALL, members=2, history=2, loss="crps", lr=0.01)
+        train_spread(xr.open_dataset(data), config, run)
     assert str(caught.value).endswith("nothing was written: give this run another --run-dir")
     assert _hashes(run) == before
 
@@ -98,28 +103,28 @@ def test_train_from_the_command_line_and_refusals(
     ds = xr.open_dataset(data)
     assert load_spread_model(run, checkpoint="last").history == 2
     with pytest.raises(ValueError, match=r"another configuration \(history: 2 in the run, 1 now"):
-        train_spread(ds, run_dir=run, members=2, history=1, loss="crps", **SMALL)
+        train_spread(ds, replace(SMALL, members=2, history=1, loss="crps"), run)
     with pytest.raises(ValueError, match=r"members must be an integer in \[2, 4\] \(the ens"):
-        train_spread(ds, run_dir=tmp_path / "a", members=5)
+        train_spread(ds, SpreadConfig(members=5), tmp_path / "a")
     with pytest.raises(ValueError, match=r"history .* in \[1, 3\] \(the data have 3 lead times"):
-        train_spread(ds, run_dir=tmp_path / "a", members=2, history=4)
-    with pytest.raises(ValueError, match="loss must be one of"):
-        train_spread(ds, run_dir=tmp_path / "a", loss="huber")
+        train_spread(ds, SpreadConfig(members=2, history=4), tmp_path / "a")
+    with pytest.raises(ValueError, match=r"SpreadConfig.loss must be one of \('l1'"):
+        SpreadConfig(loss="huber")
     with pytest.raises(KeyError, match=r"variables \['psi_truth'\] or their truth"):
-        train_spread(ds, run_dir=tmp_path / "a", members=2, variables=["psi_truth"])
+        train_spread(ds, SpreadConfig(members=2, variables=("psi_truth",)), tmp_path / "a")
     with pytest.raises(ValueError, match=r"lat and lon must divide by 2\*\*depth = 16"):
-        train_spread(ds, run_dir=tmp_path / "a", members=2, depth=4)
-    with pytest.raises(ValueError, match="batch_size"):
-        train_spread(ds, run_dir=tmp_path / "a", members=2, batch_size=0)
+        train_spread(ds, SpreadConfig(members=2, depth=4), tmp_path / "a")
+    with pytest.raises(ValueError, match=r"ensemble, lead_days and levels come from the data"):
+        train_spread(ds, SpreadConfig(members=2, ensemble=4), tmp_path / "a")
     with pytest.raises(RuntimeError, match="device type at start of device string: tpu"):
-        train_spread(ds, run_dir=tmp_path / "a", members=2, device="tpu")
+        train_spread(ds, SpreadConfig(members=2), tmp_path / "a", device="tpu")
     regional = ds.isel(lon=slice(4))  # 0 to 135 degrees east: no wrap-around
     with pytest.raises(ValueError, match=r"periodic 'lon' needs .* closing 360 degrees"):
-        train_spread(regional, run_dir=tmp_path / "a", members=2, periodic=("lon",))
+        train_spread(regional, SpreadConfig(members=2, periodic=("lon",)), tmp_path / "a")
     assert not (tmp_path / "a").exists()  # nothing written for a bad input
     # unset, lon wraps exactly when the longitudes close the circle
     assert load_spread_model(run, checkpoint="last").periodic == ("lon",)
-    train_spread(regional, run_dir=tmp_path / "regional", members=2, **SMALL)
+    train_spread(regional, replace(SMALL, members=2), tmp_path / "regional")
     assert load_spread_model(tmp_path / "regional", checkpoint="last").periodic == ()
     with pytest.raises(ValueError, match="use more members than the test data have"):
         evaluate_spread([run], xr.open_dataset(test).isel(member=[0]))
@@ -137,8 +142,8 @@ def test_train_from_the_command_line_and_refusals(
     old.mkdir()
     saved = json.loads((run / "spread_run.json").read_text())["config"]
     (old / "spread_run.json").write_text(json.dumps(saved))  # format 1 (formats: test_config.py)
-    with pytest.raises(ValueError, match=r"spread run of format 1; .* reads format 5"):
-        train_spread(ds, run_dir=old, members=2, history=2, loss="crps", **SMALL)
+    with pytest.raises(ValueError, match=r"spread run of format 1; .* reads format 6"):
+        train_spread(ds, replace(SMALL, members=2, history=2, loss="crps"), old)
     with pytest.raises(ValueError, match="no test data given"):
         _spread_cli(["evaluate", "--run-dir", str(run)])
     new = tmp_path / "cli"
@@ -151,9 +156,9 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
     trained: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ds = xr.open_dataset(trained[0])
-    options = {**SMALL, "members": 2, "history": 2, "choice": "random", "epochs": 2}
-    options["batch_size"] = 4
-    assert train_spread(ds, run_dir=tmp_path / "whole", **options) == "completed"
+    loop = replace(SMALL.train, epochs=2, batch_size=4)
+    config = replace(SMALL, members=2, history=2, choice="random", train=loop)
+    assert train_spread(ds, config, tmp_path / "whole") == "completed"
     loss, calls = spread_train.spread_loss, []
 
     def stopping(model: torch.nn.Module, batch: dict[str, torch.Tensor], **kw: str) -> torch.Tensor:
@@ -163,9 +168,9 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_one(
         return loss(model, batch, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(spread_train, "spread_loss", stopping)
-    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "interrupted"
+    assert train_spread(ds, config, tmp_path / "split") == "interrupted"
     monkeypatch.setattr(spread_train, "spread_loss", loss)
-    assert train_spread(ds, run_dir=tmp_path / "split", **options) == "completed"
+    assert train_spread(ds, config, tmp_path / "split") == "completed"
     metrics = [pd.read_csv(tmp_path / r / "metrics.csv") for r in ("whole", "split")]
     pd.testing.assert_frame_equal(*metrics)
     whole, split = (load_spread_model(tmp_path / r, checkpoint="last") for r in ("whole", "split"))
@@ -178,8 +183,10 @@ def _data_parallel_run(data: Path, run: Path, batch_size: int) -> list[float]:
     """The first three logged step losses of a spread run, on every rank of the group."""
     import torch.distributed as dist
 
-    options = {**SMALL, "members": 2, "loss": "mse", "batch_size": batch_size}
-    assert train_spread(xr.open_dataset(data), run_dir=run, **options) == "completed"
+    config = replace(
+        SMALL, members=2, loss="mse", train=replace(SMALL.train, batch_size=batch_size)
+    )
+    assert train_spread(xr.open_dataset(data), config, run) == "completed"
     if dist.is_initialized():
         dist.barrier()  # rank 0 has written and closed the run's files
     assert load_spread_model(run, checkpoint="last").members == 2  # the plain model's weights
