@@ -25,8 +25,9 @@ from _report import write_report
 from sciml.distributed import init_distributed, spawn
 from sciml.training import TrainConfig
 from sciml.training.checkpoint import read_checkpoint
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology, write_segmentation
-from sciml.volumes.train import VolumeTraining, train_volumes
+from sciml.volumes.train import train_volumes
 
 CASES = [
     ("cosmoflow", {"depth": 2}),
@@ -52,8 +53,8 @@ def _rank(data: str, run_dir: str, model: str, mesh: dict[str, int], batch: int,
     """Train with rank 0 preempted (as by SIGUSR1) after step ``at``, then resume."""
     options = _options(model, mesh, batch)
     preempt = at if torch.distributed.get_rank() == 0 else None
-    first = train_volumes(data, run_dir, options, val=data, preempt_after=preempt)
-    second = train_volumes(data, run_dir, options, val=data)
+    first = train_volumes(data, options, run_dir, val=data, preempt_after=preempt)
+    second = train_volumes(data, options, run_dir, val=data)
     return f"{first.status}@{first.global_step},{second.status}@{second.global_step}"
 
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             single = Path(tmp) / f"single-{n}"
             with init_distributed(backend="gloo"):
                 train_volumes(
-                    files[model], single, _options(model, {}, batch * replicas), val=files[model]
+                    files[model], _options(model, {}, batch * replicas), single, val=files[model]
                 )
             parallel = Path(tmp) / f"mesh-{n}"
             ranks = replicas * mesh.get("depth", 1) * mesh.get("height", 1) * mesh.get("width", 1)

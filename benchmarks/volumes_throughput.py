@@ -36,8 +36,9 @@ from _report import write_report
 
 from sciml.distributed import spawn
 from sciml.training import TrainConfig
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology
-from sciml.volumes.train import VolumeTraining, train_volumes
+from sciml.volumes.train import train_volumes
 
 MESHES: list[dict[str, int]] = [
     {},
@@ -54,7 +55,7 @@ def _rank(data: str, run_dir: str, mesh: dict[str, int], workers: int, batch: in
         epochs=2, batch_size=batch, num_workers=workers, progress=False, tensorboard=False
     )
     options = VolumeTraining("cosmoflow", mesh=mesh, config=config, width=8, levels=3)
-    return train_volumes(data, run_dir, options).global_step
+    return train_volumes(data, options, run_dir).global_step
 
 
 def _figures(run_dir: Path) -> dict[int, dict[str, float]]:

@@ -17,8 +17,9 @@ from pathlib import Path
 from sciml.demos import stop_if_interrupted
 from sciml.distributed import spawn
 from sciml.training import TrainConfig, TrainResult
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology, write_segmentation
-from sciml.volumes.train import VolumeTraining, train_volumes
+from sciml.volumes.train import train_volumes
 
 #: Sizes of the quick and the full section.
 SIZES = {
@@ -35,7 +36,7 @@ def _train_both(
     files: dict[str, str], folder: str, options: dict[str, VolumeTraining]
 ) -> list[TrainResult]:
     """Rank function: train each model on ``depth=2``; rank 0's results."""
-    return [train_volumes(files[m], Path(folder) / m, options[m]) for m in options]
+    return [train_volumes(files[m], options[m], Path(folder) / m) for m in options]
 
 
 def _data(folder: Path, *, samples: int, size: int) -> dict[str, str]:

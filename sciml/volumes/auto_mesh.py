@@ -39,9 +39,10 @@ import torch
 
 from sciml.spatial_parallel.planner.plan import Plan, recommend
 from sciml.spatial_parallel.planner.profile import PROFILES, Profile, default_cache, get_profile
+from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.mesh_record import MeshChoice, full_mesh
-from sciml.volumes.train import CLASSES, MODELS, VolumeTraining, build_model
+from sciml.volumes.train import CLASSES, build_model
 
 __all__ = ["default_profile", "plan_mesh", "rank_memory"]
 

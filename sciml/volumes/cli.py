@@ -34,44 +34,43 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sciml.cli_args import (
     Subparsers,
-    non_negative_float,
+    add_config_arguments,
+    config_from_args,
     non_negative_int,
     positive_float,
     positive_int,
 )
 from sciml.distributed.launch import detect_launch
 from sciml.spatial_parallel.cli import memory_size, parse_mesh
+from sciml.volumes.config import VolumeTraining
 
 if TYPE_CHECKING:
     from sciml.distributed import DistributedContext
     from sciml.volumes.mesh_record import MeshChoice
-    from sciml.volumes.train import VolumeTraining
 
 #: What each workflow's ``data`` writes, and the defaults of its ``train``.
-WORKFLOWS = {
+WORKFLOWS: dict[str, dict[str, Any]] = {
     "cosmoflow": {
         "help": "CosmoFlow: regress cosmological parameters from 3D volumes",
         "data": "cosmology-like volumes (4 redshift channels, int16 counts) and their parameters",
-        "lr": 0.01,
-        "width": 16,
-        "levels": 4,
+        "defaults": {"lr": 0.01, "width": 16, "levels": 4},
     },
     "unet3d": {
         "help": "3D U-Net: segment volumes into voids, sheets and halos",
         "data": "noisy Gaussian random fields and 3-class labels of their structures",
-        "lr": 0.001,
-        "width": 16,
-        "levels": 3,
+        "defaults": {"lr": 0.001, "width": 16, "levels": 3},
     },
 }
 
 
 #: Per-replica batch when ``--batch-size`` is not given (and the mesh is not ``auto``).
 BATCH_SIZE = 4
+#: The command line's defaults of both workflows' ``train`` where the library's differ.
+TRAIN_DEFAULTS = {"num_workers": 2}
 
 
 def mesh_option(text: str) -> dict[str, int] | str:
@@ -79,16 +78,6 @@ def mesh_option(text: str) -> dict[str, int] | str:
     if text.strip() == "auto":
         return "auto"
     return parse_mesh(text)
-
-
-def epoch_list(text: str) -> tuple[int, ...]:
-    """``--decay-epochs``: comma-separated epochs, e.g. ``32,64`` (empty: no decay)."""
-    try:
-        return tuple(positive_int(item) for item in text.split(",") if item.strip())  # type: ignore[misc]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated epochs >= 1, e.g. 32,64, got {text!r}"
-        ) from None
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -154,40 +143,23 @@ def _auto_mesh(
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.io_utils import atomic_write_text
-    from sciml.training import EXIT_REQUEUE, TrainConfig
-    from sciml.volumes.train import VolumeTraining, train_volumes
+    from sciml.training import EXIT_REQUEUE
+    from sciml.volumes.train import train_volumes
 
     _check_mesh_options(args)
-    config = TrainConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size or BATCH_SIZE,
-        seed=args.seed,
-        num_workers=args.workers,
-        micro_batches=args.micro_batches,
-        precision=args.precision,
-        checkpoint_every=args.checkpoint_every,
-        progress=not args.no_progress,
+    options = config_from_args(VolumeTraining, args)
+    loop = dataclasses.replace(
+        options.config, batch_size=args.batch_size or BATCH_SIZE, progress=not args.no_progress
     )
-    options = VolumeTraining(
-        args.workflow,
-        config=config,
-        lr=args.lr,
-        width=args.width,
-        levels=args.levels,
-        dropout=args.dropout,
-        warmup_epochs=args.warmup_epochs,
-        decay_epochs=args.decay_epochs,
-        decay=args.decay,
-        dtype=args.dtype,
-    )
+    options = dataclasses.replace(options, model=args.workflow, config=loop)
     with init_distributed(timeout=args.timeout) as ctx:
         if args.mesh == "auto":
             mesh = _auto_mesh(args, options, ctx)
-            config = dataclasses.replace(config, batch_size=args.global_batch // mesh["data"])
-            options = dataclasses.replace(options, mesh=mesh, config=config)
+            loop = dataclasses.replace(loop, batch_size=args.global_batch // mesh["data"])
+            options = dataclasses.replace(options, mesh=mesh, config=loop)
         else:
             options = dataclasses.replace(options, mesh=args.mesh or {})
-        result = train_volumes(args.data, args.run_dir, options, val=args.val, device=ctx.device)
+        result = train_volumes(args.data, options, args.run_dir, val=args.val, device=ctx.device)
         print0(f"{result.status} after {result.global_step} steps; run folder {result.run_dir}")
         marker = result.run_dir / "requeue"
         if ctx.rank == 0 and result.status == "interrupted":
@@ -210,6 +182,7 @@ def _add_data(sub: Subparsers, workflow: str, about: str) -> None:
 
 
 def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> None:
+    """``train``: the launch options by hand, the rest generated from :class:`VolumeTraining`."""
     train = sub.add_parser("train", help="train on every process of a torchrun/srun launch")
     train.add_argument("data", type=Path, help="training volumes (from the data command)")
     train.add_argument(
@@ -224,7 +197,6 @@ def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> N
         "fastest grid that fits (sciml.volumes.auto_mesh); a resumed run keeps the grid "
         "recorded in RUN_DIR/mesh.json",
     )
-    train.add_argument("--epochs", type=positive_int, default=10, help="passes over the data")
     train.add_argument(
         "--batch-size",
         type=positive_int,
@@ -250,51 +222,12 @@ def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> N
         help="with --mesh auto: memory per rank, e.g. 80GiB; unset: the GPU's, on the CPU "
         "the profile's over the ranks of the node",
     )
-    train.add_argument(
-        "--lr", type=positive_float, default=defaults["lr"], help="peak learning rate"
-    )
-    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of weights and order")
-    train.add_argument(
-        "--workers", type=non_negative_int, default=2, help="loader processes per rank"
-    )
-    train.add_argument(
-        "--micro-batches", type=positive_int, default=1, help="gradient accumulation parts"
-    )
-    train.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="autocast dtype"
-    )
-    train.add_argument(
-        "--dtype", choices=("float32", "float64"), default="float32", help="weights and data"
-    )
-    train.add_argument(
-        "--checkpoint-every", type=positive_int, default=None, help="also checkpoint every N steps"
-    )
-    train.add_argument(
-        "--width", type=positive_int, default=defaults["width"], help="first level's filters"
-    )
-    train.add_argument(
-        "--levels", type=positive_int, default=defaults["levels"], help="conv blocks / poolings"
-    )
-    train.add_argument(
-        "--dropout",
-        type=non_negative_float,
-        default=0.0,
-        help="dropout of CosmoFlow's dense layers",
-    )
-    train.add_argument(
-        "--warmup-epochs", type=non_negative_int, default=0, help="linear warm-up epochs"
-    )
-    train.add_argument(
-        "--decay-epochs", type=epoch_list, default=(), help="epochs of step decay, e.g. 32,64"
-    )
-    train.add_argument(
-        "--decay", type=positive_float, default=0.25, help="factor of each step decay"
-    )
+    add_config_arguments(train, VolumeTraining)
     train.add_argument(
         "--timeout", type=positive_float, default=600.0, help="seconds a collective may wait"
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.set_defaults(func=_cmd_train, workflow=workflow)
+    train.set_defaults(func=_cmd_train, workflow=workflow, **defaults)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -303,4 +236,4 @@ def register(subparsers: Subparsers) -> None:
         group = subparsers.add_parser(workflow, help=str(about["help"]))
         sub = group.add_subparsers(dest="action", metavar="ACTION", required=True)
         _add_data(sub, workflow, str(about["data"]))
-        _add_train(sub, workflow, about)
+        _add_train(sub, workflow, {**TRAIN_DEFAULTS, **about["defaults"]})

@@ -35,10 +35,11 @@ from sciml.distributed import init_distributed, torch_threads
 from sciml.io_utils import atomic_write_text
 from sciml.training import TrainConfig
 from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import PARAMS, write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.reference import reference_errors
-from sciml.volumes.train import VolumeTraining, build_model, train_volumes
+from sciml.volumes.train import build_model, train_volumes
 
 __all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run"]
 
@@ -223,7 +224,7 @@ def volume_size_run(
     paths = _data(data, size=size, seed=seed, recipe=recipe)
     options = _options(seed, recipe)
     with torch_threads(1), init_distributed(backend="gloo"):
-        result = train_volumes(paths["train"], data / "run", options, val=paths["val"])
+        result = train_volumes(paths["train"], options, data / "run", val=paths["val"])
         errors = _test_errors(data / "run", paths["test"], options).mean(0)
     best = min(result.history, key=lambda row: row["val_loss"])
     row: dict[str, float] = {

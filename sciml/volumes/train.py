@@ -20,80 +20,27 @@ trains it with :func:`sciml.training.fit`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
 
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
-from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.training import RESUMABLE_FIELDS, TrainConfig, TrainResult, fit
+from sciml.training import RESUMABLE_FIELDS, TrainResult, fit
 from sciml.training.run_dir import PlainValue, plain
 from sciml.training.setup import LossFn, LossOutput
+from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes, run_stats
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
 from sciml.volumes.volume_record import check_resume, check_val, describe, record_volumes
 
-__all__ = ["MODELS", "VolumeTraining", "build_model", "learning_rate_factor", "train_volumes"]
+__all__ = ["build_model", "learning_rate_factor", "train_volumes"]
 
-#: The two workflows: the target variable each one reads.
-MODELS = {"cosmoflow": "params", "unet3d": "label"}
 #: Classes of the generated segmentation labels.
 CLASSES = 3
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-@dataclass(frozen=True)
-class VolumeTraining:
-    """Options of a CosmoFlow or U-Net training run.
-
-    Attributes:
-        model: ``"cosmoflow"`` or ``"unet3d"``.
-        mesh: Mesh sizes by axis (``data``, ``depth``, ``height``, ``width``;
-            missing axes are 1); their product is the number of processes.
-        config: The loop options of :func:`sciml.training.fit`.
-        lr: Peak learning rate.
-        width: Filters of the first convolution (doubled per level).
-        levels: Convolution blocks (CosmoFlow) or poolings (U-Net).
-        dropout: Dropout of CosmoFlow's dense layers.
-        warmup_epochs: Epochs of linear warm-up of the learning rate (CosmoFlow).
-        decay_epochs: Epochs at which the learning rate is multiplied by ``decay``.
-        decay: Factor of each step decay.
-        dtype: ``"float32"`` or ``"float64"`` (model and data).
-    """
-
-    model: Literal["cosmoflow", "unet3d"]
-    mesh: dict[str, int] = field(default_factory=dict)
-    config: TrainConfig = field(default_factory=TrainConfig)
-    lr: float = 0.01
-    width: int = 16
-    levels: int = 3
-    dropout: float = 0.0
-    warmup_epochs: int = 0
-    decay_epochs: tuple[int, ...] = ()
-    decay: float = 0.25
-    dtype: Literal["float32", "float64"] = "float32"
-
-    def __post_init__(self) -> None:
-        """Reject an unknown model or dtype, or a schedule that is not increasing."""
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
-        unknown = sorted(set(self.mesh) - set(MESH_AXES))
-        if unknown:
-            raise ValueError(f"mesh axes {unknown} are unknown; the axes are {MESH_AXES}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        if list(self.decay_epochs) != sorted(set(self.decay_epochs)) or any(
-            e < 1 for e in self.decay_epochs
-        ):
-            raise ValueError(
-                f"decay_epochs must be increasing epochs >= 1, got {self.decay_epochs!r}"
-            )
-        if not 0 < self.decay <= 1:
-            raise ValueError(f"decay must be in (0, 1], got {self.decay!r}")
 
 
 def learning_rate_factor(epoch: int, options: VolumeTraining) -> float:
@@ -216,8 +163,8 @@ def _datasets(
 
 def train_volumes(
     train: Path | str,
-    run_dir: Path | str,
     options: VolumeTraining,
+    run_dir: Path | str,
     *,
     val: Path | str | None = None,
     device: torch.device | None = None,
@@ -227,11 +174,11 @@ def train_volumes(
 
     Args:
         train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
+        options: The run's options (:class:`~sciml.volumes.config.VolumeTraining`).
         run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
             ``norm_stats.json``, the grid in ``mesh.json``, the options and volumes in
             ``volumes.json``); an interrupted run resumes from it, on the recorded
             grid, options and volumes only.
-        options: The run's options.
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
         preempt_after: Act on this rank as on SIGUSR1 once this optimiser step is

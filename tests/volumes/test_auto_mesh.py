@@ -9,9 +9,9 @@ from sciml.cli import main
 from sciml.distributed import spawn
 from sciml.spatial_parallel.planner.profile import PROFILES, save_profile
 from sciml.volumes.auto_mesh import plan_mesh
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.mesh_record import MeshChoice, read_record
-from sciml.volumes.train import VolumeTraining
 
 pytestmark = pytest.mark.xdist_group("volumes_auto_mesh")
 

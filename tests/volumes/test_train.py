@@ -10,8 +10,9 @@ import torch
 from sciml.distributed import init_distributed, spawn
 from sciml.training import TrainConfig
 from sciml.training.checkpoint import read_checkpoint
+from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology, write_segmentation
-from sciml.volumes.train import VolumeTraining, learning_rate_factor, train_volumes
+from sciml.volumes.train import learning_rate_factor, train_volumes
 
 pytestmark = pytest.mark.xdist_group("volumes_train")
 
@@ -37,8 +38,8 @@ def _interrupted(data: str, run_dir: str, model: str, mesh: dict[str, int], at: 
     """Rank function: train, rank 0 preempted after step ``at``, then resume."""
     options = VolumeTraining(**{**vars(OPTIONS[model]), "mesh": mesh})
     preempt = at if torch.distributed.get_rank() == 0 else None
-    first = train_volumes(data, run_dir, options, val=data, preempt_after=preempt)
-    second = train_volumes(data, run_dir, options, val=data)
+    first = train_volumes(data, options, run_dir, val=data, preempt_after=preempt)
+    second = train_volumes(data, options, run_dir, val=data)
     return [first.status, second.status, str(second.global_step)]
 
 
@@ -57,7 +58,7 @@ def test_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
     assert statuses == [[["interrupted", "completed", "12"]] * 2] * 2
     for model, data in files.items():
         with init_distributed(backend="gloo"):
-            single = train_volumes(data, tmp_path / model, OPTIONS[model], val=data)
+            single = train_volumes(data, OPTIONS[model], tmp_path / model, val=data)
         assert single.global_step == 12
         expected, got = _rows(tmp_path / model), _rows(tmp_path / "mesh" / model)
         assert [r[:2] for r in got] == [r[:2] for r in expected]
