@@ -171,8 +171,9 @@ def _options(config: type) -> Iterator[tuple[str, Option, Any]]:
 def add_config_arguments(parser: argparse.ArgumentParser, config: type) -> None:
     """Add one option per field of the dataclass ``config`` (nested fields flattened).
 
-    A field without a default is a required option; a ``bool`` field defaulting to
-    ``False`` is a flag.
+    A field without a default is a required option; a ``bool`` field is a flag
+    (``--name`` when it defaults to ``False``, ``--name``/``--no-name`` when to ``True``:
+    a text value would make ``--name False`` true).
 
     Raises:
         TypeError: A field without command-line metadata, or two options of one name.
@@ -185,6 +186,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, config: type) -> None:
         flag = spec.flag or "--" + name.replace("_", "-")
         if default is False:
             parser.add_argument(flag, dest=name, action="store_true", help=spec.help)
+            continue
+        if default is True:
+            action = argparse.BooleanOptionalAction
+            parser.add_argument(flag, dest=name, action=action, default=True, help=spec.help)
             continue
         settings: dict[str, Any] = {"type": spec.type, "choices": spec.choices}
         settings |= {"metavar": spec.metavar, "nargs": spec.nargs}

@@ -140,3 +140,14 @@ def test_the_config_still_validates_what_it_is_given() -> None:
     args = _parser(Loose).parse_args(["--epochs", "0"])
     with pytest.raises(ValueError, match="Loop.epochs must be >= 1, got 0"):
         config_from_args(Loose, args)
+
+
+def test_a_bool_option_defaulting_to_true_is_a_flag_pair_not_a_text_value() -> None:
+    @dataclass(frozen=True)
+    class Plot:
+        figures: bool = field(default=True, metadata=option("write figures"))
+
+    assert config_from_args(Plot, _parser(Plot).parse_args([])) == Plot(figures=True)
+    assert config_from_args(Plot, _parser(Plot).parse_args(["--no-figures"])) == Plot(False)
+    with pytest.raises(SystemExit):
+        _parser(Plot).parse_args(["--figures", "False"])
