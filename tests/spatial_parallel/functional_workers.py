@@ -179,6 +179,11 @@ def mechanism_facts(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict
             seen["repr"] = repr(x)
             zeros = x.new_zeros(x.shape)
             seen["new_zeros"] = (tuple(zeros.shape), type(zeros).__name__)
+            try:  # on one tensor torch raises; on a block no local pad would see it
+                F.pad(x, (0, 0, 1))
+                seen["odd_pad"] = "no error"
+            except ValueError as err:
+                seen["odd_pad"] = str(err)
             for key, fn in {
                 "broadcast": lambda: x + torch.ones(x.shape[2], 1, 1),
                 "mixed_layouts": lambda: x[:, :, 1:] + x,

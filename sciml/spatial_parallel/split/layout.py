@@ -223,9 +223,14 @@ def _pad(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, 
     pad = list(args[1] if len(args) > 1 else kwargs["pad"])
     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
     value = args[3] if len(args) > 3 else kwargs.get("value")
+    ndim = len(x._gshape)
+    if len(pad) % 2 or len(pad) > 2 * ndim:  # torch's own checks, which no local call may reach
+        raise ValueError(
+            f"F.pad: the padding length must be even and at most 2 x the input's {ndim} dims, "
+            f"got {len(pad)}"
+        )
     if mode == "circular":
         return _pad_circular(ctx, func, x, pad)
-    ndim = len(x._gshape)
     amounts = {ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
     split = dict(x._split)
     local = [0] * len(pad)

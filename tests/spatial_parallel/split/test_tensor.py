@@ -33,6 +33,11 @@ def test_new_tensor_of_the_global_shape_is_a_block(facts: list[dict[str, Any]]) 
         assert seen["new_zeros"] == (SHAPE, "SplitTensor")
 
 
+def test_a_pad_of_odd_length_is_an_error_as_on_one_tensor(facts: list[dict[str, Any]]) -> None:
+    for seen in facts:
+        assert "padding length must be even" in seen["odd_pad"], seen["odd_pad"]
+
+
 def test_model_output_is_a_plain_tensor(facts: list[dict[str, Any]]) -> None:
     assert {seen["output_type"] for seen in facts} == {"Tensor"}
     blocks = {seen["block"][2:] for seen in facts}
