@@ -91,18 +91,32 @@ class PostprocessConfig:
         """Reject an unknown model, choice or loss scale and out-of-range numbers, by name."""
         require(self, "model", self.model in MODELS, f"one of {MODELS}")
         require(self, "members", is_count(self.members, 2), "an integer >= 2")
-        require(self, "variables", self.variables is None or is_names(self.variables),
-                "None or a non-empty tuple of variable names")  # fmt: skip
-        require(self, "choice", self.choice in (None, "first", "random"),
-                "None, 'first' or 'random'")  # fmt: skip
+        require(
+            self,
+            "variables",
+            self.variables is None or is_names(self.variables),
+            "None or a non-empty tuple of variable names",
+        )
+        require(
+            self, "choice", self.choice in (None, "first", "random"), "None, 'first' or 'random'"
+        )
         emos = self.model == "emos"
-        require(self, "validation", is_fraction(self.validation, zero=emos),
-                "a fraction in (0, 1)" + (" or 0" if emos else ""))  # fmt: skip
+        require(
+            self,
+            "validation",
+            is_fraction(self.validation, zero=emos),
+            "a fraction in (0, 1)" + (" or 0" if emos else ""),
+        )
         require(self, "train", isinstance(self.train, TrainConfig), "a TrainConfig")
         require(self, "lr", is_rate(self.lr), "a finite number > 0")
         require(self, "loss_scale", self.loss_scale in LOSS_SCALES, f"one of {LOSS_SCALES}")
-        require(self, "static", self.static is None or isinstance(self.static, tuple),
-                "None or a tuple of variable names")  # fmt: skip
-        require(self, "channel_dims", isinstance(self.channel_dims, tuple),
-                "a tuple of dimension names")  # fmt: skip
+        require(
+            self,
+            "static",
+            self.static is None or isinstance(self.static, tuple),
+            "None or a tuple of variable names",
+        )
+        require(
+            self, "channel_dims", isinstance(self.channel_dims, tuple), "a tuple of dimension names"
+        )
         require(self, "grid", isinstance(self.grid, tuple), "a tuple of sizes")

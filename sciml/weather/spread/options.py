@@ -102,11 +102,15 @@ class SpreadConfig:
         require(self, "members", is_count(self.members, 2), "an integer >= 2")
         require(self, "history", is_count(self.history, 1), "an integer >= 1")
         require(self, "loss", self.loss in SPREAD_LOSSES, f"one of {SPREAD_LOSSES}")
-        require(self, "variables", self.variables is None or is_names(self.variables),
-                "None or a non-empty tuple of variable names")  # fmt: skip
+        require(
+            self,
+            "variables",
+            self.variables is None or is_names(self.variables),
+            "None or a non-empty tuple of variable names",
+        )
         periodic = self.periodic
-        require(self, "periodic", periodic is None or (isinstance(periodic, tuple)
-                and set(periodic) <= set(_SPATIAL)), f"None or a tuple of {_SPATIAL}")  # fmt: skip
+        spatial = isinstance(periodic, tuple) and set(periodic) <= set(_SPATIAL)
+        require(self, "periodic", periodic is None or spatial, f"None or a tuple of {_SPATIAL}")
         require(self, "choice", self.choice in ("first", "random"), "'first' or 'random'")
         require(self, "validation", is_fraction(self.validation), "a fraction in (0, 1)")
         require(self, "train", isinstance(self.train, TrainConfig), "a TrainConfig")
