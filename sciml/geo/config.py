@@ -8,7 +8,6 @@ record stores it. Kept free of heavy imports, so that ``--help`` needs none.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from sciml.cli_args import (
     positive_float,
     positive_int,
 )
+from sciml.training.checks import is_count, is_rate
 from sciml.training.config import TrainConfig
 
 __all__ = ["LOSS_KINDS", "LossKind", "SegmenterConfig", "check_tiles"]
@@ -47,10 +47,6 @@ def check_tiles(tile: int, overlap: int, depth: int, *, depth_from: str = "--dep
         raise ValueError(
             f"--tile ({tile}) must be divisible by 2**depth = {2**depth} ({depth_from} {depth})"
         )
-
-
-def _is_count(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 @dataclass(frozen=True)
@@ -97,13 +93,10 @@ class SegmenterConfig:
         """Reject mistyped or out-of-range options and tiles the U-Net cannot take, by name."""
         if not isinstance(self.train, TrainConfig):
             raise ValueError(f"SegmenterConfig.train must be a TrainConfig, got {self.train!r}")
-        lr = self.lr
-        if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr):
-            raise ValueError(f"SegmenterConfig.lr must be a finite number > 0, got {lr!r}")
-        if lr <= 0:
-            raise ValueError(f"SegmenterConfig.lr must be a finite number > 0, got {lr!r}")
+        if not is_rate(self.lr):
+            raise ValueError(f"SegmenterConfig.lr must be a finite number > 0, got {self.lr!r}")
         for name, minimum in (("tile", 1), ("overlap", 0), ("base_channels", 1), ("depth", 1)):
-            if not _is_count(getattr(self, name), minimum):
+            if not is_count(getattr(self, name), minimum):
                 raise ValueError(
                     f"SegmenterConfig.{name} must be an integer >= {minimum}, "
                     f"got {getattr(self, name)!r}"

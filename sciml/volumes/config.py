@@ -8,7 +8,6 @@ its run record stores it. Kept free of heavy imports, so that ``--help`` needs n
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +21,7 @@ from sciml.cli_args import (
     positive_int,
 )
 from sciml.spatial_parallel.partition import MESH_AXES
+from sciml.training.checks import is_count, is_number
 from sciml.training.config import TrainConfig
 
 __all__ = ["DTYPES", "MODELS", "VolumeTraining", "epoch_list"]
@@ -40,14 +40,6 @@ def epoch_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated epochs >= 1, e.g. 32,64, got {text!r}"
         ) from None
-
-
-def _is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -117,15 +109,15 @@ class VolumeTraining:
             raise ValueError(f"mesh axes {unknown} are unknown; the axes are {MESH_AXES}")
         if not isinstance(self.config, TrainConfig):
             raise ValueError(f"VolumeTraining.config must be a TrainConfig, got {self.config!r}")
-        if not (_is_number(self.lr) and self.lr > 0):
+        if not (is_number(self.lr) and self.lr > 0):
             raise ValueError(f"VolumeTraining.lr must be a finite number > 0, got {self.lr!r}")
         for name, minimum in (("width", 1), ("levels", 1), ("warmup_epochs", 0)):
-            if not _is_int(getattr(self, name), minimum):
+            if not is_count(getattr(self, name), minimum):
                 raise ValueError(
                     f"VolumeTraining.{name} must be an integer >= {minimum}, "
                     f"got {getattr(self, name)!r}"
                 )
-        if not (_is_number(self.dropout) and 0 <= self.dropout < 1):
+        if not (is_number(self.dropout) and 0 <= self.dropout < 1):
             raise ValueError(f"VolumeTraining.dropout must be in [0, 1), got {self.dropout!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"VolumeTraining.dtype must be one of {DTYPES}, got {self.dtype!r}")
@@ -133,10 +125,10 @@ class VolumeTraining:
         if (
             not isinstance(epochs, tuple)
             or list(epochs) != sorted(set(epochs))
-            or any(not _is_int(e, 1) for e in epochs)
+            or any(not is_count(e, 1) for e in epochs)
         ):
             raise ValueError(
                 f"VolumeTraining.decay_epochs must be increasing epochs >= 1, got {epochs!r}"
             )
-        if not (_is_number(self.decay) and 0 < self.decay <= 1):
+        if not (is_number(self.decay) and 0 < self.decay <= 1):
             raise ValueError(f"VolumeTraining.decay must be in (0, 1], got {self.decay!r}")

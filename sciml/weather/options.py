@@ -9,7 +9,6 @@ training options and their run-record form.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, TypeVar
 
 from sciml.cli_args import nested, non_negative_int, option, positive_int
@@ -22,11 +21,6 @@ __all__ = [
     "SPREAD_LOSSES",
     "config_from_record",
     "config_record",
-    "is_count",
-    "is_fraction",
-    "is_names",
-    "is_rate",
-    "require",
     "train_field",
 ]
 
@@ -63,41 +57,6 @@ def train_field(batch_help: str) -> Any:
             seed=option("seed of the run", type=non_negative_int),
         ),
     )
-
-
-def require(config: object, name: str, ok: bool, expected: str) -> None:
-    """Raise ``ValueError`` naming ``config``'s field ``name`` and ``expected`` unless ``ok``.
-
-    Raises:
-        ValueError: ``ok`` is false.
-    """
-    if not ok:
-        value = getattr(config, name)
-        raise ValueError(f"{type(config).__name__}.{name} must be {expected}, got {value!r}")
-
-
-def is_count(value: object, minimum: int) -> bool:
-    """Whether ``value`` is an integer (not a bool) of at least ``minimum``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def is_fraction(value: object, *, zero: bool = False) -> bool:
-    """Whether ``value`` is a number in (0, 1) (``[0, 1)`` with ``zero``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return (value >= 0 if zero else value > 0) and value < 1
-
-
-def is_rate(value: object) -> bool:
-    """Whether ``value`` is a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value) and value > 0
-
-
-def is_names(value: object) -> bool:
-    """Whether ``value`` is a non-empty tuple of non-empty strings."""
-    return isinstance(value, tuple) and bool(value) and all(isinstance(v, str) and v for v in value)
 
 
 def config_record(config: object) -> dict[str, Any]:

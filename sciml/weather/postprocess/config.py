@@ -9,17 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sciml.cli_args import not_an_option, option, positive_float, positive_int
+from sciml.training.checks import is_count, is_fraction, is_names, is_rate, require
 from sciml.training.config import TrainConfig
-from sciml.weather.options import (
-    LOSS_SCALES,
-    MODELS,
-    is_count,
-    is_fraction,
-    is_names,
-    is_rate,
-    require,
-    train_field,
-)
+from sciml.weather.options import LOSS_SCALES, MODELS, train_field
 
 __all__ = ["PostprocessConfig"]
 
