@@ -56,6 +56,23 @@ CASES: dict[str, Any] = {
     "param_on_replicated": lambda m, y: m.head(y.mean((2, 3, 4)) * m.scale),
     "stack_unbind": lambda m, y: torch.stack(list(y.unbind(1)), dim=1).square(),
     "new_zeros_like": lambda m, y: y + y.new_zeros(y.shape) + torch.zeros_like(y),
+    # over some split dims only (on the 1x2x2x1 mesh): the reduced dims stay, of size 1
+    "partial_standardise": lambda m, y: (
+        (y - y.mean(2, keepdim=True)) / y.std(dim=(2, 4), keepdim=True)
+    ),
+    "partial_extremes": lambda m, y: (
+        y * y.amax(2, keepdim=True)
+        + y.max(dim=3, keepdim=True).values
+        - torch.amin(y, (2, 4), keepdim=True)
+    ),
+    "partial_var_mean_lse_norm": lambda m, y: (
+        torch.var_mean(y, 3, keepdim=True)[0] * y
+        + y.logsumexp(2, keepdim=True)
+        + y.norm(dim=3, keepdim=True)
+    ),
+    "partial_any_all": lambda m, y: y * (y > 0).any(2, keepdim=True) + (y < 0.1).all(3, True),
+    "partial_then_whole": lambda m, y: m.head(y.sum(2, keepdim=True).mean((2, 3, 4))),
+    "partial_output": lambda m, y: y.nansum(3, keepdim=True),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -82,7 +99,7 @@ REFUSED: dict[str, tuple[Any, str]] = {
 
 #: Cases invariant to a shift of the convolution's output: its bias has a zero
 #: gradient in exact arithmetic (rounding noise on both sides), so it has none.
-SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false")
+SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false", "partial_standardise")
 
 
 class UserModule(nn.Module):
@@ -188,6 +205,7 @@ def mechanism_facts(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict
                 "broadcast": lambda: x + torch.ones(x.shape[2], 1, 1),
                 "mixed_layouts": lambda: x[:, :, 1:] + x,
                 "partial_reduction": lambda: x.sum(2),
+                "in_place_widening": lambda: x.mean(2, keepdim=True).add_(x),
                 "item": lambda: x[:1, :1, :1, :1, :1].item(),
             }.items():
                 try:

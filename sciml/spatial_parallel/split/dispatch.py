@@ -18,6 +18,7 @@ from sciml.spatial_parallel.split import ops as split_ops
 from sciml.spatial_parallel.split.tensor import (
     Handler,
     SplitContext,
+    SplitOpError,
     SplitTensor,
     aten_name,
     is_replicated_value,
@@ -25,6 +26,7 @@ from sciml.spatial_parallel.split.tensor import (
     map_tensors,
     refuse,
     set_handler,
+    share_first,
     split_names,
     split_use,
     tensors_in,
@@ -341,17 +343,14 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     splits = [t for t in every if isinstance(t, SplitTensor)]
     first = splits[0]
-    layout = {d - len(first._gshape): (a, first._gshape[d]) for d, a in first._split}
-    for t in splits[1:]:
-        other = {d - len(t._gshape): (a, t._gshape[d]) for d, a in t._split}
-        if other != layout:
-            raise refuse(
-                func,
-                first._split,
-                f"its split operands are blocks of different global shapes or splits "
-                f"({first._gshape} split along {split_names(first._split)}, {t._gshape} split "
-                f"along {split_names(t._split)})",
-            )
+    layout = _common_layout(func, splits)
+    target = args[0]
+    if (
+        isinstance(target, SplitTensor)
+        and _in_place(func)
+        and any(target._gshape[d] < layout[d - len(target._gshape)][1] for d, _ in target._split)
+    ):
+        raise refuse(func, target._split, "an in-place op cannot widen its tensor's size-1 dims")
     for operand in every:
         if isinstance(operand, SplitTensor):
             continue
@@ -368,7 +367,11 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
 
     def plain(t: torch.Tensor) -> torch.Tensor:
-        return split_use(t, ctx) if is_replicated_value(t) else unwrap(t)
+        if is_replicated_value(t):
+            return split_use(t, ctx)
+        if isinstance(t, SplitTensor):
+            return _broadcast_blocks(ctx, t, layout)
+        return t
 
     shapes = [t._gshape if isinstance(t, SplitTensor) else tuple(t.shape) for t in every]
     out = func(
@@ -380,6 +383,56 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     gshape = tuple(torch.broadcast_shapes(*shapes))
     split = tuple((out_dims + neg, axis) for neg, (axis, _) in sorted(layout.items()))
     return _wrap_like(func, ctx, out, gshape, split)
+
+
+def _in_place(func: Any) -> bool:
+    """Whether ``func`` writes into its first argument (``add_``, ``+=``)."""
+    name = str(getattr(func, "__name__", ""))
+    if name.startswith("__"):
+        return name.startswith("__i") and name != "__invert__"
+    return name.endswith("_")
+
+
+def _common_layout(func: Any, splits: list[SplitTensor]) -> dict[int, tuple[int, int]]:
+    """``{dim from the end: (mesh axis, global size)}`` of the broadcast result of ``splits``.
+
+    A split dim of global size 1 broadcasts against a larger one, as on one tensor.
+    """
+    first = splits[0]
+    layout: dict[int, tuple[int, int]] = {}
+    for t in splits:
+        dims = {d - len(t._gshape): (a, t._gshape[d]) for d, a in t._split}
+        if (layout and dims.keys() != layout.keys()) or any(
+            a != layout.get(neg, (a, 0))[0] for neg, (a, _) in dims.items()
+        ):
+            raise _mixed_layouts(func, first, t)
+        for neg, (axis, size) in dims.items():
+            known = layout.get(neg, (axis, size))[1]
+            if size != known and 1 not in (size, known):
+                raise _mixed_layouts(func, first, t)
+            layout[neg] = (axis, max(size, known))
+    return layout
+
+
+def _mixed_layouts(func: Any, first: SplitTensor, other: SplitTensor) -> SplitOpError:
+    return refuse(
+        func,
+        first._split,
+        f"its split operands are blocks of different global shapes or splits "
+        f"({first._gshape} split along {split_names(first._split)}, {other._gshape} split "
+        f"along {split_names(other._split)})",
+    )
+
+
+def _broadcast_blocks(
+    ctx: SplitContext, x: SplitTensor, layout: dict[int, tuple[int, int]]
+) -> torch.Tensor:
+    """``x``'s block, with each split dim of global size 1 that the result widens on every rank."""
+    plain = unwrap(x)
+    for dim, axis in x._split:
+        if x._gshape[dim] == 1 and layout[dim - len(x._gshape)][1] > 1:
+            plain = share_first(plain, ctx, dim, axis)
+    return plain
 
 
 def _wrap_like(func: Any, ctx: SplitContext, out: Any, gshape: tuple[int, ...], split: Any) -> Any:

@@ -8,6 +8,12 @@ sums pass it straight through (:func:`~sciml.spatial_parallel.halo.collectives.r
 and the mean used inside ``var``, ``std`` and ``logsumexp`` meets the block
 again through :func:`~sciml.spatial_parallel.split.tensor.split_use`. A
 reduction over unsplit dims only runs on the block.
+
+A reduction over some split dims but not others (``keepdim=True``) runs the
+same collectives over the reduced dims' mesh axes only, and stays split: each
+reduced dim has global size 1, held by the first rank along its axis
+(:func:`~sciml.spatial_parallel.split.tensor.own_first`), so that it
+broadcasts against the full blocks as on one tensor.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ import torch.distributed as dist
 
 from sciml.spatial_parallel.halo.collectives import replicated_sum
 from sciml.spatial_parallel.split.tensor import (
+    Groups,
     SplitContext,
     SplitTensor,
     aten_name,
+    own_first,
     refuse,
     split_names,
     split_use,
@@ -123,21 +131,35 @@ def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
     crossed = split_dims & set(dims)
     if not crossed:
         return _local(ctx, func, args, kwargs, x, dims, keepdim)
-    if crossed != split_dims:
+    partial = crossed != split_dims
+    if partial and not keepdim:
         raise refuse(
             func,
             x._split,
-            f"it reduces over dims {sorted(crossed)} but not over the other split dims "
-            f"{sorted(split_dims - crossed)}; reduce over all of {split_names(x._split)} or none",
+            f"it reduces over split dims {sorted(crossed)} but not over "
+            f"{sorted(split_dims - crossed)} and drops the reduced dims, which leaves no dim "
+            f"to split the result along; pass keepdim=True (the result stays split) or "
+            f"reduce over all of {split_names(x._split)}",
         )
+    axes = tuple(a for d, a in x._split if d in crossed)
     plain = unwrap(x)
     count = math.prod(x._gshape[d] for d in dims)
     values |= {"split": x._split, "gshape": x._gshape}
-    out = _global(ctx, func, name, plain, values, dims, count)
-    if isinstance(out, tuple):
-        items = tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in out)
-        return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
-    return wrap_replicated(_squeeze(out, dims, keepdim), ctx)
+    out = _global(ctx, func, name, plain, values, dims, count, ctx.groups(axes))
+    if partial:
+        kept = _reduced_shape(x._gshape, dims, True)
+        items = out if isinstance(out, tuple) else (out,)
+        items = tuple(
+            wrap_split(own_first(o, ctx, sorted(crossed), axes), ctx, kept, x._split) for o in items
+        )
+    else:
+        items = tuple(
+            wrap_replicated(_squeeze(o, dims, keepdim), ctx)
+            for o in (out if isinstance(out, tuple) else (out,))
+        )
+    if not isinstance(out, tuple):
+        return items[0]
+    return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
 
 
 def _local(
@@ -158,9 +180,20 @@ def _local(
     return wrap_split(out, ctx, gshape, split)
 
 
-def _sum(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], **options: Any) -> torch.Tensor:
-    """The global sum over ``dims`` (kept), replicated."""
-    return replicated_sum(x.sum(dims, keepdim=True, **options), ctx.mesh.spatial_group)
+def _sum(x: torch.Tensor, dims: tuple[int, ...], groups: Groups, **options: Any) -> torch.Tensor:
+    """The sum over ``dims`` (kept) and over ``groups``, replicated over them."""
+    return _replicated_total(x.sum(dims, keepdim=True, **options), groups)
+
+
+def _replicated_total(x: torch.Tensor, groups: Groups) -> torch.Tensor:
+    for group in groups:
+        x = replicated_sum(x, group)
+    return x
+
+
+def _all_reduce(x: torch.Tensor, op: Any, groups: Groups) -> None:
+    for group in groups:
+        dist.all_reduce(x, op=op, group=group)
 
 
 def _global(
@@ -171,56 +204,55 @@ def _global(
     values: dict[str, Any],
     dims: tuple[int, ...],
     count: int,
+    groups: Groups,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The reduction over ``dims`` (which hold every split dim), with reduced dims kept."""
+    """The reduction over ``dims`` (kept) and over ``groups``, the ranks along its split dims."""
     if name == "sum":
-        return _sum(ctx, x, dims, dtype=values["dtype"])
+        return _sum(x, dims, groups, dtype=values["dtype"])
     if name == "nansum":
-        return replicated_sum(
-            x.nansum(dims, keepdim=True, dtype=values["dtype"]), ctx.mesh.spatial_group
-        )
+        return _replicated_total(x.nansum(dims, keepdim=True, dtype=values["dtype"]), groups)
     if name == "mean":
-        return _sum(ctx, x, dims, dtype=values["dtype"]) / count
+        return _sum(x, dims, groups, dtype=values["dtype"]) / count
     if name in ("amax", "amin"):
-        return extreme(ctx, x, dims, largest=name == "amax")
+        return extreme(x, dims, groups, largest=name == "amax")
     if name in ("any", "all"):
-        return _truth(ctx, x, dims, any_=name == "any")
+        return _truth(x, dims, groups, any_=name == "any")
     if name in ("max", "min"):
         if values["dim"] is None:
-            return extreme(ctx, x, dims, largest=name == "max")
-        ((dim, axis),) = values["split"]
+            return extreme(x, dims, groups, largest=name == "max")
+        ((dim, axis),) = [(d, a) for d, a in values["split"] if d in dims]
         lo = ctx.bounds(values["gshape"][dim], axis)[0]
-        return arg_extreme(ctx, x, dim, lo, largest=name == "max")
+        return arg_extreme(x, dim, lo, groups, largest=name == "max")
     if name in _VARIANCE:
-        mean = _sum(ctx, x, dims) / count
-        centred = x - split_use(wrap_replicated(mean, ctx), ctx)
-        var = _sum(ctx, centred * centred.conj(), dims) / max(count - values["correction"], 0)
+        mean = _sum(x, dims, groups) / count
+        centred = x - split_use(mean, ctx, groups)
+        var = _sum(centred * centred.conj(), dims, groups) / max(count - values["correction"], 0)
         out = var.sqrt() if name.startswith("std") else var
         return (out, mean) if name.endswith("_mean") else out
     if name == "logsumexp":
-        top = extreme(ctx, x.detach(), dims, largest=True)
+        top = extreme(x.detach(), dims, groups, largest=True)
         top = torch.where(top.isfinite(), top, torch.zeros_like(top))
-        return _sum(ctx, (x - top).exp(), dims).log() + top
-    return _norm(ctx, func, x, values, dims)
+        return _sum((x - top).exp(), dims, groups).log() + top
+    return _norm(func, x, values, dims, groups)
 
 
 def _norm(
-    ctx: SplitContext, func: Any, x: torch.Tensor, values: dict[str, Any], dims: tuple[int, ...]
+    func: Any, x: torch.Tensor, values: dict[str, Any], dims: tuple[int, ...], groups: Groups
 ) -> torch.Tensor:
     p, dtype = values["p"], values.get("dtype")
     if dtype is not None:
         x = x.to(dtype)
     size = x.abs()
     if p in ("fro", None) or p == 2:
-        return _sum(ctx, size * size, dims).sqrt()
+        return _sum(size * size, dims, groups).sqrt()
     if p == math.inf:
-        return extreme(ctx, size, dims, largest=True)
+        return extreme(size, dims, groups, largest=True)
     if p == -math.inf:
-        return extreme(ctx, size, dims, largest=False)
+        return extreme(size, dims, groups, largest=False)
     if p == 0:
-        return _sum(ctx, (x != 0).to(size.dtype), dims)
+        return _sum((x != 0).to(size.dtype), dims, groups)
     if isinstance(p, int | float) and not isinstance(p, bool):
-        return _sum(ctx, size**p, dims) ** (1.0 / p)
+        return _sum(size**p, dims, groups) ** (1.0 / p)
     raise refuse(func, (), f"norm p={p!r} over split dims is not supported")
 
 
@@ -246,7 +278,7 @@ def _lowest(x: torch.Tensor, largest: bool) -> float | int:
     return info.min if largest else info.max
 
 
-def _truth(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, any_: bool) -> Any:
+def _truth(x: torch.Tensor, dims: tuple[int, ...], groups: Groups, *, any_: bool) -> Any:
     """Global ``any``/``all`` over ``dims`` (kept): the largest or smallest truth value."""
     shape = _reduced_shape(tuple(x.shape), dims, True)
     truth = (x != 0).to(torch.uint8)
@@ -254,36 +286,33 @@ def _truth(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, any_: b
         value = (truth.amax if any_ else truth.amin)(dims, keepdim=True)
     else:  # an empty block: what neither changes any nor all
         value = truth.new_full(shape, 0 if any_ else 1)
-    op = dist.ReduceOp.MAX if any_ else dist.ReduceOp.MIN
-    dist.all_reduce(value, op=op, group=ctx.mesh.spatial_group)
+    _all_reduce(value, dist.ReduceOp.MAX if any_ else dist.ReduceOp.MIN, groups)
     return value.to(torch.bool)
 
 
-def extreme(ctx: SplitContext, x: torch.Tensor, dims: tuple[int, ...], *, largest: bool) -> Any:
-    """Global ``amax``/``amin`` over ``dims`` (kept); ties share the gradient, as torch's."""
+def extreme(x: torch.Tensor, dims: tuple[int, ...], groups: Groups, *, largest: bool) -> Any:
+    """``amax``/``amin`` over ``dims`` (kept) and ``groups``; ties share the gradient as torch's."""
     shape = _reduced_shape(tuple(x.shape), dims, True)
-    group = ctx.mesh.spatial_group
     if x.numel():
         local = (x.amax if largest else x.amin)(dims, keepdim=True).detach()
     else:
         local = x.new_full(shape, _lowest(x, largest))
     value = local.clone()
-    dist.all_reduce(value, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, group=group)
+    _all_reduce(value, dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, groups)
     mask = (x.detach() == value).to(x.dtype if x.dtype.is_floating_point else torch.float32)
     count = mask.sum(dims, keepdim=True)
-    dist.all_reduce(count, group=group)
+    _all_reduce(count, dist.ReduceOp.SUM, groups)
     return _Pick.apply(x, value, mask / count)
 
 
 def arg_extreme(
-    ctx: SplitContext, x: torch.Tensor, dim: int, lo: int, *, largest: bool
+    x: torch.Tensor, dim: int, lo: int, groups: Groups, *, largest: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global ``max``/``min`` along the split ``dim`` (kept): values and global indices.
+    """``max``/``min`` along the split ``dim`` (kept) over ``groups``: values and global indices.
 
     ``lo`` is the block's first global index along ``dim``. On ties the lowest
     global index wins (as torch's CPU kernel); it takes the gradient.
     """
-    group = ctx.mesh.spatial_group
     size = x.shape[dim]
     if size:
         local, index = (x.max if largest else x.min)(dim, keepdim=True)
@@ -293,10 +322,10 @@ def arg_extreme(
         local = x.new_full(shape, _lowest(x, largest))
         index = torch.zeros(shape, dtype=torch.int64, device=x.device)
     value = local.clone()
-    dist.all_reduce(value, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, group=group)
+    _all_reduce(value, dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, groups)
     sentinel = torch.iinfo(torch.int64).max
     index = torch.where(local == value, index, torch.full_like(index, sentinel))
-    dist.all_reduce(index, op=dist.ReduceOp.MIN, group=group)
+    _all_reduce(index, dist.ReduceOp.MIN, groups)
     positions = torch.arange(lo, lo + size, device=x.device)
     positions = positions.reshape([-1 if d == dim else 1 for d in range(x.dim())])
     weights = (positions == index).to(x.dtype)

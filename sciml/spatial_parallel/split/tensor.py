@@ -55,6 +55,8 @@ Shape = tuple[int, ...]
 #: ``(tensor dim, mesh spatial axis)`` pairs of the split dims, by increasing dim.
 Split = tuple[tuple[int, int], ...]
 Handler = Callable[["SplitContext", Any, tuple[Any, ...], dict[str, Any]], Any]
+#: Process groups whose collectives, one after another, span some mesh axes.
+Groups = tuple[dist.ProcessGroup, ...]
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(sciml.__file__))
 
@@ -99,6 +101,12 @@ class SplitContext:
                 sizes[dim] = hi - lo
             local = self._local_shapes[key] = tuple(sizes)
         return local
+
+    def groups(self, axes: Sequence[int]) -> Groups:
+        """The groups spanning the ranks along mesh ``axes``: the spatial group if that is all."""
+        if {a for a in range(len(self.mesh.grid)) if self.mesh.grid[a] > 1} <= set(axes):
+            return (self.mesh.spatial_group,)
+        return tuple(self.mesh.dim_groups[a] for a in axes if self.mesh.grid[a] > 1)
 
 
 def user_line() -> str:
@@ -335,12 +343,75 @@ class _SplitUse(torch.autograd.Function):
         return grad, None
 
 
-def split_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
-    """A replicated ``x`` entering a split computation: gradients summed over the group."""
+def split_use(x: torch.Tensor, ctx: SplitContext, groups: Groups | None = None) -> torch.Tensor:
+    """A replicated ``x`` entering a split computation: gradients summed over the group.
+
+    ``groups`` (default: the spatial group) are those ``x`` is replicated over.
+    """
     plain = unwrap(x)
     if not plain.requires_grad or ctx.mesh.spatial_size == 1:
         return plain
-    return _SplitUse.apply(plain, ctx.mesh.spatial_group)
+    for group in groups or (ctx.mesh.spatial_group,):
+        plain = _SplitUse.apply(plain, group)
+    return plain
+
+
+class _OwnFirst(torch.autograd.Function):
+    """Keep a value replicated over groups on their first rank; the backward shares its gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, shape: Shape, groups: Groups) -> torch.Tensor:
+        ctx.shape, ctx.owner, ctx.groups = tuple(x.shape), tuple(x.shape) == shape, groups
+        return x.clone() if ctx.owner else x.new_zeros(shape)
+
+    @staticmethod
+    @first_order_only("an all-reduce along the reduced mesh axes")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        full = grad.contiguous().clone() if ctx.owner else grad.new_zeros(ctx.shape)
+        for group in ctx.groups:
+            dist.all_reduce(full, group=group)
+        return full, None, None
+
+
+def own_first(x: torch.Tensor, ctx: SplitContext, dims: Sequence[int], axes: Sequence[int]) -> Any:
+    """``x``, replicated along mesh ``axes``, as blocks of global size 1 along ``dims``.
+
+    The rank first along every axis of ``axes`` holds the value, the others an
+    empty block, as :func:`torch.tensor_split` splits a dim of size 1.
+    """
+    shape = list(x.shape)
+    for dim, axis in zip(dims, axes, strict=True):
+        shape[dim] = 1 if ctx.mesh.spatial_coords[axis] == 0 else 0
+    return _OwnFirst.apply(x, tuple(shape), ctx.groups(axes))
+
+
+class _ShareFirst(torch.autograd.Function):
+    """The first rank's size-1 block on every rank of a group; the backward sums it back there."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dim: int, owner: bool, group: Any) -> Any:
+        ctx.dim, ctx.owner, ctx.group = dim, owner, group
+        shape = list(x.shape)
+        shape[dim] = 1
+        out = x.clone() if owner else x.new_zeros(shape)
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    @first_order_only("an all-reduce along a split mesh axis")
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return (grad if ctx.owner else grad.narrow(ctx.dim, 0, 0)), None, None, None
+
+
+def share_first(x: torch.Tensor, ctx: SplitContext, dim: int, axis: int) -> torch.Tensor:
+    """A block of global size 1 along ``dim`` (split along mesh ``axis``), on every rank there.
+
+    The result broadcasts along ``dim`` against a block of any global size.
+    """
+    owner = ctx.mesh.spatial_coords[axis] == 0
+    return _ShareFirst.apply(x, dim, owner, ctx.mesh.dim_groups[axis])
 
 
 def replicated_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
