@@ -1,7 +1,7 @@
 """The process grid of a training run: ``--mesh auto`` from the planner, recorded with the run.
 
 ``sciml cosmoflow|unet3d train --mesh auto --global-batch N`` chooses the grid
-this way (:func:`plan_mesh`, through
+this way (:func:`auto_mesh`: :func:`plan_mesh` through
 :func:`sciml.volumes.mesh_record.choose_mesh`):
 
 * **What is priced**: the run's own model (its width, levels and dtype) on one
@@ -33,21 +33,78 @@ this way (:func:`plan_mesh`, through
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
+from sciml.distributed.collectives import world
+from sciml.distributed.launch import detect_launch
 from sciml.spatial_parallel.planner.plan import Plan, recommend
 from sciml.spatial_parallel.planner.profile import PROFILES, Profile, default_cache, get_profile
 from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes
-from sciml.volumes.mesh_record import MeshChoice, full_mesh
+from sciml.volumes.mesh_record import MeshChoice, choose_mesh, full_mesh
 from sciml.volumes.train import CLASSES, build_model
 
-__all__ = ["default_profile", "plan_mesh", "rank_memory"]
+__all__ = ["auto_mesh", "default_profile", "plan_mesh", "rank_memory"]
 
 #: Grids shown in the printed table.
 TABLE_ROWS = 3
+
+
+def auto_mesh(
+    data: Path | str,
+    options: VolumeTraining,
+    run_dir: Path | str,
+    *,
+    global_batch: int,
+    device: torch.device,
+    profile: str | None = None,
+    memory: float | None = None,
+) -> VolumeTraining:
+    """``options`` on the grid of ``--mesh auto`` (collective: call on every rank).
+
+    The grid is the run folder's record, else the planner's for this launch's
+    world size (:func:`plan_mesh`); each of its data replicas trains on
+    ``global_batch / data`` samples per step.
+
+    Args:
+        data: The training volumes.
+        options: The run's options (their mesh and batch size are replaced).
+        run_dir: The run folder (its recorded grid wins).
+        global_batch: Samples of one step over all replicas.
+        device: This rank's device (it picks the default profile and memory).
+        profile: ``h100``, ``a100``, ``calibrated`` or a profile file; ``None``:
+            :func:`default_profile`.
+        memory: Bytes per rank; ``None``: :func:`rank_memory`'s default.
+
+    Raises:
+        ValueError: On every rank, if no grid can be chosen (the planner's
+            reason), or the recorded grid's data size does not divide the batch.
+    """
+
+    def plan() -> MeshChoice:
+        machine = get_profile(profile) if profile else default_profile(device)
+        local = detect_launch().local_world_size
+        per_rank = rank_memory(memory, machine, device, local_ranks=local)
+        return plan_mesh(
+            data,
+            options,
+            global_batch=global_batch,
+            world_size=world()[1],
+            memory=per_rank,
+            profile=machine,
+        )
+
+    mesh = choose_mesh(run_dir, None, plan=plan)
+    if global_batch % mesh["data"]:
+        raise ValueError(
+            f"--global-batch {global_batch} does not split over the {mesh['data']} data "
+            f"replicas of the grid {mesh}"
+        )
+    loop = dataclasses.replace(options.config, batch_size=global_batch // mesh["data"])
+    return dataclasses.replace(options, mesh=mesh, config=loop)
 
 
 def default_profile(device: torch.device) -> Profile:

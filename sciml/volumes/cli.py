@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sciml.cli_args import (
     Subparsers,
@@ -44,13 +44,8 @@ from sciml.cli_args import (
     positive_float,
     positive_int,
 )
-from sciml.distributed.launch import detect_launch
 from sciml.spatial_parallel.cli import memory_size, parse_mesh
 from sciml.volumes.config import VolumeTraining
-
-if TYPE_CHECKING:
-    from sciml.distributed import DistributedContext
-    from sciml.volumes.mesh_record import MeshChoice
 
 #: What each workflow's ``data`` writes, and the defaults of its ``train``.
 WORKFLOWS: dict[str, dict[str, Any]] = {
@@ -110,36 +105,6 @@ def _check_mesh_options(args: argparse.Namespace) -> None:
         )
 
 
-def _auto_mesh(
-    args: argparse.Namespace, options: VolumeTraining, ctx: DistributedContext
-) -> dict[str, int]:
-    """The grid of ``--mesh auto`` (collective): the recorded one, else the planner's."""
-    from sciml.spatial_parallel.planner.profile import get_profile
-    from sciml.volumes.auto_mesh import default_profile, plan_mesh, rank_memory
-    from sciml.volumes.mesh_record import choose_mesh
-
-    def plan() -> MeshChoice:
-        profile = get_profile(args.profile) if args.profile else default_profile(ctx.device)
-        local = detect_launch().local_world_size
-        memory = rank_memory(args.memory, profile, ctx.device, local_ranks=local)
-        return plan_mesh(
-            args.data,
-            options,
-            global_batch=args.global_batch,
-            world_size=ctx.world_size,
-            memory=memory,
-            profile=profile,
-        )
-
-    mesh = choose_mesh(args.run_dir, None, plan=plan)
-    if args.global_batch % mesh["data"]:
-        raise ValueError(
-            f"--global-batch {args.global_batch} does not split over the {mesh['data']} data "
-            f"replicas of the grid {mesh}"
-        )
-    return mesh
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.io_utils import atomic_write_text
@@ -154,9 +119,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     options = dataclasses.replace(options, model=args.workflow, config=loop)
     with init_distributed(timeout=args.timeout) as ctx:
         if args.mesh == "auto":
-            mesh = _auto_mesh(args, options, ctx)
-            loop = dataclasses.replace(loop, batch_size=args.global_batch // mesh["data"])
-            options = dataclasses.replace(options, mesh=mesh, config=loop)
+            from sciml.volumes.auto_mesh import auto_mesh
+
+            options = auto_mesh(
+                args.data,
+                options,
+                args.run_dir,
+                global_batch=args.global_batch,
+                device=ctx.device,
+                profile=args.profile,
+                memory=args.memory,
+            )
         else:
             options = dataclasses.replace(options, mesh=args.mesh or {})
         result = train_volumes(args.data, options, args.run_dir, val=args.val, device=ctx.device)

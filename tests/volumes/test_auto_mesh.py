@@ -4,14 +4,15 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from sciml.cli import main
 from sciml.distributed import spawn
 from sciml.spatial_parallel.planner.profile import PROFILES, save_profile
-from sciml.volumes.auto_mesh import plan_mesh
+from sciml.volumes.auto_mesh import auto_mesh, plan_mesh
 from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology
-from sciml.volumes.mesh_record import MeshChoice, read_record
+from sciml.volumes.mesh_record import MeshChoice, read_record, record_mesh
 
 pytestmark = pytest.mark.xdist_group("volumes_auto_mesh")
 
@@ -48,6 +49,24 @@ def test_the_plan_follows_the_batch_the_profile_and_the_memory(cosmo: Path) -> N
             _plan(cosmo, bad, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no grid of 11 ranks can split input"):
         _plan(cosmo, 1, 11)  # 8 voxels cannot take 11 blocks, one sample not 11 replicas
+
+
+def test_auto_mesh_sets_the_grid_and_the_replica_batch(tmp_path: Path, cosmo: Path) -> None:
+    """One process: the planner's grid is all ones and the replica takes the whole batch."""
+    profile = str(save_profile(PROFILE, tmp_path / "test_profile.json"))
+    cpu = torch.device("cpu")
+    options = auto_mesh(
+        cosmo, OPTIONS, tmp_path / "run", global_batch=3, device=cpu, profile=profile, memory=2**30
+    )
+    assert options.mesh == {"data": 1, "depth": 1, "height": 1, "width": 1}
+    assert options.config.batch_size == 3 and options.model == OPTIONS.model
+    # a recorded grid is kept without planning, and its data size must divide the batch
+    recorded = tmp_path / "recorded"
+    record_mesh(recorded, {"data": 2})
+    with pytest.raises(ValueError, match="--global-batch 3 does not split over the 2 data"):
+        auto_mesh(cosmo, OPTIONS, recorded, global_batch=3, device=cpu, profile="no such file")
+    options = auto_mesh(cosmo, OPTIONS, recorded, global_batch=4, device=cpu, profile="none")
+    assert options.mesh["data"] == 2 and options.config.batch_size == 2
 
 
 def _train_auto(argv: list[str]) -> int:
