@@ -5,7 +5,9 @@ traceback to the caller, and fails (instead of hanging) when a rank dies or
 the whole run outlasts its timeout. :mod:`sciml.distributed` re-exports it.
 Its ranks come from a fork server that has imported torch (:data:`PRELOAD`):
 a rank starts in milliseconds instead of the 2 s of CPU that importing torch
-took in each fresh interpreter.
+took in each fresh interpreter. ``SCIML_SPAWN_PRELOAD`` (comma-separated module
+names) adds the heavy third-party modules that rank functions import, such as
+``monai.networks.nets`` (6 s of CPU per fresh import here).
 """
 
 from __future__ import annotations
@@ -30,9 +32,22 @@ R = TypeVar("R")
 
 
 #: Third-party modules a fork server imports once, so that the ranks it forks start
-#: with them loaded (importing torch took 2 s of CPU per rank); not sciml's own, which
-#: a long session may edit between calls.
-PRELOAD = ("numpy", "torch", "torch.distributed")
+#: with them loaded (torch took 2 s of CPU per rank, and the compiler, which the split
+#: blocks of ``sciml.spatial_parallel`` register with, 1.7 s more); not sciml's own,
+#: which a long session may edit between calls.
+PRELOAD = ("numpy", "torch", "torch.distributed", "torch._dynamo")
+#: Names more modules for the fork server to import (comma-separated).
+PRELOAD_VARIABLE = "SCIML_SPAWN_PRELOAD"
+
+
+def preloaded_modules() -> list[str]:
+    """:data:`PRELOAD` and the modules :data:`PRELOAD_VARIABLE` names.
+
+    The fork server starts at a process's first :func:`spawn` and keeps its
+    modules: a later change of the variable does not reach it.
+    """
+    extra = os.environ.get(PRELOAD_VARIABLE, "").split(",")
+    return [*PRELOAD, *(name.strip() for name in extra if name.strip())]
 
 
 def default_start_method() -> str:
@@ -95,7 +110,7 @@ def spawn(
     (defined at module level) and its return value picklable.
 
     By default (:func:`default_start_method`) the ranks are forked from a fork
-    server that imported :data:`PRELOAD` once, with this process's environment,
+    server that imported :func:`preloaded_modules` once, with this process's environment,
     folder and ``sys.path``; ``start_method="spawn"`` starts fresh interpreters.
 
     Raises:
@@ -110,7 +125,7 @@ def spawn(
     method = start_method or default_start_method()
     ctx: Any = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(list(PRELOAD))
+        ctx.set_forkserver_preload(preloaded_modules())
     results = ctx.Queue()
     # a rendezvous file of its own: no port to pick, so concurrent spawns cannot collide
     folder = tempfile.mkdtemp(prefix="sciml-spawn-")
