@@ -146,17 +146,13 @@ def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
     count = math.prod(x._gshape[d] for d in dims)
     values |= {"split": x._split, "gshape": x._gshape}
     out = _global(ctx, func, name, plain, values, dims, count, ctx.groups(axes))
+    outs = out if isinstance(out, tuple) else (out,)
     if partial:
         kept = _reduced_shape(x._gshape, dims, True)
-        items = out if isinstance(out, tuple) else (out,)
-        items = tuple(
-            wrap_split(own_first(o, ctx, sorted(crossed), axes), ctx, kept, x._split) for o in items
-        )
+        owned = (own_first(o, ctx, sorted(crossed), axes) for o in outs)
+        items = tuple(wrap_split(o, ctx, kept, x._split) for o in owned)
     else:
-        items = tuple(
-            wrap_replicated(_squeeze(o, dims, keepdim), ctx)
-            for o in (out if isinstance(out, tuple) else (out,))
-        )
+        items = tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in outs)
     if not isinstance(out, tuple):
         return items[0]
     return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
