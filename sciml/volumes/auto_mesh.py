@@ -80,9 +80,11 @@ def auto_mesh(
         memory: Bytes per rank; ``None``: :func:`rank_memory`'s default.
 
     Raises:
-        ValueError: On every rank, if no grid can be chosen (the planner's
-            reason), or the recorded grid's data size does not divide the batch.
+        ValueError: If ``global_batch`` is not an integer >= 1; on every rank, if no
+            grid can be chosen (the planner's reason), or the recorded grid's data
+            size does not divide the batch.
     """
+    _check_global_batch(global_batch)
 
     def plan() -> MeshChoice:
         machine = get_profile(profile) if profile else default_profile(device)
@@ -172,8 +174,7 @@ def plan_mesh(
             the volume, none that fits has a ``data`` size dividing the batch, or
             the batch is not a positive integer.
     """
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
-        raise ValueError(f"global_batch must be an integer >= 1, got {global_batch!r}")
+    _check_global_batch(global_batch)
     volumes = ShardedVolumes(data, target=MODELS[options.model])
     channels = len(volumes.channels())
     outputs = volumes.target_shape[0] if options.model == "cosmoflow" else CLASSES
@@ -187,6 +188,11 @@ def plan_mesh(
         optimizer="momentum" if options.model == "cosmoflow" else "adam",
     )
     return MeshChoice(_dividing(plan, global_batch), plan.table(top=TABLE_ROWS))
+
+
+def _check_global_batch(global_batch: int) -> None:
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ValueError(f"global_batch must be an integer >= 1, got {global_batch!r}")
 
 
 def _dividing(plan: Plan, global_batch: int) -> dict[str, int]:

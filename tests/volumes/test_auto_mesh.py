@@ -67,6 +67,9 @@ def test_auto_mesh_sets_the_grid_and_the_replica_batch(tmp_path: Path, cosmo: Pa
         auto_mesh(cosmo, OPTIONS, recorded, global_batch=3, device=cpu, profile="no such file")
     options = auto_mesh(cosmo, OPTIONS, recorded, global_batch=4, device=cpu, profile="none")
     assert options.mesh["data"] == 2 and options.config.batch_size == 2
+    for bad in (0, True):  # refused before the record is read, not split as a batch of 0 or 1
+        with pytest.raises(ValueError, match="global_batch must be an integer >= 1"):
+            auto_mesh(cosmo, OPTIONS, recorded, global_batch=bad, device=cpu)
 
 
 def _train_auto(argv: list[str]) -> int:
