@@ -1,5 +1,6 @@
 """The raw ensemble's CRPS as the deep models' loss scale: values, labels, loss, run folder."""
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -112,42 +113,21 @@ def test_the_scaled_loss_is_the_mean_crps_relative_to_each_rows_scale() -> None:
 def test_a_deep_run_keeps_its_scale_and_says_which_loss_it_trained_on(tmp_path: Path) -> None:
     ds = _ensemble()
     run = tmp_path / "mlp"
-    train_postprocessor(
-        ds,
-        PostprocessConfig(
-            model="mlp", members=2, train=TrainConfig(epochs=1, progress=False, tensorboard=False)
-        ),
-        run,
-    )
+    quick = TrainConfig(epochs=1, progress=False, tensorboard=False)
+    scaled = PostprocessConfig(model="mlp", members=2, train=quick)
+    unscaled = dataclasses.replace(scaled, loss_scale="none")
+    train_postprocessor(ds, scaled, run)
     config, stats = read_run(run)
     assert config.loss_scale == "raw-crps"
     with xr.open_dataarray(run / "crps_scale.nc") as saved:
         train = ds.isel(time=slice(3))  # the last of 4 dates validates
         xr.testing.assert_allclose(saved, raw_crps_scale(train, ["psi", "q"], stats=stats))
     with pytest.raises(ValueError, match="another configuration.*loss_scale"):
-        train_postprocessor(
-            ds,
-            PostprocessConfig(
-                model="mlp",
-                members=2,
-                loss_scale="none",
-                train=TrainConfig(epochs=1, tensorboard=False),
-            ),
-            run,
-        )
+        train_postprocessor(ds, unscaled, run)
     with pytest.raises(ValueError, match="loss_scale must be one of"):
         train_postprocessor(
             ds, PostprocessConfig(model="mlp", members=2, loss_scale="raw"), tmp_path / "x"
         )
     plain = tmp_path / "plain"
-    train_postprocessor(
-        ds,
-        PostprocessConfig(
-            model="mlp",
-            members=2,
-            loss_scale="none",
-            train=TrainConfig(epochs=1, progress=False, tensorboard=False),
-        ),
-        plain,
-    )
+    train_postprocessor(ds, unscaled, plain)
     assert read_run(plain)[0].loss_scale == "none" and not (plain / "crps_scale.nc").exists()
