@@ -18,6 +18,15 @@ from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 from sciml.spatial_parallel.split.tensor import SplitOpError
 from sciml.spatial_parallel.testing import compare_parallel
 
+
+def _in_place_ops(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """In-place ops by method, operator and ``inplace=True``; ``y`` is read again after them."""
+    y.sub_(y.mean(2, keepdim=True))  # y: the block written into, not rebound
+    y *= 1.5
+    z = F.leaky_relu(y, 0.2, inplace=True)
+    return z + y
+
+
 #: Forward code after a convolution, by case name; each returns the model output.
 CASES: dict[str, Any] = {
     "mean_head": lambda m, y: m.head(y.mean(dim=(2, 3, 4))),
@@ -73,6 +82,7 @@ CASES: dict[str, Any] = {
     "partial_any_all": lambda m, y: y * (y > 0).any(2, keepdim=True) + (y < 0.1).all(3, True),
     "partial_then_whole": lambda m, y: m.head(y.sum(2, keepdim=True).mean((2, 3, 4))),
     "partial_output": lambda m, y: y.nansum(3, keepdim=True),
+    "in_place": _in_place_ops,
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -99,7 +109,7 @@ REFUSED: dict[str, tuple[Any, str]] = {
 
 #: Cases invariant to a shift of the convolution's output: its bias has a zero
 #: gradient in exact arithmetic (rounding noise on both sides), so it has none.
-SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false", "partial_standardise")
+SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false", "partial_standardise", "in_place")
 
 
 class UserModule(nn.Module):
@@ -180,13 +190,35 @@ def compare_basic_unet(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> d
     return out
 
 
+def _graph_nodes(node: Any) -> set[str]:
+    """Names of the autograd nodes reachable from ``node``."""
+    names, todo = set(), [node]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ not in names:
+            names.add(type(node).__name__)
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
 def mechanism_facts(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict[str, Any]:
     """What a model's forward code sees of a split block, and what leaves the model."""
     mesh = SpatialMesh(**mesh_kwargs)
     seen: dict[str, Any] = {}
 
     class Probe(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv3d(shape[1], shape[1], 1, dtype=torch.float64)
+
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["in_place_graph"] = _graph_nodes(F.relu(self.conv(x), inplace=True).grad_fn)
+            leaf = x.detach().requires_grad_()
+            try:  # refused by torch, as on one tensor
+                leaf.relu_()
+                seen["in_place_leaf"] = "no error"
+            except RuntimeError as err:
+                seen["in_place_leaf"] = str(err)
             seen["shape"] = tuple(x.shape)
             seen["size2"] = x.size(2)
             seen["size"] = tuple(x.size())

@@ -32,6 +32,7 @@ from sciml.spatial_parallel.split.tensor import (
     tensors_in,
     unwrap,
     wrap_split,
+    write_target,
 )
 
 #: Methods and properties whose result is not a tensor and does not depend on the split.
@@ -339,7 +340,8 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
         )
     ):
         x = args[0]
-        return wrap_split(func(unwrap(x), *args[1:], **kwargs), ctx, x._gshape, x._split)
+        block = write_target(x) if _in_place(func, kwargs) else unwrap(x)
+        return wrap_split(func(block, *args[1:], **kwargs), ctx, x._gshape, x._split)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     splits = [t for t in every if isinstance(t, SplitTensor)]
     first = splits[0]
@@ -347,7 +349,7 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     target = args[0]
     if (
         isinstance(target, SplitTensor)
-        and _in_place(func)
+        and _in_place(func, kwargs)
         and any(target._gshape[d] < layout[d - len(target._gshape)][1] for d, _ in target._split)
     ):
         raise refuse(func, target._split, "an in-place op cannot widen its tensor's size-1 dims")
@@ -365,10 +367,13 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
                     f"or give it size 1 there",
                 )
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
+    written = target if isinstance(target, SplitTensor) and _in_place(func, kwargs) else None
 
     def plain(t: torch.Tensor) -> torch.Tensor:
         if is_replicated_value(t):
             return split_use(t, ctx)
+        if t is written:
+            return write_target(t)  # its layout is the result's: nothing to broadcast
         if isinstance(t, SplitTensor):
             return _broadcast_blocks(ctx, t, layout)
         return t
@@ -385,8 +390,13 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     return _wrap_like(func, ctx, out, gshape, split)
 
 
-def _in_place(func: Any) -> bool:
-    """Whether ``func`` writes into its first argument (``add_``, ``+=``)."""
+def _in_place(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` writes into its first argument (``add_``, ``+=``, ``inplace=True``).
+
+    ``torch.nn.functional`` passes ``inplace`` on to ``__torch_function__`` by keyword.
+    """
+    if kwargs.get("inplace") is True:
+        return True
     name = str(getattr(func, "__name__", ""))
     if name.startswith("__"):
         return name.startswith("__i") and name != "__invert__"

@@ -260,6 +260,7 @@ class SplitTensor(_Dispatched):
     _ctx: SplitContext
     _gshape: Shape
     _split: Split
+    _block: torch.Tensor  # the plain tensor this block is an alias of (see write_target)
 
     def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
         """The global shape and the split dims (the values are this rank's only)."""
@@ -291,7 +292,7 @@ def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -
         return x
     with torch._C.DisableTorchFunctionSubclass():
         out = x.as_subclass(SplitTensor)
-    out._ctx, out._gshape, out._split = ctx, tuple(shape), split
+    out._ctx, out._gshape, out._split, out._block = ctx, tuple(shape), split, x
     return out
 
 
@@ -312,6 +313,19 @@ def unwrap(x: Any) -> Any:
             setattr(plain, REPLICATED_TAG, True)
         return plain
     return x
+
+
+def write_target(x: SplitTensor) -> torch.Tensor:
+    """The plain tensor that an in-place op on the block ``x`` writes into.
+
+    ``x`` is an autograd alias of the plain tensor it wraps. Written through a
+    new alias of it, an in-place op would cost autograd a copy of the whole
+    block (the view's ``CopySlices`` and ``AsStridedBackward``) that the same
+    op on one tensor does not; written into the wrapped tensor itself, it
+    costs what it costs there (the stale ``x`` sees the new values and
+    rebuilds its gradient edge if it is used again).
+    """
+    return x._block
 
 
 class _ReplicatedUse(torch.autograd.Function):

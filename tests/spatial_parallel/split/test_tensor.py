@@ -38,6 +38,14 @@ def test_a_pad_of_odd_length_is_an_error_as_on_one_tensor(facts: list[dict[str, 
         assert "padding length must be even" in seen["odd_pad"], seen["odd_pad"]
 
 
+def test_in_place_op_writes_the_block_as_on_one_tensor(facts: list[dict[str, Any]]) -> None:
+    """No copy of the block in the graph (a view's CopySlices): the op writes the block itself."""
+    for seen in facts:
+        assert "ReluBackward0" in seen["in_place_graph"], seen["in_place_graph"]
+        assert not {"CopySlices", "AsStridedBackward0"} & seen["in_place_graph"]
+        assert "leaf Variable that requires grad" in seen["in_place_leaf"], seen["in_place_leaf"]
+
+
 def test_model_output_is_a_plain_tensor(facts: list[dict[str, Any]]) -> None:
     assert {seen["output_type"] for seen in facts} == {"Tensor"}
     blocks = {seen["block"][2:] for seen in facts}
