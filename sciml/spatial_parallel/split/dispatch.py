@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from sciml.spatial_parallel.split import layout as split_layout
@@ -385,7 +386,7 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     )
     if isinstance(out, torch.Tensor) and any(out is t for t in splits):
         return out  # in place
-    gshape = tuple(torch.broadcast_shapes(*shapes))
+    gshape = np.broadcast_shapes(*shapes)  # torch's costs a third of a millisecond
     split = tuple((out_dims + neg, axis) for neg, (axis, _) in sorted(layout.items()))
     return _wrap_like(func, ctx, out, gshape, split)
 

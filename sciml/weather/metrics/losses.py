@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -112,9 +113,9 @@ def crps_gaussian_loss(
         ValueError: If a shape would enlarge the observations, or a ``sigma`` is <= 0.
     """
     mu, sigma = torch.as_tensor(mu), torch.as_tensor(sigma)
-    try:
-        shape = torch.broadcast_shapes(observations.shape, mu.shape, sigma.shape)
-    except RuntimeError:
+    try:  # numpy's: torch's costs a third of a millisecond, a fifth of an EMOS fit
+        shape = np.broadcast_shapes(observations.shape, mu.shape, sigma.shape)
+    except ValueError:
         shape = None
     if shape != observations.shape:
         raise ValueError(
