@@ -1,6 +1,8 @@
 # The README's commands. Each one sets up .venv from nothing when needed.
 #   make demo    end-to-end run on the bundled data -> runs/demo/report.md
-#   make test    the whole test suite, each notebook run in quick mode
+#   make test    the test suite, in about 10 minutes on 2 cores
+#   make system-test   the product end to end: README blocks as pasted, notebooks in quick
+#                mode, real Slurm jobs, the GPU check's dry run, benchmark quick runs
 #   make notebooks   each notebook run as shipped (the sizes a user opens it with)
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
@@ -18,7 +20,7 @@ RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test notebooks bench lab lint install clean gpu-check gpu-wheels
+.PHONY: demo test system-test notebooks bench lab lint install clean gpu-check gpu-wheels
 
 $(RUNTIME): pyproject.toml constraints.txt
 	@echo "== setting up $(VENV) with $(PYTHON) and the newest pip (seconds)"
@@ -40,7 +42,12 @@ demo: $(RUNTIME)
 	$(BIN)/sciml demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 -m "not shipped" tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
+		-m "not shipped and not system" tests
+
+system-test: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
+		-m "system and not shipped" tests
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py

@@ -121,6 +121,7 @@ def test_the_median_interval_is_the_bootstrap_quantile(monkeypatch: pytest.Monke
         interval([])
 
 
+@pytest.mark.system
 def test_the_mechanism_cost_benchmark_runs_quick(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -139,6 +140,7 @@ def test_the_mechanism_cost_benchmark_runs_quick(
         assert over_lo <= row["overhead_ms"] <= over_hi and row["small"] == row["size"], row
 
 
+@pytest.mark.system
 def test_the_efficiency_benchmark_runs_quick(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -154,6 +156,7 @@ def test_the_efficiency_benchmark_runs_quick(
             assert row["t1"] > 0 and lo <= row[f"ratio_{mode}"] <= hi, row
 
 
+@pytest.mark.system
 def test_the_compile_benchmark_runs_quick(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Eager and compiled (aot_eager: the compiler's tracing, no code generation); CosmoFlow
     only: the U-Net's compiled steps are those of tests/spatial_parallel/test_compile.py."""

@@ -61,6 +61,7 @@ def blocker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.system
 def test_the_dry_run_runs_every_section_without_the_absent_packages(
     tmp_path: Path, blocker: Path
 ) -> None:
@@ -123,6 +124,7 @@ def _assert_the_markdown(text: str) -> None:
         assert f"\n## {name}: ok (" in text
 
 
+@pytest.mark.system
 def test_the_zarr_section_trains_from_a_store_where_zarr_is_installed(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), str(tmp_path), "--dry-run"]
@@ -180,6 +182,7 @@ def test_carried_wheels_are_installed_for_the_sections_without_an_index(
     assert done.stdout.strip() == "42", done.stderr
 
 
+@pytest.mark.system
 def test_without_a_gpu_each_section_fails_on_its_own_and_says_why(
     tmp_path: Path, blocker: Path
 ) -> None:

@@ -3,7 +3,7 @@
 Quick mode (``SCIML_QUICK=1``) may change sizes only, never code paths: the
 notebooks read ``QUICK`` in their first code cell alone, where it picks
 values (``NAME = small if QUICK else full``); every other cell runs the same
-code in both modes (checked below). ``make test`` runs each notebook quick;
+code in both modes (checked below). ``make system-test`` runs each notebook quick;
 the shipped mode, what a user who opens the notebook runs (several minutes in
 all), is marked ``shipped`` and run by ``make notebooks``.
 
@@ -115,6 +115,7 @@ def test_quick_mode_changes_values_only(path: Path) -> None:
     assert branches == []
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_runs_quick(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _run(path, monkeypatch, quick=True)

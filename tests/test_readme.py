@@ -133,6 +133,7 @@ def _command(block: Block, folder: Path) -> list[str]:
     return shlex.split(torchrun[1]) if torchrun else [sys.executable, script.name]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("section", SECTIONS)
 def test_readme_section_runs_as_pasted(section: str, tmp_path: Path) -> None:
     venv_bin = str(Path(sys.executable).parent)

@@ -22,6 +22,7 @@ CLUSTER = ROOT / "slurm" / "local-cluster.sh"
 SBATCH = ROOT / "slurm" / "train.sbatch"
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.slurm,
     pytest.mark.xdist_group("slurm"),
     pytest.mark.skipif(
