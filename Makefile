@@ -2,7 +2,8 @@
 #   make demo    end-to-end run on the bundled data -> runs/demo/report.md
 #   make test    the test suite, in about 10 minutes on 2 cores
 #   make system-test   the product end to end: README blocks as pasted, notebooks in quick
-#                mode, real Slurm jobs, the GPU check's dry run, benchmark quick runs
+#                mode, the demo's sections, real Slurm jobs, the GPU check's dry run,
+#                benchmark quick runs
 #   make notebooks   each notebook run as shipped (the sizes a user opens it with)
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/

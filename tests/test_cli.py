@@ -165,6 +165,7 @@ def _train_steps(run_dir: Path) -> int:
     return metrics.read_text().count(",train_step,loss,") if metrics.exists() else 0
 
 
+@pytest.mark.system
 def test_demo_checkpoints_and_exits_3_on_sigusr1_then_resumes(tmp_path: Path) -> None:
     """The spine section stopped by a signal, then run again: the whole section's report."""
     cmd = [sys.executable, "-m", "sciml", "demo", "--quick", "--only", "spine"]

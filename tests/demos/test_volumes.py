@@ -12,6 +12,7 @@ from sciml.demos import SECTIONS, volumes
 pytestmark = pytest.mark.xdist_group("demo_volumes")
 
 
+@pytest.mark.system
 def test_demo_quick_trains_both_models_on_two_processes_and_plans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

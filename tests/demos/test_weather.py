@@ -13,6 +13,7 @@ from sciml.distributed import torch_threads
 from sciml.weather.postprocess.config import PostprocessConfig
 
 
+@pytest.mark.system
 def test_demo_quick_writes_linked_figures(tmp_path: Path) -> None:
     markdown = demo(tmp_path, quick=True)
     assert markdown.startswith("## Ensemble weather")

@@ -38,7 +38,7 @@ def _interrupt(command: list[str], run: Path, signum: int) -> subprocess.Complet
     return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "sciml.cli", "demo", "--quick", "--only", "geo"]
     command += ["--out", str(tmp_path)]
@@ -66,7 +66,7 @@ def test_geo_demo_section_checkpoints_exits_3_and_resumes(tmp_path: Path) -> Non
     assert (tmp_path / "geo" / "osbs_probability.tif").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_experiment_script_checkpoints_exits_3_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "geo.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "geo_experiment.py"), "--quick"]
