@@ -30,6 +30,9 @@ host=$(hostname -s)
 port=$((6800 + RANDOM % 1000))
 cat > "$dir"/slurm.conf <<CONF
 ClusterName=sciml-local
+# job ids of their own: a job's rendezvous port follows its id (sciml.distributed.launch),
+# so two clusters on this machine that both started at job 1 collided on one port
+FirstJobId=$(( (port - 6800) * 20 + 1 ))
 SlurmctldHost=$host
 SlurmctldPort=$port
 SlurmdPort=$((port + 1000))
