@@ -348,12 +348,11 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     first = splits[0]
     layout = _common_layout(func, splits)
     target = args[0]
-    if (
-        isinstance(target, SplitTensor)
-        and _in_place(func, kwargs)
-        and any(target._gshape[d] < layout[d - len(target._gshape)][1] for d, _ in target._split)
+    written = target if isinstance(target, SplitTensor) and _in_place(func, kwargs) else None
+    if written is not None and any(
+        written._gshape[d] < layout[d - len(written._gshape)][1] for d, _ in written._split
     ):
-        raise refuse(func, target._split, "an in-place op cannot widen its tensor's size-1 dims")
+        raise refuse(func, written._split, "an in-place op cannot widen its tensor's size-1 dims")
     for operand in every:
         if isinstance(operand, SplitTensor):
             continue
@@ -368,7 +367,6 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
                     f"or give it size 1 there",
                 )
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
-    written = target if isinstance(target, SplitTensor) and _in_place(func, kwargs) else None
 
     def plain(t: torch.Tensor) -> torch.Tensor:
         if is_replicated_value(t):
@@ -384,8 +382,6 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
         *map_tensors(args, plain),
         **dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True)),
     )
-    if isinstance(out, torch.Tensor) and any(out is t for t in splits):
-        return out  # in place
     gshape = np.broadcast_shapes(*shapes)  # torch's costs a third of a millisecond
     split = tuple((out_dims + neg, axis) for neg, (axis, _) in sorted(layout.items()))
     return _wrap_like(func, ctx, out, gshape, split)
