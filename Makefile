@@ -3,7 +3,8 @@
 #   make test    the test suite, in about 10 minutes on 2 cores
 #   make system-test   the product end to end: README blocks as pasted, notebooks in quick
 #                mode, the demo's sections, real Slurm jobs, the GPU check's dry run,
-#                benchmark quick runs
+#                benchmark quick runs; and the tests marked slow (costlier cases of code
+#                that make test runs in quicker ones: compiled U-Nets, measured peaks)
 #   make notebooks   each notebook run as shipped (the sizes a user opens it with)
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
@@ -16,24 +17,33 @@ VENV ?= .venv
 CONSTRAINTS ?= constraints.txt
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --progress-bar off $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
-# `make demo` needs only the package; the tests, notebooks and benchmarks add the extras.
+# `make demo` needs only the package; the tests and benchmarks add `dev` and `tensorboard`,
+# the notebook runs and JupyterLab `notebooks` too. Each stamp is one pip call.
 RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
+NOTEBOOK_STAMP := $(VENV)/.sciml-notebooks
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test system-test notebooks bench lab lint install clean gpu-check gpu-wheels
 
-$(RUNTIME): pyproject.toml constraints.txt
+$(BIN)/python:
 	@echo "== setting up $(VENV) with $(PYTHON) and the newest pip (seconds)"
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --progress-bar off --upgrade pip
+	$(PYTHON) -m venv $(VENV)
+	$@ -m pip install --progress-bar off --upgrade pip
+
+$(RUNTIME): pyproject.toml constraints.txt | $(BIN)/python
 	@echo "== installing sciml and its runtime dependencies (torch, xarray, dask, geopandas ...)"
 	@echo "   into $(VENV): a few minutes, once; pip lists each package as it goes"
 	$(PIP) -e .
 	touch $@
 
-$(STAMP): $(RUNTIME)
-	@echo "== adding the test, notebook and TensorBoard extras to $(VENV) (a few minutes, once)"
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	@echo "== installing sciml with the test and TensorBoard extras into $(VENV) (a few minutes, once)"
+	$(PIP) -e ".[dev,tensorboard]"
+	touch $@ $(RUNTIME)
+
+$(NOTEBOOK_STAMP): $(STAMP)
+	@echo "== adding JupyterLab and the notebook kernel to $(VENV) (a minute, once)"
 	$(PIP) -e ".[dev,notebooks,tensorboard]"
 	touch $@
 
@@ -44,13 +54,13 @@ demo: $(RUNTIME)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
-		-m "not shipped and not system" tests
+		-m "not shipped and not system and not slow" tests
 
-system-test: $(STAMP)
+system-test: $(NOTEBOOK_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
-		-m "system and not shipped" tests
+		-m "(system or slow) and not shipped" tests
 
-notebooks: $(STAMP)
+notebooks: $(NOTEBOOK_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py
 
 # Benchmarks that read the evaluation preset (written once) or the runs of another one.
@@ -84,7 +94,7 @@ gpu-check:
 gpu-wheels: $(STAMP)
 	$(BIN)/python tools/gpu_wheels.py --dest gpu_wheels
 
-lab: $(STAMP)
+lab: $(NOTEBOOK_STAMP)
 	$(BIN)/jupyter lab notebooks/
 
 lint: $(STAMP)

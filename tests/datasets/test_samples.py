@@ -39,7 +39,6 @@ def test_weather_then_geo_in_one_process_exits_cleanly() -> None:
     assert done.returncode == 0, done.stderr[-500:]
 
 
-@pytest.mark.slow
 def test_wheel_carries_the_samples(tmp_path: Path) -> None:
     """A non-editable install finds the data: the wheel holds every packaged sample."""
     source = tmp_path / "source"  # a copy: building writes build/ beside the sources

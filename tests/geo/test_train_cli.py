@@ -199,7 +199,14 @@ def _metric_rows(run: Path) -> int:
     return len(path.read_text().splitlines()) - 1 if path.exists() else 0
 
 
-@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
+@pytest.mark.parametrize(
+    "signum",
+    [
+        pytest.param(signal.SIGUSR1, id="USR1"),
+        # the same handler (PreemptionFlag) and exit, and 15-25 s more
+        pytest.param(signal.SIGTERM, id="TERM", marks=pytest.mark.slow),
+    ],
+)
 def test_signal_checkpoints_exits_3_and_rerun_resumes(
     rasters: dict[str, Path], tmp_path: Path, signum: signal.Signals
 ) -> None:

@@ -19,6 +19,9 @@ from tests.spatial_parallel.compile_workers import compiled_errors, refused_unde
 
 EXACT = 1e-9
 DEPTH = dict(depth=2)
+#: The published models, the Inductor backend and dynamic shapes: the same split code as the
+#: small model's cases below, each at 30-60 s of compiling on 2 cores.
+SLOW = pytest.mark.slow
 
 
 def _assert_exact(results: list[dict[str, object]]) -> None:
@@ -33,21 +36,20 @@ def _assert_exact(results: list[dict[str, object]]) -> None:
 @pytest.mark.parametrize(
     ("case", "depths", "compiler"),
     [
-        ("cosmoflow", [12, 12], "inductor"),
-        ("unet", [12, 12], "aot_eager"),
-        ("global_mean", [12, 13, 12], "aot_eager"),
+        pytest.param("cosmoflow", [12, 12], "inductor", id="cosmoflow-inductor", marks=SLOW),
+        pytest.param("unet", [12, 12], "aot_eager", id="unet", marks=SLOW),
     ],
-    ids=["cosmoflow-inductor", "unet", "global_mean"],
 )
 def test_compiled_parallel_model_matches_one_device(
     case: str, depths: list[int], compiler: str
 ) -> None:
-    """Forward and backward over several steps; the last case's global depth changes (13 is
-    odd: its shape branch pads) while rank 1's block keeps 6 planes."""
+    """Forward and backward over two steps of the published models (the second step meets
+    the compiled code the first one left)."""
     results = spawn(compiled_errors, 2, DEPTH, case, depths, compiler, timeout=600)
     _assert_exact(results)
 
 
+@SLOW
 def test_dynamic_shapes_compile_the_norms_exactly() -> None:
     """``dynamic=True`` traces sizes as symbols from the first call: the norms' statistics
     broadcast without rebuilding a shape from them (a fake-tensor reshape error before)."""
@@ -62,8 +64,10 @@ def test_dynamic_shapes_compile_the_norms_exactly() -> None:
 )
 def test_compiled_four_ranks(mesh: dict[str, int]) -> None:
     """Two split dims; and two data-parallel replicas of a depth split (the gradients
-    averaged over replicas, as DistributedDataParallel does)."""
-    results = spawn(compiled_errors, 4, mesh, "global_mean", [12, 13], "aot_eager", timeout=600)
+    averaged over replicas, as DistributedDataParallel does). The global depth changes (13
+    is odd: the model's shape branch pads) while a depth rank's block keeps 6 planes, then
+    returns to 12 (the code compiled for it runs again)."""
+    results = spawn(compiled_errors, 4, mesh, "global_mean", [12, 13, 12], "aot_eager", timeout=600)
     _assert_exact(results)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sciml.cli import main
+from tests.signals import signal_when_handled
 
 pytestmark = pytest.mark.xdist_group("volumes_cli")
 
@@ -60,6 +61,27 @@ def test_bad_command_lines_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "no such file or Zarr store" in capsys.readouterr().err
 
 
+def test_a_signal_leaves_the_requeue_marker_until_the_run_completes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in one process, what the torchrun test below checks across a launch: exit 3 and the
+    # marker a batch script reads, which the completed rerun removes
+    data, run = tmp_path / "c.zarr", tmp_path / "run"
+    assert main(["cosmoflow", "data", str(data), "--samples", "4", "--size", "8"]) == 0
+    command = ["cosmoflow", "train", str(data), "--run-dir", str(run), "--no-progress", *TINY]
+    command += ["--epochs", "3"]  # 6 steps: the signal comes long before the last
+    watcher = signal_when_handled(signal.SIGUSR1)
+    assert main(command) == 3
+    watcher.join()
+    stopped = re.search(r"interrupted after (\d+) steps", capsys.readouterr().out)
+    assert stopped and 1 <= int(stopped[1]) < 6
+    assert (run / "requeue").read_text() == f"interrupted after {stopped[1]} steps\n"
+    assert main(command) == 0
+    assert "completed after 6 steps" in capsys.readouterr().out
+    assert not (run / "requeue").exists()
+
+
+@pytest.mark.slow
 def test_torchrun_requeue_way_signal_the_launch_and_read_the_marker(tmp_path: Path) -> None:
     # 2 ranks on depth=2 under torchrun, whose agent dies of SIGUSR1 unless it ignores it,
     # and reports the workers' exit 3 as 1

@@ -1,9 +1,6 @@
 """The toy ensemble generator."""
 
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,11 +8,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from sciml.cli import main
 from sciml.weather import metrics
 from sciml.weather.data import open_ensemble
 from sciml.weather.toy import ensemble as toy_module
 from sciml.weather.toy.ensemble import generate_ensemble, write_ensemble
 from sciml.weather.toy.qg import QGParams
+from tests.signals import signal_when_handled
 
 SMALL = QGParams(n=16, kd=4.0, beta=4.0, shear=1.0, drag=0.5, dt=0.025)
 
@@ -172,39 +171,32 @@ def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
         QGParams(n=15)
 
 
-@pytest.mark.slow
-def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(tmp_path: Path) -> None:
+def test_cli_toy_stops_on_signal_and_resumes_to_the_same_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A real SIGUSR1 to ``sciml weather toy``: exit 3, nothing half-written, same file resumed.
 
-    SIGTERM reaches the same ``PreemptionFlag`` handler; ``tests/training/test_loop.py`` sends it
-    from outside a run, so a second generation here would test nothing new.
+    The signal comes to this process once the first batch is kept. SIGTERM reaches the same
+    ``PreemptionFlag`` handler; ``tests/training/test_loop.py`` sends it from outside a run.
     """
-    sig = signal.SIGUSR1
     # 63 members: 4 start dates per batch, so 2 batches for 8 start dates; half-day
-    # leads and intervals keep each batch a second or two long (the truth's run between
-    # start dates cost 17 of the 34 s at 2-day intervals)
+    # leads and intervals keep each batch a second or two long
     args = ["--members", "63", "--start-dates", "8", "--lead-times", "0,0.5", "--spin-up", "1"]
     args += ["--interval", "0.5"]
     out = tmp_path / "toy.nc"
     partial = tmp_path / "toy.nc.partial"
-    command = [sys.executable, "-m", "sciml.cli", "weather", "toy", "--quiet", "--out", str(out)]
-    process = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (partial / "batch_00000.npz").exists():
-        assert process.poll() is None and time.monotonic() < deadline, "no batch finished"
-        time.sleep(0.05)
-    process.send_signal(sig)
-    stdout, _ = process.communicate(timeout=300)
-    assert process.returncode == 3, stdout
-    assert "run the same command again" in stdout
+    command = ["weather", "toy", "--quiet", "--out", str(out), *args]
+    watcher = signal_when_handled(signal.SIGUSR1, (partial / "batch_00000.npz").exists)
+    assert main(command) == 3
+    watcher.join()
+    assert "run the same command again" in capsys.readouterr().out
     assert not out.exists()
     kept = sorted(path.name for path in partial.iterdir())
     assert kept == ["batch_00000.npz", "config.json"]  # the second batch abandoned, no temporaries
     # another configuration is refused while the finished batches are kept
-    other = subprocess.run([*command, *args, "--seed", "1"], capture_output=True, text=True)
-    assert other.returncode == 1 and "other settings" in other.stderr
-    resumed = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    assert main([*command, "--seed", "1"]) == 1
+    assert "other settings" in capsys.readouterr().err
+    assert main(command) == 0
     assert not partial.exists() and list(tmp_path.iterdir()) == [out]
     reference = tmp_path / "reference" / "toy.nc"
     settings = {"members": 63, "start_dates": 8, "lead_times": (0, 0.5), "spin_up": 1.0}
