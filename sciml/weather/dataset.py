@@ -75,6 +75,11 @@ def _lead_days(
     if lead.ndim != 1 or not np.issubdtype(lead.dtype, np.timedelta64):
         return None
     days = lead.values / np.timedelta64(1, "D")
+    if not np.isfinite(days).all():
+        raise ValueError(
+            f"the lead_time coordinate must hold lead times, got NaT at position(s) "
+            f"{np.flatnonzero(~np.isfinite(days)).tolist()}"
+        )
     return torch.tensor(_per_sample(ds, sample_dims, days), dtype=dtype)
 
 

@@ -80,6 +80,10 @@ def test_samples_carry_their_lead_time_in_days() -> None:
     # a lead time that is not a timedelta is not guessed at: no lead_time in the sample
     numeric = EnsembleDataset(ds.assign_coords(lead_time=[0, 24]), ["psi"], members=2)
     assert "lead_time" not in numeric[0]
+    # a missing lead time is refused where it is read, not passed on as NaN days
+    missing = ds.assign_coords(lead_time=np.array([0, "NaT"], dtype="timedelta64[h]"))
+    with pytest.raises(ValueError, match=r"must hold lead times, got NaT at position\(s\) \[1\]"):
+        EnsembleDataset(missing, ["psi"], members=2)
 
 
 def test_random_members_are_distinct_and_redrawn() -> None:

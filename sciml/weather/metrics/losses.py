@@ -122,7 +122,9 @@ def crps_gaussian_loss(
             f"mu {tuple(mu.shape)} and sigma {tuple(sigma.shape)} must broadcast to the "
             f"observations' shape {tuple(observations.shape)} without enlarging it"
         )
-    if bool((sigma <= 0).any()):
+    # not inside torch.func.vmap (fused copies, sciml.training.fused), where a value cannot
+    # decide: there a sigma <= 0 gives a NaN score, which fit refuses
+    if not torch._C._functorch.is_batchedtensor(sigma) and bool((sigma <= 0).any()):
         raise ValueError("sigma must be > 0 (0 or negative values give no distribution)")
     z = (observations - mu) / sigma
     pdf = torch.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)

@@ -109,8 +109,8 @@ def test_inputs_are_checked(name: str) -> None:
         model(torch.zeros(1, 3, 2, 8, 8), torch.zeros(1, 1, 4, 4), lead)
     with pytest.raises(ValueError, match="the lead time is missing"):
         model(torch.zeros(1, 3, 2, 8, 8), static)
-    with pytest.raises(ValueError, match=r"lead_time must be 1 finite lead times"):
-        model(torch.zeros(1, 3, 2, 8, 8), static, torch.tensor([math.nan]))
+    with pytest.raises(ValueError, match=r"lead_time must be 1 lead times in days \(N,\), got"):
+        model(torch.zeros(1, 3, 2, 8, 8), static, torch.zeros(2))
 
 
 def test_bad_options_are_rejected() -> None:

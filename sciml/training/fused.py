@@ -1,0 +1,186 @@
+"""Train K copies of one small model as one (horizontal fusion, as HFTA does).
+
+The copies share an architecture and differ in their initial weights (each built after
+its own seed) and in their optimiser's settings. Each keeps its own parameters; a fused
+call stacks them and runs every copy's forward (or whole loss) as one batched
+computation, ``torch.func.vmap`` over ``torch.func.functional_call``: K small
+convolutions become one grouped convolution, K matrix products one batched product.
+Gradients flow back to each copy's own parameters, so an optimiser with one parameter
+group per copy (:meth:`FusedModels.param_groups`) updates each as its separate run
+would, with its own learning rate and Adam state::
+
+    copies = []
+    for seed in (0, 1, 2):
+        seed_everything(seed)
+        copies.append(build_model())
+    fused = FusedModels(copies)
+    optimizer = torch.optim.Adam(fused.param_groups(lr=[1e-3, 1e-3, 3e-4]))
+    losses = fused.losses(loss_fn, batches)  # (K,): each copy's loss on its own batch
+    losses.sum().backward()                  # each copy's gradient, as on its own
+    optimizer.step()
+
+Inputs carry a leading copy dimension (copy ``k`` reads ``batch[k]``). Buffers that a
+forward updates in place (batch-norm running statistics) are updated per copy. Random
+ops (dropout) are refused: a batched draw cannot reproduce the copies' separate draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+__all__ = ["FusedModels"]
+
+
+class _Applied(nn.Module):
+    """``fn(model, *args, **kwargs)`` as a module's forward.
+
+    So ``functional_call`` swaps the model's parameters for the whole of ``fn`` (its loss,
+    its regularisation), not only for the model's forward.
+    """
+
+    def __init__(self, model: nn.Module, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.model, self.fn = model, fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(self.model, *args, **kwargs)
+
+
+def _signature(model: nn.Module) -> list[tuple[str, str, tuple[int, ...], torch.dtype, bool]]:
+    """What two copies must share: type, parameter and buffer names, shapes, dtypes."""
+    tensors: list[tuple[str, str, Tensor]] = [("param", n, t) for n, t in model.named_parameters()]
+    tensors += [("buffer", n, t) for n, t in model.named_buffers()]
+    return [
+        (kind, name, tuple(t.shape), t.dtype, bool(t.requires_grad)) for kind, name, t in tensors
+    ]
+
+
+class FusedModels(nn.Module):
+    """K copies of one architecture, called as one batched model.
+
+    Args:
+        copies: The models, each built (and initialised) on its own; at least one, all of
+            one type with the same parameters and buffers (names, shapes, dtypes).
+
+    Raises:
+        ValueError: No copies, or copies that differ in architecture (named).
+    """
+
+    def __init__(self, copies: Sequence[nn.Module]) -> None:
+        """Keep the copies (arguments: see the class)."""
+        super().__init__()
+        if not copies:
+            raise ValueError("FusedModels needs at least one copy")
+        first = copies[0]
+        for k, model in enumerate(copies[1:], start=1):
+            if type(model) is not type(first) or _signature(model) != _signature(first):
+                raise ValueError(
+                    f"copy {k} ({type(model).__name__}) differs from copy 0 "
+                    f"({type(first).__name__}) in its parameters or buffers: fused copies must "
+                    "share one architecture"
+                )
+            if model is first or any(model is other for other in copies[:k]):
+                raise ValueError(f"copy {k} is the same module as an earlier copy")
+        self.copies = nn.ModuleList(copies)
+
+    def __len__(self) -> int:
+        """The number of copies, K."""
+        return len(self.copies)
+
+    def param_groups(self, **options: float | Sequence[float]) -> list[dict[str, Any]]:
+        """One optimiser parameter group per copy; an option given as K values is per copy.
+
+        ``param_groups(lr=[1e-3, 3e-4], weight_decay=0.0)`` gives copy 0 the rate 1e-3 and
+        copy 1 the rate 3e-4; each group is the ``params`` of one copy.
+
+        Raises:
+            ValueError: An option with other than K values.
+        """
+        groups: list[dict[str, Any]] = [{"params": list(m.parameters())} for m in self.copies]
+        for name, value in options.items():
+            values = list(value) if isinstance(value, Sequence) else [value] * len(self)
+            if len(values) != len(self):
+                raise ValueError(
+                    f"{name} must be one value or {len(self)} (one per copy), got {len(values)}"
+                )
+            for group, v in zip(groups, values, strict=True):
+                group[name] = v
+        return groups
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Every copy's forward on its own inputs (leading dim K); outputs stacked along dim 0."""
+        return self.apply_each(lambda model, *a, **kw: model(*a, **kw), *args, **kwargs)
+
+    def losses(self, loss_fn: Callable[[nn.Module, Any], Tensor], batch: Any) -> Tensor:
+        """``loss_fn(copy_k, batch[k])`` for every copy at once: the K losses, ``(K,)``.
+
+        ``loss_fn`` is the separate runs' loss (e.g. ``fit``'s), returning a scalar tensor.
+        """
+        losses = self.apply_each(loss_fn, batch)
+        if not isinstance(losses, Tensor) or tuple(losses.shape) != (len(self),):
+            raise TypeError(
+                "loss_fn must return a scalar tensor for each copy, got "
+                f"{type(losses).__name__} {getattr(losses, 'shape', '')}"
+            )
+        return losses
+
+    def apply_each(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(copy_k, *args[k], **kwargs[k])`` for every copy as one batched call.
+
+        Every tensor in ``args`` and ``kwargs`` has a leading dim of K; tensors in the
+        result are stacked along a new leading dim.
+
+        Raises:
+            ValueError: An input whose leading dim is not K, or a random op in ``fn``.
+        """
+        _check_leading_dim((args, kwargs), len(self))
+        applied = _Applied(self.copies[0], fn)
+        # each copy's tensors, stacked, named as in ``applied`` (which holds copy 0 as model)
+        params = {
+            f"model.{name}": torch.stack([dict(m.named_parameters())[name] for m in self.copies])
+            for name, _ in self.copies[0].named_parameters()
+        }
+        buffers = {
+            f"model.{name}": torch.stack([dict(m.named_buffers())[name] for m in self.copies])
+            for name, _ in self.copies[0].named_buffers()
+        }
+
+        def one(state: dict[str, Tensor], a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+            return functional_call(applied, state, a, kw, tie_weights=False)
+
+        try:
+            out = vmap(one, randomness="error")({**params, **buffers}, args, kwargs)
+        except RuntimeError as err:
+            if "randomness" not in str(err):
+                raise
+            raise ValueError(
+                "a fused call met a random op (e.g. dropout in training mode): one batched "
+                "draw cannot reproduce each copy's own draws; train such copies separately"
+            ) from err
+        with torch.no_grad():  # buffers updated in place in the call (running statistics)
+            for k, model in enumerate(self.copies):
+                for (_, own), stacked in zip(model.named_buffers(), buffers.values(), strict=True):
+                    own.copy_(stacked[k])
+        return out
+
+
+def _check_leading_dim(inputs: Any, k: int) -> None:
+    """Raise ValueError naming an input tensor whose leading dim is not ``k``."""
+    pending = [inputs]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Tensor):
+            if item.dim() == 0 or item.shape[0] != k:
+                raise ValueError(
+                    f"each input needs a leading dim of {k} (one slice per copy), got a tensor "
+                    f"of shape {tuple(item.shape)}"
+                )
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
