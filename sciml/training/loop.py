@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,16 @@ class _Trainer:
 
     def fit(self) -> TrainResult:
         """Train the remaining epochs; the log and the loader workers are closed however it ends."""
+        self.started()
+        try:
+            with PreemptionFlag(self.s.config.handle_signals) as self.signals:
+                status = self.run()
+        finally:
+            self.close()
+        return self.finished(status)
+
+    def started(self) -> None:
+        """Say what the run is about to do (its first status line)."""
         s = self.s
         val_samples = (
             None if s.val_dataset is None else dataset_length("val_dataset", s.val_dataset)
@@ -136,15 +146,17 @@ class _Trainer:
             samples=dataset_length("train_dataset", s.train_dataset),
             val_samples=val_samples,
         )
-        try:
-            with PreemptionFlag(s.config.handle_signals) as self.signals:
-                status = self.run()
-        finally:
-            self.log.close()
-            for loader in self.loaders.values():
-                loader.close()
+
+    def close(self) -> None:
+        """Close the metrics log and stop the loader workers."""
+        self.log.close()
+        for loader in self.loaders.values():
+            loader.close()
+
+    def finished(self, status: Status) -> TrainResult:
+        """Say how the run ended (its closing status line); what it did."""
         self.report.finished(
-            status, self.state, steps=self.steps, best_path=self.best_path, last_path=s.last
+            status, self.state, steps=self.steps, best_path=self.best_path, last_path=self.s.last
         )
         return self.result(status)
 
@@ -158,7 +170,26 @@ class _Trainer:
         return "completed"
 
     def train_epoch(self) -> bool:
-        """Train the rest of the current epoch; false if stopped by a signal.
+        """Train the rest of the current epoch; false if stopped by a signal."""
+        steps = self.epoch_steps()
+        try:
+            parts, sizes = next(steps)
+            while True:
+                parts, sizes = steps.send(self.runner.backward(parts, sizes, where=self.where()))
+        except StopIteration as stop:
+            return bool(stop.value)
+
+    def where(self) -> str:
+        """The step being trained, for an error's message."""
+        state = self.state
+        return f"at epoch {state.epoch}, step {state.global_step} of the run in {self.s.run_dir}"
+
+    def epoch_steps(self) -> Generator[tuple[list[Any], list[int]], dict[str, float], bool]:
+        """The rest of the current epoch as steps; returns false if stopped by a signal.
+
+        Yields each step's batch parts and their sizes with the gradients zeroed; the
+        driver back-propagates them (:meth:`StepRunner.backward`, or a fused step of
+        several runs) and sends back the step's values, then the step is applied.
 
         The bar (on rank 0, where :func:`sciml.progress.bar_visible` says it is seen)
         counts the epoch's optimiser steps and shows the running mean of the steps'
@@ -187,7 +218,9 @@ class _Trainer:
         with bar:
             for batch_parts in todo:
                 sizes = [len(p) for p in batch_parts]
-                values = self.train_step([next(batches) for _ in batch_parts], sizes)
+                parts = [next(batches) for _ in batch_parts]
+                s.optimizer.zero_grad(set_to_none=True)
+                values = self.apply_step((yield parts, sizes), sizes)
                 loss_sum, samples = loss_sum + values["loss"] * sum(sizes), samples + sum(sizes)
                 bar.set_postfix(loss=f"{loss_sum / samples:.4g}", refresh=False)
                 bar.update()
@@ -215,20 +248,14 @@ class _Trainer:
         )
         return [micro_batches(batch, s.config.micro_batches) for batch in batches]
 
-    def train_step(self, parts: list[Any], sizes: list[int]) -> dict[str, float]:
-        """One optimiser step over a batch's parts; adds its values to the epoch's sums.
+    def apply_step(self, values: dict[str, float], sizes: list[int]) -> dict[str, float]:
+        """The optimiser step after a batch's backward; adds its values to the epoch's sums.
 
         Returns:
             The step's global values, as the metrics log records them.
         """
         s, state = self.s, self.state
-        s.optimizer.zero_grad(set_to_none=True)
         where = f"at step {state.global_step}"
-        values = self.runner.backward(
-            parts,
-            sizes,
-            where=f"at epoch {state.epoch}, step {state.global_step} of the run in {s.run_dir}",
-        )
         scale = self.runner.scale()
         scaled = {name: value * scale for name, value in values.items()}
         state.count = accumulate(state.sums, state.count, scaled, sum(sizes), where=where)

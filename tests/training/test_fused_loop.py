@@ -1,0 +1,185 @@
+"""fit_fused: K runs trained as one write what K separate fit runs write, across a resume.
+
+The runs are the pooled post-processor (random members per sample: each run's own
+random state) in float64, seeds 0, 1, 2 with their own Adam rates. Everything but
+timings must match the separate runs: the run record, every logged value and the
+checkpoints' weights and optimiser states, to 1e-10 relative (the pooled model's fused
+steps are exact: test_fused.py); the same files in each folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from sciml.datasets.sampling import seed_everything
+from sciml.spatial_parallel.testing import relative_error
+from sciml.training import TrainConfig, fit
+from sciml.training.fused_loop import fit_fused
+from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.postprocess.models import gaussian_crps_loss
+from sciml.weather.postprocess.pooled import PooledPostProcessor
+
+EXACT = 1e-10
+SEEDS = (0, 1, 2)
+RATES = (1e-2, 3e-3, 1e-2)
+CONFIG = TrainConfig(epochs=3, batch_size=4, progress=False, tensorboard=False)
+
+
+def _ensemble() -> xr.Dataset:
+    """5 members, 6 start dates, 2 lead times, 2 levels, 4 x 4."""
+    rng = np.random.default_rng(0)
+    shape = (5, 6, 2, 2, 4, 4)
+    dims = ("member", "time", "lead_time", "level", "lat", "lon")
+    coords = {
+        "time": np.datetime64("2000-01-01") + np.arange(6) * np.timedelta64(2, "D"),
+        "lead_time": np.arange(2) * np.timedelta64(1, "D"),
+        "level": [1, 2],
+    }
+    data = {
+        "psi": (dims, rng.standard_normal(shape)),
+        "psi_truth": (dims[1:], rng.standard_normal(shape[1:])),
+    }
+    return xr.Dataset(data, coords=coords)
+
+
+def _datasets() -> tuple[EnsembleDataset, EnsembleDataset]:
+    ds = _ensemble()
+    train, val = ds.isel(time=slice(0, 4)), ds.isel(time=slice(4, None))
+    options = dict(members=3, dtype=torch.float64)
+    stats = EnsembleDataset(train, ["psi"], **options).stats
+    return (
+        EnsembleDataset(train, ["psi"], choice="random", stats=stats, **options),
+        EnsembleDataset(val, ["psi"], stats=stats, **options),
+    )
+
+
+def _run(seed: int, lr: float) -> tuple[torch.nn.Module, torch.optim.Optimizer, TrainConfig]:
+    seed_everything(seed)
+    model = PooledPostProcessor(2, hidden=4).double()
+    return (
+        model,
+        torch.optim.Adam(model.parameters(), lr=lr),
+        dataclasses.replace(CONFIG, seed=seed),
+    )
+
+
+def _separate(root: Path) -> list[Path]:
+    train, val = _datasets()
+    dirs = []
+    for seed, lr in zip(SEEDS, RATES, strict=True):
+        model, optimizer, config = _run(seed, lr)
+        run_dir = root / f"seed{seed}"
+        fit(
+            model,
+            optimizer,
+            train,
+            gaussian_crps_loss,
+            run_dir=run_dir,
+            config=config,
+            val_dataset=val,
+        )
+        dirs.append(run_dir)
+    return dirs
+
+
+def _fused(root: Path, **options: object) -> list[Path]:
+    train, val = _datasets()
+    runs = [_run(s, lr) for s, lr in zip(SEEDS, RATES, strict=True)]
+    models, optimizers, configs = zip(*runs, strict=True)
+    dirs = [root / f"seed{seed}" for seed in SEEDS]
+    fit_fused(
+        list(models),
+        list(optimizers),
+        train,
+        gaussian_crps_loss,
+        run_dirs=dirs,
+        configs=list(configs),
+        val_dataset=val,
+        **options,
+    )
+    return dirs
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _assert_same_runs(ours: list[Path], theirs: list[Path]) -> None:
+    for mine, other in zip(ours, theirs, strict=True):
+        assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == sorted(
+            p.relative_to(other).as_posix() for p in other.rglob("*")
+        )
+        assert (mine / "training_run.json").read_text() == (other / "training_run.json").read_text()
+        rows, expected = _metrics(mine), _metrics(other)
+        assert len(rows) == len(expected) > 0
+        for row, want in zip(rows, expected, strict=True):
+            assert {k: v for k, v in row.items() if k != "value"} == {
+                k: v for k, v in want.items() if k != "value"
+            }
+            value, target = float(row["value"]), float(want["value"])
+            assert abs(value - target) <= EXACT * abs(target), (mine, row, want)
+        for name in ("last.pt", "best.pt"):
+            a = torch.load(mine / "checkpoints" / name, weights_only=False)
+            b = torch.load(other / "checkpoints" / name, weights_only=False)
+            for key, tensor in b["model"].items():
+                assert relative_error(a["model"][key], tensor) < EXACT, (mine, name, key)
+            for index, state in b["optimizer"]["state"].items():
+                for key, tensor in state.items():
+                    assert relative_error(a["optimizer"]["state"][index][key], tensor) < EXACT
+            assert a["state"]["global_step"] == b["state"]["global_step"]
+            for epoch, want in zip(a["state"]["history"], b["state"]["history"], strict=True):
+                assert epoch == pytest.approx(want, rel=EXACT)
+
+
+def test_fused_runs_write_what_separate_runs_write(tmp_path: Path) -> None:
+    _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
+
+
+def test_fused_runs_stopped_and_resumed_equal_straight_runs(tmp_path: Path) -> None:
+    # 8 samples in batches of 4: stopped after the first step of the second epoch
+    _fused(tmp_path / "fused", preempt_after=3)
+    for run_dir in (tmp_path / "fused").iterdir():
+        state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["state"]
+        assert (state["epoch"], state["global_step"]) == (1, 3)
+    _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
+
+
+def test_runs_that_cannot_be_fused_are_refused_before_writing(tmp_path: Path) -> None:
+    train, _ = _datasets()
+    runs = [_run(seed, 1e-3) for seed in SEEDS[:2]]
+    models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    with pytest.raises(ValueError, match=r"configs\[1\] differs from configs\[0\] in more than"):
+        fit_fused(
+            models,
+            optimizers,
+            train,
+            gaussian_crps_loss,
+            run_dirs=dirs,
+            configs=[configs[0], dataclasses.replace(configs[1], epochs=5)],
+        )
+    with pytest.raises(ValueError, match="each run needs a run_dir of its own"):
+        fit_fused(
+            models, optimizers, train, gaussian_crps_loss, run_dirs=[dirs[0]] * 2, configs=configs
+        )
+    with pytest.raises(ValueError, match="one model, optimiser, run_dir and config per run"):
+        fit_fused(models, optimizers[:1], train, gaussian_crps_loss, run_dirs=dirs, configs=configs)
+    other = PooledPostProcessor(2, hidden=8).double()
+    with pytest.raises(ValueError, match="differs from copy 0"):
+        fit_fused(
+            [models[0], other],
+            [optimizers[0], torch.optim.Adam(other.parameters())],
+            train,
+            gaussian_crps_loss,
+            run_dirs=dirs,
+            configs=configs,
+        )
+    assert not any(d.exists() for d in dirs)
