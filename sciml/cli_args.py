@@ -24,6 +24,7 @@ __all__ = [
     "Register",
     "Subparsers",
     "add_config_arguments",
+    "comma_list",
     "config_from_args",
     "finite_float",
     "fraction",
@@ -35,6 +36,7 @@ __all__ = [
     "positive_int",
     "nested",
     "runs_and_test_data",
+    "sweep_option",
 ]
 
 #: What a workflow's ``register`` receives: the ``sciml`` parser's subcommands.
@@ -67,6 +69,40 @@ positive_float = _number(float, lambda v: v > 0, "a finite number > 0")
 non_negative_float = _number(float, lambda v: v >= 0, "a finite number >= 0")
 finite_float = _number(float, lambda v: True, "a finite number")
 fraction = _number(float, lambda v: 0 < v < 1, "a fraction between 0 and 1, exclusive")
+
+
+def comma_list(item: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
+    """An argparse type: comma-separated values, each converted by ``item``, none repeated."""
+
+    def convert(text: str) -> tuple[Any, ...]:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated values, each {item.__name__}, got {text!r}"
+            )
+        values = tuple(item(part) for part in parts)
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r} gives a value twice")
+        return values
+
+    convert.__name__ = f"comma-separated values, each {item.__name__}"
+    return convert
+
+
+def sweep_option(parser: argparse.ArgumentParser, dest: str, item: Callable[[str], Any]) -> None:
+    """Let the generated option ``dest`` take comma-separated values: a sweep, one run each.
+
+    Its value becomes a tuple (the default: a tuple of one).
+
+    Raises:
+        ValueError: ``parser`` has no option ``dest``.
+    """
+    for action in parser._actions:
+        if action.dest == dest:
+            action.type, action.default = comma_list(item), (action.default,)
+            action.help = f"{action.help} (comma-separated: one run each, trained together)"
+            return
+    raise ValueError(f"the parser has no option {dest!r}")
 
 
 def runs_and_test_data(

@@ -14,9 +14,12 @@ COMMANDS = [
     pytest.param(("weather", "train"), PostprocessConfig, {"model": "mlp"}, id="weather train"),
     pytest.param(("weather", "spread", "train"), SpreadConfig, {}, id="weather spread train"),
 ]
-#: What a command adds by hand: the data, the run folder, and the progress bar (how a run
-#: shows, not what it computes).
-BY_HAND = {"help", "data", "run_dir", "quiet"}
+#: What a command adds by hand: the data, the run folder, the progress bar (how a run
+#: shows, not what it computes) and a sweep's seeds (how many runs, each with one seed).
+BY_HAND = {"help", "data", "run_dir", "quiet", "seeds"}
+#: Options of each command that take a sweep's comma-separated values (a tuple of one
+#: by default).
+SWEPT = {("weather", "train"): {"lr"}}
 
 
 def _subparser(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -46,6 +49,10 @@ def test_the_command_line_defaults_are_the_configuration_defaults(
 ) -> None:
     given = [text for name, value in required.items() for text in (f"--{name}", value)]
     args = build_parser().parse_args([*path, *given, "--run-dir", "r", "data.nc"])
+    for name in SWEPT.get(path, set()):
+        value = getattr(args, name)
+        assert isinstance(value, tuple) and len(value) == 1, (name, value)
+        setattr(args, name, value[0])
     assert config_from_args(config, args) == config(**required)
 
 

@@ -44,7 +44,12 @@ from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import RecordKind, claim_run_dir, read_run_record
+from sciml.training.run_record import (
+    RecordKind,
+    check_run_record,
+    claim_run_dir,
+    read_run_record,
+)
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import DEEP_MODELS, MODELS, config_from_record, config_record
 from sciml.weather.periodic import is_periodic_lon
@@ -68,6 +73,7 @@ __all__ = [
     "split_validation",
     "static_variables",
     "train_postprocessor",
+    "train_postprocessors",
 ]
 
 RUN_CONFIG = "weather_run.json"
@@ -160,6 +166,109 @@ def train_postprocessor(
             ``config.grid`` or ``config.periodic`` set by hand (the data decide them), or
             a run folder that holds another configuration.
     """
+    return train_postprocessors(ds, [config], [run_dir], device=device)[0]
+
+
+def train_postprocessors(
+    ds: xr.Dataset,
+    configs: Sequence[PostprocessConfig],
+    run_dirs: Sequence[Path | str],
+    *,
+    device: torch.device | str | None = None,
+) -> list[str]:
+    """Train one run per configuration at once (a seed or learning-rate sweep); their statuses.
+
+    The configurations differ in ``train.seed`` and ``lr`` only. Several deep runs train
+    fused (:func:`sciml.training.fit_fused`: one batched step for all, in one process),
+    each writing in its own folder what :func:`train_postprocessor` writes, with the same
+    weights and losses as that separate run (to the float rounding of a batched
+    convolution). Arguments, returns and errors: as :func:`train_postprocessor`, one per run.
+
+    Raises:
+        ValueError: As :func:`train_postprocessor`; configurations that differ in more than
+            seed and learning rate, a sweep of EMOS (it has neither), or not one run folder
+            per configuration.
+    """
+    if len(configs) != len(run_dirs) or not configs:
+        raise ValueError(
+            f"give one run folder per configuration, got {len(configs)} configuration(s) "
+            f"and {len(run_dirs)} folder(s)"
+        )
+    configs = [_resolved(ds, config) for config in configs]
+    first = configs[0]
+    emos = first.model == "emos"
+    if len(configs) > 1:
+        if emos:
+            raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
+        for k, config in enumerate(configs):
+            if _sweep_free(config) != _sweep_free(first):
+                raise ValueError(
+                    f"configuration {k} differs from configuration 0 in more than train.seed "
+                    "and lr: the runs of one sweep share everything else"
+                )
+    run_paths = [Path(run_dir) for run_dir in run_dirs]
+    if emos:
+        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
+    else:
+        train, val = split_validation(ds, validation=first.validation)
+    chosen = list(first.variables or ())
+    channel_dims = first.channel_dims
+    data = data_record(ds, chosen, channel_dims=channel_dims)
+    records = [config_record(config) | {DATA_KEY: data} for config in configs]
+    wants_scale = not emos and first.loss_scale != "none"
+
+    def prepare() -> tuple[NormStats, xr.DataArray | None]:
+        """Check the folders, compute what they lack, then write them (rank 0; EMOS fits here)."""
+        for run_dir, record in zip(run_paths, records, strict=True):
+            check_run_record(run_dir, RUN_RECORD, record)  # every folder before any is written
+        with contextlib.ExitStack() as stack:
+            claims = [
+                stack.enter_context(claim_run_dir(run_dir, RUN_RECORD, record))
+                for run_dir, record in zip(run_paths, records, strict=True)
+            ]
+            resumed = [claim.resumed and not emos for claim in claims]  # EMOS refits
+            stats_paths = [run_dir / "stats.json" for run_dir in run_paths]
+            scale_paths = [run_dir / "crps_scale.nc" for run_dir in run_paths]
+            keep_stats = [r and p.exists() for r, p in zip(resumed, stats_paths, strict=True)]
+            keep_scale = [
+                wants_scale and r and p.exists() for r, p in zip(resumed, scale_paths, strict=True)
+            ]
+            if any(keep_stats):
+                stats = NormStats.from_json(stats_paths[keep_stats.index(True)])
+            else:
+                stats = compute_stats(train, chosen, channel_dims=channel_dims)
+            scale = None
+            if any(keep_scale):
+                with xr.open_dataarray(scale_paths[keep_scale.index(True)]) as stored:
+                    scale = stored.load()
+            elif wants_scale:
+                scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
+            coefficients = _fit_emos(train, first) if emos else None
+            # every check and computation is done: only now are the folders written
+            for k, (run_dir, claim) in enumerate(zip(run_paths, claims, strict=True)):
+                claim.write()
+                if not keep_stats[k]:
+                    stats.to_json(stats_paths[k])
+                if scale is not None and not keep_scale[k]:
+                    with atomic_path(scale_paths[k], suffix=".nc") as tmp:
+                        scale.to_netcdf(tmp)
+                if coefficients is not None:
+                    with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
+                        coefficients.to_netcdf(tmp)
+        return stats, scale
+
+    stats, scale = on_rank0(prepare)
+    if val is None:
+        return ["completed"]
+    return _train_deep(train, val, configs, stats, scale, run_paths, torch.device(device or "cpu"))
+
+
+def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
+    """``config`` with what the data decide: variables, static fields, choice, grid, periodic.
+
+    Raises:
+        ValueError: As :func:`train_postprocessor`.
+    """
     if (config.grid, config.periodic) != ((), False):
         raise ValueError(
             f"PostprocessConfig.grid and periodic come from the data; leave them unset, got "
@@ -178,59 +287,20 @@ def train_postprocessor(
             f"no forecast variable with a truth (v and v_truth) in {sorted(map(str, ds.data_vars))}"
         )
     static = config.static if config.static is not None else static_variables(ds)
-    channel_dims = config.channel_dims
-    config = replace(
+    return replace(
         config,
         variables=tuple(chosen),
         static=() if emos else tuple(static),
         choice=config.choice or ("random" if config.model == "pooled" else "first"),
         validation=0.0 if emos else config.validation,
-        grid=() if emos else _grid(ds, chosen, channel_dims),
+        grid=() if emos else _grid(ds, chosen, config.channel_dims),
         periodic=not emos and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
-    run_dir = Path(run_dir)
-    if emos:
-        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
-    else:
-        train, val = split_validation(ds, validation=config.validation)
 
-    record = config_record(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=channel_dims)}
-    wants_scale = not emos and config.loss_scale != "none"
 
-    def prepare() -> tuple[NormStats, xr.DataArray | None]:
-        """Check the folder, compute what it lacks, then write it (rank 0; EMOS fits here)."""
-        with claim_run_dir(run_dir, RUN_RECORD, record) as claim:
-            resumed = claim.resumed and not emos  # EMOS has no checkpoint: it refits
-            stats_path, scale_path = run_dir / "stats.json", run_dir / "crps_scale.nc"
-            keep_stats = resumed and stats_path.exists()
-            keep_scale = wants_scale and resumed and scale_path.exists()
-            if keep_stats:
-                stats = NormStats.from_json(stats_path)
-            else:
-                stats = compute_stats(train, chosen, channel_dims=channel_dims)
-            scale = None
-            if keep_scale:
-                with xr.open_dataarray(scale_path) as stored:
-                    scale = stored.load()
-            elif wants_scale:
-                scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
-            coefficients = _fit_emos(train, config) if emos else None
-            # every check and computation is done: only now is the folder written
-            claim.write()
-            if not keep_stats:
-                stats.to_json(stats_path)
-            if scale is not None and not keep_scale:
-                with atomic_path(scale_path, suffix=".nc") as tmp:
-                    scale.to_netcdf(tmp)
-            if coefficients is not None:
-                with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
-                    coefficients.to_netcdf(tmp)
-        return stats, scale
-
-    stats, scale = on_rank0(prepare)
-    if val is None:
-        return "completed"
-    return _train_deep(train, val, config, stats, scale, run_dir, torch.device(device or "cpu"))
+def _sweep_free(config: PostprocessConfig) -> PostprocessConfig:
+    """``config`` without what a sweep varies (seed, learning rate, progress bar)."""
+    return replace(config, lr=1.0, train=replace(config.train, seed=0, progress=False))
 
 
 def _fit_emos(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:
@@ -271,16 +341,18 @@ def _build(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
 def _train_deep(
     train: xr.Dataset,
     val: xr.Dataset,
-    config: PostprocessConfig,
+    configs: Sequence[PostprocessConfig],
     stats: NormStats,
     scale: xr.DataArray | None,
-    run_dir: Path,
+    run_dirs: Sequence[Path],
     device: torch.device,
-) -> str:
+) -> list[str]:
     from sciml.datasets.sampling import seed_everything
-    from sciml.training import fit
+    from sciml.training import fit, fit_fused
     from sciml.weather.dataset import EnsembleDataset
     from sciml.weather.postprocess.models import gaussian_crps_loss
+
+    config = configs[0]
 
     def dataset(part: xr.Dataset, choice: str) -> EnsembleDataset:
         return EnsembleDataset(
@@ -294,23 +366,42 @@ def _train_deep(
             crps_scale=scale,
         )
 
-    seed_everything(config.train.seed)
-    model: torch.nn.Module = _build(config, len(stats.channels)).to(device)
-    if world()[1] > 1:
-        model = DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None
-        )
+    models: list[torch.nn.Module] = []
+    for run in configs:  # each run's weights from its own seed, as a separate run's
+        seed_everything(run.train.seed)
+        models.append(_build(run, len(stats.channels)).to(device))
+    train_set, val_set = dataset(train, config.choice or "first"), dataset(val, "first")
     with run_dir_advice():
+        if len(configs) > 1:
+            optimizers = [
+                torch.optim.Adam(m.parameters(), lr=c.lr)
+                for m, c in zip(models, configs, strict=True)
+            ]
+            results = fit_fused(
+                models,
+                optimizers,
+                train_set,
+                gaussian_crps_loss,
+                run_dirs=run_dirs,
+                configs=[c.train for c in configs],
+                val_dataset=val_set,
+            )
+            return [result.status for result in results]
+        model = models[0]
+        if world()[1] > 1:
+            model = DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None
+            )
         result = fit(
             model,
             torch.optim.Adam(model.parameters(), lr=config.lr),
-            dataset(train, config.choice or "first"),
+            train_set,
             gaussian_crps_loss,
-            run_dir=run_dir,
+            run_dir=run_dirs[0],
             config=config.train,
-            val_dataset=dataset(val, "first"),
+            val_dataset=val_set,
         )
-    return result.status
+    return [result.status]
 
 
 def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
