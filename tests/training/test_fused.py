@@ -131,3 +131,45 @@ def test_a_random_op_is_refused() -> None:
         fused(torch.zeros(2, 4, 3))
     fused.eval()  # no draw: evaluation runs fused
     assert fused(torch.zeros(2, 4, 3)).shape == (2, 4, 3)
+
+
+@pytest.mark.parametrize("family", ["mlp", "unet"])
+def test_float32_fused_copies_are_as_close_to_float64_as_the_separate_runs(family: str) -> None:
+    """In float32 the fused and separate runs round differently (the order a batched
+    convolution sums in); each is a float32 evaluation of the same float64 run, so the
+    fused copies may be no further from it than the separate runs are: their error is
+    within 4x the separate runs' (two orders of summation of the same terms have errors
+    of one size) plus a few roundings of each weight (where the separate run is exact)."""
+    build = FAMILIES[family]
+    runs = {}
+    for dtype in (torch.float64, torch.float32):
+        models = [m.to(dtype) for m in _copies(build)]
+        separate = [m.to(dtype) for m in _copies(build)]
+        fused = FusedModels(models)
+        optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
+        optimizers = [
+            torch.optim.Adam(m.parameters(), lr=lr) for m, lr in zip(separate, RATES, strict=True)
+        ]
+        for step in range(3):
+            batch = {name: v.to(dtype) for name, v in _batches(step).items()}
+            optimizer.zero_grad()
+            fused.losses(gaussian_crps_loss, batch).sum().backward()
+            optimizer.step()
+            for k, (model, alone) in enumerate(zip(separate, optimizers, strict=True)):
+                alone.zero_grad()
+                gaussian_crps_loss(model, {name: v[k] for name, v in batch.items()}).backward()
+                alone.step()
+        runs[dtype] = (fused.copies, separate)
+    reference = runs[torch.float64][1]
+    ours, theirs = runs[torch.float32]
+    roundings = 4 * float(torch.finfo(torch.float32).eps)
+    for k, truth in enumerate(reference):
+        expected = dict(truth.named_parameters())
+        for (name, fused_p), (_, separate_p) in zip(
+            ours[k].named_parameters(), theirs[k].named_parameters(), strict=True
+        ):
+            exact = expected[name].detach()
+            fused_error = float((fused_p.detach().double() - exact).abs().max())
+            separate_error = float((separate_p.detach().double() - exact).abs().max())
+            bound = 4 * separate_error + roundings * float(exact.abs().max())
+            assert fused_error <= bound, (family, k, name, fused_error, separate_error)
