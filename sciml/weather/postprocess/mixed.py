@@ -25,7 +25,11 @@ from torch import Tensor
 from sciml.models import UNet
 from sciml.weather.periodic import periodic_lon
 from sciml.weather.postprocess.locally_connected import LocallyConnected2d
-from sciml.weather.postprocess.models import GaussianPostProcessor, residual_gaussian
+from sciml.weather.postprocess.models import (
+    GaussianPostProcessor,
+    member_mean_sd,
+    residual_gaussian,
+)
 
 __all__ = ["MixedPostProcessor"]
 
@@ -81,7 +85,7 @@ class MixedPostProcessor(GaussianPostProcessor):
     ) -> tuple[Tensor, Tensor]:
         """``(mu, sigma)``, each ``(N, C, H, W)``, from members ``(N, k, C, H, W)``."""
         extras = self.extras(members, static, lead_time)
-        mean, sd = members.mean(1), members.std(1)
+        mean, sd = member_mean_sd(members)
         out = self.local(self.unet(torch.cat([mean, sd, *extras], dim=1)))
         return residual_gaussian(mean, sd, out)
 

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from sciml.weather.periodic import periodic_lon
 from sciml.weather.postprocess.models import (
     GaussianPostProcessor,
+    member_mean_sd,
     residual_gaussian,
     zero_last_conv,
 )
@@ -76,6 +77,6 @@ class PooledPostProcessor(GaussianPostProcessor):
         context = torch.cat(extras, dim=1) if extras else members.new_zeros(n, 0, h, w)
         per_member = torch.cat([members, context[:, None].expand(n, k, *context.shape[1:])], dim=2)
         encoded = self.encoder(per_member.flatten(0, 1)).unflatten(0, (n, k))
-        mean, sd = members.mean(1), members.std(1)
-        pooled = [encoded.mean(1), encoded.std(1), mean, sd, *extras]
+        mean, sd = member_mean_sd(members)
+        pooled = [*member_mean_sd(encoded), mean, sd, *extras]
         return residual_gaussian(mean, sd, self.head(torch.cat(pooled, dim=1)))
