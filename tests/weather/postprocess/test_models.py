@@ -9,8 +9,10 @@ from sciml.weather.postprocess.mixed import MixedPostProcessor
 from sciml.weather.postprocess.models import (
     SIGMA_MIN,
     GaussianPostProcessor,
+    PointwiseConv2d,
     PostProcessor,
     gaussian_crps_loss,
+    member_mean_sd,
     residual_gaussian,
 )
 from sciml.weather.postprocess.pooled import PooledPostProcessor
@@ -120,3 +122,21 @@ def test_bad_options_are_rejected() -> None:
         PostProcessor(0)
     with pytest.raises(ValueError, match="static must be an integer >= 0"):
         PostProcessor(2, static=-1)
+
+
+def test_the_fast_forms_compute_what_torch_computes() -> None:
+    """The MLP's 1x1 convolution as a matrix product, the members' spread in two passes:
+    in float64 both equal torch's forms (and their gradients) to rounding."""
+    torch.manual_seed(0)
+    fast = PointwiseConv2d(5, 3).double()
+    conv = torch.nn.Conv2d(5, 3, 1).double()
+    conv.load_state_dict(fast.state_dict())  # the same parameters: checkpoints load alike
+    x = torch.randn(2, 5, 4, 6, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(fast(x), conv(x), rtol=1e-12, atol=0)
+    (grad,) = torch.autograd.grad(fast(x).square().sum(), x)
+    (expected,) = torch.autograd.grad(conv(x).square().sum(), x)
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=0)
+    members = torch.randn(3, 5, 2, 4, 4, dtype=torch.float64) * 4 + 10
+    mean, sd = member_mean_sd(members)
+    torch.testing.assert_close(mean, members.mean(1), rtol=1e-13, atol=0)
+    torch.testing.assert_close(sd, members.std(1), rtol=1e-13, atol=0)
