@@ -169,3 +169,20 @@ def test_the_compile_benchmark_runs_quick(monkeypatch: pytest.MonkeyPatch, tmp_p
     for row in rows:
         lo, hi = row["ratio_ci95"]
         assert row["graphs"] > 0 and row["eager_ms"] > 0 and lo <= row["ratio"] <= hi, row
+
+
+@pytest.mark.system
+def test_the_fused_sweeps_benchmark_runs_quick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The MLP, 1 and 2 copies: fused, sequential, concurrent and the peaks measured."""
+    module = _benchmark(monkeypatch, "weather_fused_sweeps")
+    out = tmp_path / "fused.json"
+    assert module.main(["--quick", "--models", "mlp", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["model"], row["copies"]) for row in rows] == [("mlp", 1), ("mlp", 2)]
+    for row in rows:
+        lo, hi = row["speedup_ci95"]
+        assert row["fused_samples_per_s"] > 0 and lo <= row["speedup"] <= hi, row
+        assert row["fused_peak_mib"] > 0 and row["one_run_peak_mib"] > 0, row
+    assert rows[0]["concurrent_samples_per_s"] is None and rows[1]["concurrent_samples_per_s"] > 0
