@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "RunRecordError",
     "check_run_record",
     "claim_run_dir",
+    "claim_run_dirs",
     "read_run_record",
     "record_text",
 ]
@@ -234,3 +235,28 @@ def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
             f"holding {kind.what}"
         )
     return config
+
+
+@contextmanager
+def claim_run_dirs(
+    run_dirs: Sequence[Path | str], kind: RecordKind, configs: Sequence[Any]
+) -> Iterator[list[RunClaim]]:
+    """:func:`claim_run_dir` for the runs of a sweep, every folder checked before any is held.
+
+    One refused run leaves all of the folders as they were.
+
+    Raises:
+        ValueError: Not one configuration per folder.
+        RunRecordError, sciml.training.run_dir.RunDirError: As :func:`claim_run_dir`.
+    """
+    if len(run_dirs) != len(configs):
+        raise ValueError(
+            f"one configuration per run folder: {len(configs)} for {len(run_dirs)} folder(s)"
+        )
+    for run_dir, config in zip(run_dirs, configs, strict=True):
+        check_run_record(Path(run_dir), kind, config)
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(claim_run_dir(run_dir, kind, config))
+            for run_dir, config in zip(run_dirs, configs, strict=True)
+        ]

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 
 from sciml.cli_args import (
     Subparsers,
     add_config_arguments,
-    comma_list,
     config_from_args,
     fraction,
-    non_negative_int,
     positive_float,
     runs_and_test_data,
-    sweep_option,
 )
+from sciml.weather.options import add_sweep_arguments, sweep_runs
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.spread.cli import register_spread
 from sciml.weather.toy.cli import register_toy
@@ -51,36 +48,6 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep(
-    args: argparse.Namespace, config: PostprocessConfig
-) -> tuple[list[PostprocessConfig], list[Path]]:
-    """The runs of ``--seeds`` and ``--lr``, each in its folder under ``--run-dir``.
-
-    One seed and one rate without ``--seeds``: the one run, in ``--run-dir`` itself.
-    Otherwise ``seed<S>``, ``lr<LR>`` or ``seed<S>-lr<LR>`` under it, for what varies.
-
-    Raises:
-        ValueError: ``--seed`` and ``--seeds`` both given (a ``--seed`` of the default
-            value cannot be told from none).
-    """
-    from sciml.training import TrainConfig
-
-    root, rates = Path(args.run_dir), tuple(args.lr)
-    if args.seeds is not None and args.seed != TrainConfig().seed:
-        raise ValueError("give --seed (one run) or --seeds (several), not both")
-    seeds = args.seeds or (config.train.seed,)
-    if args.seeds is None and len(rates) == 1:
-        return [config], [root]
-    configs, folders = [], []
-    for seed in seeds:
-        for rate in rates:
-            parts = [f"seed{seed}"] if args.seeds is not None else []
-            parts += [f"lr{rate:g}"] if len(rates) > 1 else []
-            configs.append(replace(config, lr=rate, train=replace(config.train, seed=seed)))
-            folders.append(root / "-".join(parts))
-    return configs, folders
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
@@ -91,7 +58,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         first = argparse.Namespace(**{**vars(args), "lr": args.lr[0]})
         config = config_from_args(PostprocessConfig, first)
         config = replace(config, train=replace(config.train, progress=not args.quiet))
-        configs, folders = _sweep(args, config)
+        configs, folders = sweep_runs(args, config)
         statuses = train_postprocessors(
             open_ensemble(args.data), configs, folders, device=ctx.device
         )
@@ -193,13 +160,7 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, PostprocessConfig)
-    sweep_option(train, "lr", positive_float)
-    train.add_argument(
-        "--seeds",
-        type=comma_list(non_negative_int),
-        help="comma-separated seeds: one run each, trained together (fused), in "
-        "<run-dir>/seed<S> (with several --lr: <run-dir>/seed<S>-lr<LR>)",
-    )
+    add_sweep_arguments(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -8,10 +8,21 @@ training options and their run-record form.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
-from sciml.cli_args import nested, non_negative_int, option, positive_int
+from sciml.cli_args import (
+    comma_list,
+    nested,
+    non_negative_int,
+    option,
+    positive_float,
+    positive_int,
+    sweep_option,
+)
 from sciml.training.config import TrainConfig
 
 __all__ = [
@@ -19,8 +30,11 @@ __all__ = [
     "LOSS_SCALES",
     "MODELS",
     "SPREAD_LOSSES",
+    "add_sweep_arguments",
+    "check_sweep",
     "config_from_record",
     "config_record",
+    "sweep_runs",
     "train_field",
 ]
 
@@ -80,3 +94,61 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
         )
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
     return config(**values | {"train": TrainConfig(tensorboard=False, **record["train"])})
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seeds`` and a comma-separated ``--lr`` on a training command (:func:`sweep_runs`)."""
+    sweep_option(parser, "lr", positive_float)
+    parser.add_argument(
+        "--seeds",
+        type=comma_list(non_negative_int),
+        help="comma-separated seeds: one run each, trained together (fused), in "
+        "<run-dir>/seed<S> (with several --lr: <run-dir>/seed<S>-lr<LR>)",
+    )
+
+
+def _sweep_free(config: Any) -> Any:
+    """``config`` without what a sweep varies (seed, learning rate, progress bar)."""
+    loop = dataclasses.replace(config.train, seed=0, progress=False)
+    return dataclasses.replace(config, lr=1.0, train=loop)
+
+
+def check_sweep(configs: Sequence[Any]) -> None:
+    """Refuse the runs of one sweep that differ in more than ``train.seed`` and ``lr``.
+
+    Raises:
+        ValueError: Naming the first configuration that differs.
+    """
+    for k, config in enumerate(configs):
+        if _sweep_free(config) != _sweep_free(configs[0]):
+            raise ValueError(
+                f"configuration {k} differs from configuration 0 in more than train.seed and "
+                "lr: the runs of one sweep share everything else"
+            )
+
+
+def sweep_runs(args: argparse.Namespace, config: _Config) -> tuple[list[_Config], list[Path]]:
+    """The runs of ``--seeds`` and ``--lr``, each in its folder under ``--run-dir``.
+
+    ``--lr`` is a :func:`sciml.cli_args.sweep_option`. One seed and one rate without
+    ``--seeds``: the one run, in ``--run-dir`` itself.
+    Otherwise ``seed<S>``, ``lr<LR>`` or ``seed<S>-lr<LR>`` under it, for what varies.
+
+    Raises:
+        ValueError: ``--seed`` and ``--seeds`` both given (a ``--seed`` of the default
+            value cannot be told from none).
+    """
+    root, rates = Path(args.run_dir), tuple(args.lr)
+    if args.seeds is not None and args.seed != TrainConfig().seed:
+        raise ValueError("give --seed (one run) or --seeds (several), not both")
+    if args.seeds is None and len(rates) == 1:
+        return [config], [root]
+    configs, folders = [], []
+    for seed in args.seeds or (config.train.seed,):  # type: ignore[attr-defined]
+        for rate in rates:
+            parts = [f"seed{seed}"] if args.seeds is not None else []
+            parts += [f"lr{rate:g}"] if len(rates) > 1 else []
+            loop = dataclasses.replace(config.train, seed=seed)  # type: ignore[attr-defined]
+            configs.append(dataclasses.replace(config, lr=rate, train=loop))  # type: ignore[type-var]
+            folders.append(root / "-".join(parts))
+    return configs, folders

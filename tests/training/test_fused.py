@@ -173,3 +173,44 @@ def test_float32_fused_copies_are_as_close_to_float64_as_the_separate_runs(famil
             separate_error = float((separate_p.detach().double() - exact).abs().max())
             bound = 4 * separate_error + roundings * float(exact.abs().max())
             assert fused_error <= bound, (family, k, name, fused_error, separate_error)
+
+
+def test_fused_spread_predictors_train_as_their_separate_runs() -> None:
+    """The spread predictor (a 3-D U-Net with group norms over lead time, level, lat, lon)."""
+    from functools import partial
+
+    from sciml.weather.spread.model import SpreadPredictor, spread_loss
+
+    def build() -> nn.Module:
+        return SpreadPredictor(
+            2, members=3, ensemble=5, levels=2, history=2, base_channels=4, depth=1
+        )
+
+    loss_fn = partial(spread_loss, loss="crps")
+    fused = FusedModels(_copies(build))
+    separate = _copies(build)
+    fused_optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
+    optimizers = [
+        torch.optim.Adam(m.parameters(), lr=lr) for m, lr in zip(separate, RATES, strict=True)
+    ]
+    generator = torch.Generator().manual_seed(7)
+    for step in range(3):
+        k = len(SEEDS)
+        batch = {
+            "history": torch.randn(k, 2, 2, 3, 4, 8, 8, generator=generator, dtype=torch.float64),
+            "available": torch.ones(k, 2, 2, dtype=torch.float64),
+            "spread": torch.rand(k, 2, 4, 8, 8, generator=generator, dtype=torch.float64) + 0.1,
+        }
+        losses = fused.losses(loss_fn, batch)
+        fused_optimizer.zero_grad()
+        losses.sum().backward()
+        fused_optimizer.step()
+        for index, (model, optimizer) in enumerate(zip(separate, optimizers, strict=True)):
+            loss = loss_fn(model, {name: v[index] for name, v in batch.items()})
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            assert relative_error(losses[index].detach(), loss.detach()) < EXACT, (step, index)
+    for copy, model in zip(fused.copies, separate, strict=True):
+        for name, value in model.state_dict().items():
+            assert relative_error(copy.state_dict()[name], value) < EXACT, name

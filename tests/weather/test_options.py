@@ -19,7 +19,7 @@ COMMANDS = [
 BY_HAND = {"help", "data", "run_dir", "quiet", "seeds"}
 #: Options of each command that take a sweep's comma-separated values (a tuple of one
 #: by default).
-SWEPT = {("weather", "train"): {"lr"}}
+SWEPT = {("weather", "train"): {"lr"}, ("weather", "spread", "train"): {"lr"}}
 
 
 def _subparser(path: tuple[str, ...]) -> argparse.ArgumentParser:

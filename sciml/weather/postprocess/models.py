@@ -72,7 +72,7 @@ def _check_count(name: str, value: object, low: int) -> None:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def member_mean_sd(members: Tensor, dim: int = 1) -> tuple[Tensor, Tensor]:
+def member_mean_sd(members: Tensor, *, dim: int = 1) -> tuple[Tensor, Tensor]:
     """The mean and standard deviation (ddof=1) over the members along ``dim``.
 
     Two passes (the mean, then the squared deviations from it): as accurate as

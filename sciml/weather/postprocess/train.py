@@ -44,14 +44,15 @@ from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import (
-    RecordKind,
-    check_run_record,
-    claim_run_dir,
-    read_run_record,
-)
+from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
 from sciml.weather.grid import data_record, spatial_dims
-from sciml.weather.options import DEEP_MODELS, MODELS, config_from_record, config_record
+from sciml.weather.options import (
+    DEEP_MODELS,
+    MODELS,
+    check_sweep,
+    config_from_record,
+    config_record,
+)
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import fit_emos, pack_coefficients
@@ -200,12 +201,7 @@ def train_postprocessors(
     if len(configs) > 1:
         if emos:
             raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
-        for k, config in enumerate(configs):
-            if _sweep_free(config) != _sweep_free(first):
-                raise ValueError(
-                    f"configuration {k} differs from configuration 0 in more than train.seed "
-                    "and lr: the runs of one sweep share everything else"
-                )
+        check_sweep(configs)
     run_paths = [Path(run_dir) for run_dir in run_dirs]
     if emos:
         train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
@@ -219,13 +215,7 @@ def train_postprocessors(
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
         """Check the folders, compute what they lack, then write them (rank 0; EMOS fits here)."""
-        for run_dir, record in zip(run_paths, records, strict=True):
-            check_run_record(run_dir, RUN_RECORD, record)  # every folder before any is written
-        with contextlib.ExitStack() as stack:
-            claims = [
-                stack.enter_context(claim_run_dir(run_dir, RUN_RECORD, record))
-                for run_dir, record in zip(run_paths, records, strict=True)
-            ]
+        with claim_run_dirs(run_paths, RUN_RECORD, records) as claims:
             resumed = [claim.resumed and not emos for claim in claims]  # EMOS refits
             stats_paths = [run_dir / "stats.json" for run_dir in run_paths]
             scale_paths = [run_dir / "crps_scale.nc" for run_dir in run_paths]
@@ -296,11 +286,6 @@ def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
         grid=() if emos else _grid(ds, chosen, config.channel_dims),
         periodic=not emos and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
-
-
-def _sweep_free(config: PostprocessConfig) -> PostprocessConfig:
-    """``config`` without what a sweep varies (seed, learning rate, progress bar)."""
-    return replace(config, lr=1.0, train=replace(config.train, seed=0, progress=False))
 
 
 def _fit_emos(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:

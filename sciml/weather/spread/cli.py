@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 
 from sciml.cli_args import Subparsers, add_config_arguments, config_from_args
+from sciml.weather.options import add_sweep_arguments, sweep_runs
 from sciml.weather.spread.options import SpreadConfig
 
 __all__ = ["register_spread"]
@@ -15,17 +16,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
     from sciml.weather.data import open_ensemble
-    from sciml.weather.spread.train import train_spread
+    from sciml.weather.spread.train import train_spreads
 
     with init_distributed() as ctx:
-        config = config_from_args(SpreadConfig, args)
+        first = argparse.Namespace(**{**vars(args), "lr": args.lr[0]})
+        config = config_from_args(SpreadConfig, first)
         config = replace(config, train=replace(config.train, progress=not args.quiet))
-        status = train_spread(open_ensemble(args.data), config, args.run_dir, device=ctx.device)
-        print0(
-            f"spread from {config.members} members, {config.history} lead time(s), "
-            f"{config.loss} loss: {status}, run folder {args.run_dir}"
-        )
-    return EXIT_REQUEUE if status == "interrupted" else 0
+        configs, folders = sweep_runs(args, config)
+        statuses = train_spreads(open_ensemble(args.data), configs, folders, device=ctx.device)
+        for status, folder in zip(statuses, folders, strict=True):
+            print0(
+                f"spread from {config.members} members, {config.history} lead time(s), "
+                f"{config.loss} loss: {status}, run folder {folder}"
+            )
+    return EXIT_REQUEUE if "interrupted" in statuses else 0
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -62,6 +66,7 @@ def _add_train(sub: Subparsers) -> None:
     train.add_argument("data", nargs="+", help="ensemble file(s) with <variable>_truth")
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, SpreadConfig)
+    add_sweep_arguments(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -18,6 +18,7 @@ the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -29,9 +30,9 @@ from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.training.run_record import claim_run_dir
+from sciml.training.run_record import claim_run_dirs
 from sciml.weather.grid import align_to_run, data_record
-from sciml.weather.options import config_record
+from sciml.weather.options import check_sweep, config_record
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
 from sciml.weather.postprocess.train import forecast_variables, run_dir_advice, split_validation
@@ -40,7 +41,7 @@ from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_day
 from sciml.weather.spread.model import SpreadPredictor, spread_loss
 from sciml.weather.spread.options import SpreadConfig
 
-__all__ = ["load_spread_model", "predict_spread", "train_spread"]
+__all__ = ["load_spread_model", "predict_spread", "train_spread", "train_spreads"]
 
 
 def train_spread(
@@ -75,13 +76,73 @@ def train_spread(
             or a run folder that holds another configuration; raised before anything is
             written.
     """
+    return train_spreads(ds, [config], [run_dir], device=device)[0]
+
+
+def train_spreads(
+    ds: xr.Dataset,
+    configs: Sequence[SpreadConfig],
+    run_dirs: Sequence[Path | str],
+    *,
+    device: torch.device | str | None = None,
+) -> list[str]:
+    """Train one spread run per configuration at once (a seed or learning-rate sweep).
+
+    The configurations differ in ``train.seed`` and ``lr`` only; several runs train fused
+    (:func:`sciml.training.fit_fused`), each writing in its own folder what
+    :func:`train_spread` writes. Arguments, returns and errors: as :func:`train_spread`,
+    one per run.
+
+    Raises:
+        ValueError: As :func:`train_spread`; configurations that differ in more than seed
+            and learning rate, or not one run folder per configuration.
+    """
+    if len(configs) != len(run_dirs) or not configs:
+        raise ValueError(
+            f"give one run folder per configuration, got {len(configs)} configuration(s) "
+            f"and {len(run_dirs)} folder(s)"
+        )
+    target = torch.device(device or "cpu")  # a bad device string fails here, before writing
+    configs = [_resolved(ds, config) for config in configs]
+    check_sweep(configs)
+    first = configs[0]
+    chosen = list(first.variables or ())
+    train, val = split_validation(ds, validation=first.validation)
+    run_paths = [Path(run_dir) for run_dir in run_dirs]
+    data = data_record(ds, chosen, channel_dims=("level",))
+    records = [config_record(config) | {DATA_KEY: data} for config in configs]
+
+    def prepare() -> NormStats:
+        """Check the folders, then write what they lack (rank 0): nothing before the checks."""
+        with claim_run_dirs(run_paths, SPREAD_RECORD, records) as claims:
+            paths = [run_dir / "stats.json" for run_dir in run_paths]
+            kept = [c.resumed and p.exists() for c, p in zip(claims, paths, strict=True)]
+            if any(kept):  # a resumed run keeps its statistics
+                stats = NormStats.from_json(paths[kept.index(True)])
+            else:
+                stats = compute_stats(train, chosen, channel_dims=("level",))
+            for claim, path, keep in zip(claims, paths, kept, strict=True):
+                claim.write()
+                if not keep:
+                    stats.to_json(path)
+            return stats
+
+    stats = on_rank0(prepare)
+    return _fit(train, val, configs, stats, run_paths, device=target)
+
+
+def _resolved(ds: xr.Dataset, config: SpreadConfig) -> SpreadConfig:
+    """``config`` with what the data decide, after checking both.
+
+    Raises:
+        ValueError: As :func:`train_spread`.
+    """
     derived = {"ensemble": config.ensemble, "lead_days": config.lead_days, "levels": config.levels}
     if derived != {"ensemble": 0, "lead_days": (), "levels": 0}:
         raise ValueError(
             f"SpreadConfig's ensemble, lead_days and levels come from the data; leave them "
             f"unset, got {derived}"
         )
-    target = torch.device(device or "cpu")  # a bad device string fails here, before writing
     chosen = list(config.variables or forecast_variables(ds))
     if not chosen:
         raise ValueError(
@@ -111,37 +172,22 @@ def train_spread(
     odd = {d: ds.sizes[d] for d in ("lat", "lon") if ds.sizes.get(d, 0) % multiple}
     if odd:
         raise ValueError(f"lat and lon must divide by 2**depth = {multiple}, got {odd}")
-    train, val = split_validation(ds, validation=config.validation)
-    run_dir = Path(run_dir)
-
-    record = config_record(config) | {DATA_KEY: data_record(ds, chosen, channel_dims=("level",))}
-
-    def prepare() -> NormStats:
-        """Check the folder, then write what it lacks (rank 0): nothing before the checks."""
-        with claim_run_dir(run_dir, SPREAD_RECORD, record) as claim:
-            path = run_dir / "stats.json"
-            if claim.resumed and path.exists():  # a resumed run keeps its statistics
-                return NormStats.from_json(path)
-            stats = compute_stats(train, chosen, channel_dims=("level",))
-            claim.write()
-            stats.to_json(path)
-            return stats
-
-    stats = on_rank0(prepare)
-    return _fit(train, val, config, stats, run_dir, device=target)
+    return config
 
 
 def _fit(
     train: xr.Dataset,
     val: xr.Dataset,
-    config: SpreadConfig,
+    configs: Sequence[SpreadConfig],
     stats: NormStats,
-    run_dir: Path,
+    run_dirs: Sequence[Path],
     *,
     device: torch.device,
-) -> str:
+) -> list[str]:
     from sciml.datasets.sampling import seed_everything
-    from sciml.training import fit
+    from sciml.training import fit, fit_fused
+
+    config = configs[0]
 
     def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
         return SpreadDataset(
@@ -153,23 +199,42 @@ def _fit(
             stats=stats,
         )
 
-    seed_everything(config.train.seed)
-    model: torch.nn.Module = config.build().to(device)
-    if world()[1] > 1:
-        model = DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None
-        )
+    models: list[torch.nn.Module] = []
+    for run in configs:  # each run's weights from its own seed, as a separate run's
+        seed_everything(run.train.seed)
+        models.append(run.build().to(device))
+    optimizers = [
+        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
+    ]
+    loss = partial(spread_loss, loss=config.loss)  # type: ignore[arg-type]
+    train_set, val_set = dataset(train, config.choice), dataset(val, "first")
     with run_dir_advice():
+        if len(configs) > 1:
+            results = fit_fused(
+                models,
+                optimizers,
+                train_set,
+                loss,
+                run_dirs=run_dirs,
+                configs=[c.train for c in configs],
+                val_dataset=val_set,
+            )
+            return [result.status for result in results]
+        model = models[0]
+        if world()[1] > 1:
+            model = DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None
+            )
         result = fit(
             model,
-            torch.optim.Adam(model.parameters(), lr=config.lr),
-            dataset(train, config.choice),
-            partial(spread_loss, loss=config.loss),  # type: ignore[arg-type]
-            run_dir=run_dir,
+            optimizers[0],
+            train_set,
+            loss,
+            run_dir=run_dirs[0],
             config=config.train,
-            val_dataset=dataset(val, "first"),
+            val_dataset=val_set,
         )
-    return result.status
+    return [result.status]
 
 
 def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:

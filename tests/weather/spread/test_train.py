@@ -210,3 +210,23 @@ def test_two_ranks_train_one_spread_model_on_the_batches_of_one_process(
     # 4 channels, 8 x 8 points), which torch sums pairwise (error ~ log2(1024) = 10 eps),
     # and the replicas' means are averaged once more; 256 eps bounds that with room.
     assert two == pytest.approx(one, rel=256 * torch.finfo(torch.float32).eps)
+
+
+def test_a_seed_sweep_trains_fused_into_folders_of_their_own(
+    trained: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, _, _ = trained
+    options = ["--members", "2", *TINY]
+    sweep = tmp_path / "sweep"
+    assert (
+        _spread_cli(["train", str(data), "--run-dir", str(sweep), "--seeds", "3,4", *options]) == 0
+    )
+    assert f"run folder {sweep / 'seed4'}" in capsys.readouterr().out
+    alone = tmp_path / "alone"
+    assert _spread_cli(["train", str(data), "--run-dir", str(alone), "--seed", "4", *options]) == 0
+    for name in ("spread_run.json", "training_run.json", "stats.json"):
+        assert (sweep / "seed4" / name).read_text() == (alone / name).read_text(), name
+    assert sorted(p.name for p in (sweep / "seed4").rglob("*")) == sorted(
+        p.name for p in alone.rglob("*")
+    )
+    assert read_spread_run(sweep / "seed3")[0].train.seed == 3
