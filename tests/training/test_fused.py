@@ -59,27 +59,49 @@ def _batches(step: int) -> dict[str, torch.Tensor]:
     }
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_fused_copies_train_as_their_separate_runs(family: str) -> None:
-    fused = FusedModels(_copies(FAMILIES[family]))
-    separate = _copies(FAMILIES[family])
+def _train(
+    build: Callable[[], nn.Module],
+    loss_fn: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor],
+    batches: list[dict[str, torch.Tensor]],
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[nn.ModuleList, list[nn.Module], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Adam steps of the copies fused and of the same models separately, one per batch.
+
+    Returns the fused copies, the separate models and each step's losses (fused, separate).
+    """
+    fused = FusedModels([m.to(dtype) for m in _copies(build)])
+    separate = [m.to(dtype) for m in _copies(build)]
     fused_optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
     optimizers = [
         torch.optim.Adam(m.parameters(), lr=lr) for m, lr in zip(separate, RATES, strict=True)
     ]
-    for step in range(3):
-        batch = _batches(step)
-        losses = fused.losses(gaussian_crps_loss, batch)
+    losses = []
+    for batch in batches:
+        batch = {name: value.to(dtype) for name, value in batch.items()}
+        fused_losses = fused.losses(loss_fn, batch)
         fused_optimizer.zero_grad()
-        losses.sum().backward()
+        fused_losses.sum().backward()
         fused_optimizer.step()
+        alone = []
         for k, (model, optimizer) in enumerate(zip(separate, optimizers, strict=True)):
-            loss = gaussian_crps_loss(model, {name: v[k] for name, v in batch.items()})
+            loss = loss_fn(model, {name: v[k] for name, v in batch.items()})
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            assert relative_error(losses[k].detach(), loss.detach()) < EXACT, (step, k)
-    for k, (copy, model) in enumerate(zip(fused.copies, separate, strict=True)):
+            alone.append(loss.detach())
+        losses.append((fused_losses.detach(), torch.stack(alone)))
+    return fused.copies, separate, losses
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fused_copies_train_as_their_separate_runs(family: str) -> None:
+    copies, separate, losses = _train(
+        FAMILIES[family], gaussian_crps_loss, [_batches(step) for step in range(3)]
+    )
+    for step, (fused_losses, alone) in enumerate(losses):
+        assert relative_error(fused_losses, alone) < EXACT, step
+    for k, (copy, model) in enumerate(zip(copies, separate, strict=True)):
         ours, theirs = copy.state_dict(), model.state_dict()
         assert ours.keys() == theirs.keys()
         for name, value in theirs.items():
@@ -88,7 +110,7 @@ def test_fused_copies_train_as_their_separate_runs(family: str) -> None:
             else:  # counters: batch norms' num_batches_tracked
                 assert torch.equal(ours[name], value), (k, name)
     # the copies really differ (their seeds) and really moved (their rates)
-    first, second = (dict(m.named_parameters()) for m in fused.copies[:2])
+    first, second = (dict(m.named_parameters()) for m in copies[:2])
     assert any(not torch.equal(first[n], second[n]) for n in first)
 
 
@@ -140,26 +162,11 @@ def test_float32_fused_copies_are_as_close_to_float64_as_the_separate_runs(famil
     fused copies may be no further from it than the separate runs are: their error is
     within 4x the separate runs' (two orders of summation of the same terms have errors
     of one size) plus a few roundings of each weight (where the separate run is exact)."""
-    build = FAMILIES[family]
-    runs = {}
-    for dtype in (torch.float64, torch.float32):
-        models = [m.to(dtype) for m in _copies(build)]
-        separate = [m.to(dtype) for m in _copies(build)]
-        fused = FusedModels(models)
-        optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
-        optimizers = [
-            torch.optim.Adam(m.parameters(), lr=lr) for m, lr in zip(separate, RATES, strict=True)
-        ]
-        for step in range(3):
-            batch = {name: v.to(dtype) for name, v in _batches(step).items()}
-            optimizer.zero_grad()
-            fused.losses(gaussian_crps_loss, batch).sum().backward()
-            optimizer.step()
-            for k, (model, alone) in enumerate(zip(separate, optimizers, strict=True)):
-                alone.zero_grad()
-                gaussian_crps_loss(model, {name: v[k] for name, v in batch.items()}).backward()
-                alone.step()
-        runs[dtype] = (fused.copies, separate)
+    batches = [_batches(step) for step in range(3)]
+    runs = {
+        dtype: _train(FAMILIES[family], gaussian_crps_loss, batches, dtype=dtype)[:2]
+        for dtype in (torch.float64, torch.float32)
+    }
     reference = runs[torch.float64][1]
     ours, theirs = runs[torch.float32]
     roundings = 4 * float(torch.finfo(torch.float32).eps)
@@ -186,31 +193,19 @@ def test_fused_spread_predictors_train_as_their_separate_runs() -> None:
             2, members=3, ensemble=5, levels=2, history=2, base_channels=4, depth=1
         )
 
-    loss_fn = partial(spread_loss, loss="crps")
-    fused = FusedModels(_copies(build))
-    separate = _copies(build)
-    fused_optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
-    optimizers = [
-        torch.optim.Adam(m.parameters(), lr=lr) for m, lr in zip(separate, RATES, strict=True)
-    ]
     generator = torch.Generator().manual_seed(7)
-    for step in range(3):
-        k = len(SEEDS)
-        batch = {
+    k = len(SEEDS)
+    batches = [
+        {
             "history": torch.randn(k, 2, 2, 3, 4, 8, 8, generator=generator, dtype=torch.float64),
             "available": torch.ones(k, 2, 2, dtype=torch.float64),
             "spread": torch.rand(k, 2, 4, 8, 8, generator=generator, dtype=torch.float64) + 0.1,
         }
-        losses = fused.losses(loss_fn, batch)
-        fused_optimizer.zero_grad()
-        losses.sum().backward()
-        fused_optimizer.step()
-        for index, (model, optimizer) in enumerate(zip(separate, optimizers, strict=True)):
-            loss = loss_fn(model, {name: v[index] for name, v in batch.items()})
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            assert relative_error(losses[index].detach(), loss.detach()) < EXACT, (step, index)
-    for copy, model in zip(fused.copies, separate, strict=True):
+        for _ in range(3)
+    ]
+    copies, separate, losses = _train(build, partial(spread_loss, loss="crps"), batches)
+    for step, (fused_losses, alone) in enumerate(losses):
+        assert relative_error(fused_losses, alone) < EXACT, step
+    for copy, model in zip(copies, separate, strict=True):
         for name, value in model.state_dict().items():
             assert relative_error(copy.state_dict()[name], value) < EXACT, name

@@ -30,7 +30,7 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import xarray as xr
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
@@ -66,6 +67,7 @@ __all__ = [
     "MODELS",
     "RUN_RECORD",
     "RUN_VERSION",
+    "fit_runs",
     "forecast_variables",
     "load_postprocessor",
     "read_data_record",
@@ -333,7 +335,6 @@ def _train_deep(
     device: torch.device,
 ) -> list[str]:
     from sciml.datasets.sampling import seed_everything
-    from sciml.training import fit, fit_fused
     from sciml.weather.dataset import EnsembleDataset
     from sciml.weather.postprocess.models import gaussian_crps_loss
 
@@ -356,17 +357,36 @@ def _train_deep(
         seed_everything(run.train.seed)
         models.append(_build(run, len(stats.channels)).to(device))
     train_set, val_set = dataset(train, config.choice or "first"), dataset(val, "first")
+    return fit_runs(models, configs, train_set, val_set, gaussian_crps_loss, run_dirs, device)
+
+
+def fit_runs(
+    models: Sequence[torch.nn.Module],
+    configs: Sequence[Any],
+    train_set: Dataset[Any],
+    val_set: Dataset[Any],
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    run_dirs: Sequence[Path],
+    device: torch.device,
+) -> list[str]:
+    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
+
+    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
+    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
+    Returns each run's status.
+    """
+    from sciml.training import fit, fit_fused
+
+    optimizers = [
+        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
+    ]
     with run_dir_advice():
-        if len(configs) > 1:
-            optimizers = [
-                torch.optim.Adam(m.parameters(), lr=c.lr)
-                for m, c in zip(models, configs, strict=True)
-            ]
+        if len(models) > 1:
             results = fit_fused(
                 models,
                 optimizers,
                 train_set,
-                gaussian_crps_loss,
+                loss_fn,
                 run_dirs=run_dirs,
                 configs=[c.train for c in configs],
                 val_dataset=val_set,
@@ -379,11 +399,11 @@ def _train_deep(
             )
         result = fit(
             model,
-            torch.optim.Adam(model.parameters(), lr=config.lr),
+            optimizers[0],
             train_set,
-            gaussian_crps_loss,
+            loss_fn,
             run_dir=run_dirs[0],
-            config=config.train,
+            config=configs[0].train,
             val_dataset=val_set,
         )
     return [result.status]

@@ -25,17 +25,16 @@ from pathlib import Path
 
 import torch
 import xarray as xr
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
-from sciml.distributed.collectives import on_rank0, world
+from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
 from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.options import check_sweep, config_record
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
-from sciml.weather.postprocess.train import forecast_variables, run_dir_advice, split_validation
+from sciml.weather.postprocess.train import fit_runs, forecast_variables, split_validation
 from sciml.weather.spread.config import DATA_KEY, SPREAD_RECORD, read_spread_data, read_spread_run
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import SpreadPredictor, spread_loss
@@ -185,7 +184,6 @@ def _fit(
     device: torch.device,
 ) -> list[str]:
     from sciml.datasets.sampling import seed_everything
-    from sciml.training import fit, fit_fused
 
     config = configs[0]
 
@@ -203,38 +201,9 @@ def _fit(
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
         models.append(run.build().to(device))
-    optimizers = [
-        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
-    ]
     loss = partial(spread_loss, loss=config.loss)  # type: ignore[arg-type]
     train_set, val_set = dataset(train, config.choice), dataset(val, "first")
-    with run_dir_advice():
-        if len(configs) > 1:
-            results = fit_fused(
-                models,
-                optimizers,
-                train_set,
-                loss,
-                run_dirs=run_dirs,
-                configs=[c.train for c in configs],
-                val_dataset=val_set,
-            )
-            return [result.status for result in results]
-        model = models[0]
-        if world()[1] > 1:
-            model = DistributedDataParallel(
-                model, device_ids=[device] if device.type == "cuda" else None
-            )
-        result = fit(
-            model,
-            optimizers[0],
-            train_set,
-            loss,
-            run_dir=run_dirs[0],
-            config=config.train,
-            val_dataset=val_set,
-        )
-    return [result.status]
+    return fit_runs(models, configs, train_set, val_set, loss, run_dirs, device)
 
 
 def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:
