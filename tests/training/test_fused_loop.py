@@ -42,10 +42,9 @@ def _ensemble() -> xr.Dataset:
         "lead_time": np.arange(2) * np.timedelta64(1, "D"),
         "level": [1, 2],
     }
-    data = {
-        "psi": (dims, rng.standard_normal(shape)),
-        "psi_truth": (dims[1:], rng.standard_normal(shape[1:])),
-    }
+    members = rng.standard_normal(shape)
+    truth = 1.5 * members.mean(0) + 0.5 + 0.3 * rng.standard_normal(shape[1:])  # learnable
+    data = {"psi": (dims, members), "psi_truth": (dims[1:], truth)}
     return xr.Dataset(data, coords=coords)
 
 
@@ -183,3 +182,21 @@ def test_runs_that_cannot_be_fused_are_refused_before_writing(tmp_path: Path) ->
             configs=configs,
         )
     assert not any(d.exists() for d in dirs)
+
+
+def test_a_run_that_stops_early_leaves_the_others_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # patience 1 on the validation loss: the fastest rate's run stops after epoch 4, the
+    # others train all 5 (checked), each where its separate run stops
+    import tests.training.test_fused_loop as this
+
+    monkeypatch.setattr(this, "RATES", (3e-2, 1e-3, 1e-4))
+    monkeypatch.setattr(this, "CONFIG", dataclasses.replace(CONFIG, epochs=5, patience=1))
+    fused = _fused(tmp_path / "fused")
+    epochs = [
+        torch.load(d / "checkpoints" / "last.pt", weights_only=False)["state"]["epoch"]
+        for d in fused
+    ]
+    assert epochs == [4, 5, 5], epochs
+    _assert_same_runs(fused, _separate(tmp_path / "separate"))
