@@ -20,6 +20,7 @@ from sciml.models import UNet
 from sciml.models.unet import Norm
 from sciml.weather.options import SPREAD_LOSSES as LOSSES
 from sciml.weather.periodic import periodic_conv3d
+from sciml.weather.postprocess.models import member_mean_sd
 
 __all__ = [
     "FIELD_MEAN_WEIGHT",
@@ -155,7 +156,7 @@ class SpreadPredictor(nn.Module):
         self._check(history, available)
         n, steps, k, _, h, w = history.shape
         fields = history.reshape(n, steps, k, self.variables, self.levels, h, w)
-        sd = fields.std(2, keepdim=True)
+        sd = member_mean_sd(fields, dim=2)[1].unsqueeze(2)
         present = available[:, :, None, None, None, None, None].to(sd.dtype)
         log_sd = torch.log(sd + SIGMA_MIN) * present  # scale-free; 0 for a missing step
         features = torch.cat([fields, sd, log_sd], dim=2).reshape(n, -1, self.levels, h, w)
