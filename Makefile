@@ -75,7 +75,7 @@ bench: $(STAMP) $(PRESET)
 		case " $(ON_PRESET) $(NOT_IN_BENCH) " in *" $$(basename $$script .py) "*) continue;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || exit 1; \
 	done
-	$(BIN)/python benchmarks/weather_postprocess.py $(PRESET) --work $(WEATHER_RUNS)
+	$(BIN)/python benchmarks/weather_postprocess.py $(PRESET) --seeds 0 1 2 --work $(WEATHER_RUNS)
 	$(BIN)/python benchmarks/weather_extremes.py $(PRESET) $(WEATHER_RUNS)/*_seed0
 	$(BIN)/python benchmarks/weather_spread.py $(PRESET) --work runs/bench/weather_spread_runs \
 		--out runs/bench/weather_spread.json

@@ -1,17 +1,20 @@
 """Post-processing k members of a toy preset: CRPS of EMOS and the deep models vs the raw ensemble.
 
 Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 10]
-       [--models emos mlp unet mixed pooled] [--loss-scale raw-crps|none] [--work DIR]
-       [--out PATH] [--train-only]
+       [--models emos mlp unet mixed pooled] [--seeds 0 1 2] [--loss-scale raw-crps|none]
+       [--work DIR] [--out PATH] [--train-only]
 
 DATA is a preset written by ``sciml weather preset`` (or any ensemble with a truth). Its
 start dates are split with ``split_start_dates`` (60/20/20): the models train on the
-first 60 % and validate on the next 20 % (``train_postprocessor`` holds out the last
+first 60 % and validate on the next 20 % (``train_postprocessors`` holds out the last
 quarter of what it is given), and every score is on the last 20 %, never seen in training.
-EMOS is fitted on ``--members`` and on all members. A run that finished (or was stopped by
+EMOS is fitted on ``--members`` and on all members; each deep model trains one run per
+``--seeds`` value, all seeds together (fused: ``sciml.training.fit_fused``), and
+``evaluate`` averages the runs that differ only by seed. A run that finished (or was stopped by
 SIGUSR1/SIGTERM: its ``best`` checkpoint, chosen on the validation dates, is scored) leaves
 ``benchmark.json`` in its folder and is not trained again, so the models can be trained by
-separate ``--train-only`` invocations side by side and scored together by a last one.
+separate ``--train-only`` invocations side by side and scored together by a last one (a
+model's seeds are trained again together unless all of them finished).
 Prints the mean CRPS and skill against the raw full ensemble per model (over variables,
 levels and lead times; also on the extreme-event subsets, whose climate is the training and
 validation dates) and per lead time; per model the training time, epochs, training
@@ -32,13 +35,13 @@ import pandas as pd
 import xarray as xr
 from _report import write_report
 
-from sciml.cli_args import positive_int
+from sciml.cli_args import non_negative_int, positive_int
 from sciml.training import TrainConfig
 from sciml.weather.data import split_start_dates
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.loss_scale import LOSS_SCALES
-from sciml.weather.postprocess.train import MODELS, train_postprocessor
+from sciml.weather.postprocess.train import MODELS, train_postprocessors
 
 MARKER = "benchmark.json"
 
@@ -47,43 +50,57 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _train(seen: xr.Dataset, run: Path, model: str, members: int, args: argparse.Namespace) -> dict:
-    """Train one run unless it left its marker; the marker's record (time, status, memory)."""
-    marker = run / MARKER
-    if marker.exists():
-        return json.loads(marker.read_text())
-    start = time.perf_counter()
-    status = train_postprocessor(
-        seen,
+def _train(
+    seen: xr.Dataset,
+    runs: list[Path],
+    seeds: list[int],
+    model: str,
+    members: int,
+    args: argparse.Namespace,
+) -> dict[str, dict]:
+    """Train the runs of one model, one per seed, unless they left their markers.
+
+    The seeds of a deep model train together, fused (``train_postprocessors``); each run's
+    marker records the sweep's time and peak memory (shared by its runs), its status and
+    its own figures from ``fit``'s ``perf.csv``.
+    """
+    if all((run / MARKER).exists() for run in runs):
+        return {run.name: json.loads((run / MARKER).read_text()) for run in runs}
+    configs = [
         PostprocessConfig(
             model=model,
             members=members,
             validation=0.25,
             loss_scale=args.loss_scale,
-            train=TrainConfig(
-                epochs=args.epochs, seed=args.seed, progress=False, tensorboard=False
-            ),
-        ),
-        run,
-    )
-    record = {
-        "status": status,
-        "train_seconds": time.perf_counter() - start,
-        "peak_rss_mib": _peak_rss_mib(),
-    }
-    perf = run / "perf.csv"
-    if perf.exists():
-        rows = pd.read_csv(perf)
-        rate = rows[rows["metric"] == "samples_per_s"]["value"]
-        record |= {"epochs_done": int(rate.size), "samples_per_s": float(rate.median())}
-        record["peak_memory_mib_fit"] = float(
-            rows[rows["metric"] == "peak_memory_mib"]["value"].max()
+            train=TrainConfig(epochs=args.epochs, seed=seed, progress=False, tensorboard=False),
         )
-        metrics = pd.read_csv(run / "metrics.csv")
-        val = metrics[metrics["metric"] == "val_loss"].set_index("epoch")["value"]
-        record["best_epoch"] = int(val.idxmin()) + 1  # the checkpoint that is scored
-    marker.write_text(json.dumps(record, indent=1) + "\n")
-    return record
+        for seed in seeds
+    ]
+    start = time.perf_counter()
+    statuses = train_postprocessors(seen, configs, runs)
+    seconds = time.perf_counter() - start
+    records = {}
+    for run, status in zip(runs, statuses, strict=True):
+        record = {
+            "status": status,
+            "train_seconds": seconds,
+            "runs_trained_together": len(runs),
+            "peak_rss_mib": _peak_rss_mib(),
+        }
+        perf = run / "perf.csv"
+        if perf.exists():
+            rows = pd.read_csv(perf)
+            rate = rows[rows["metric"] == "samples_per_s"]["value"]
+            record |= {"epochs_done": int(rate.size), "samples_per_s": float(rate.median())}
+            record["peak_memory_mib_fit"] = float(
+                rows[rows["metric"] == "peak_memory_mib"]["value"].max()
+            )
+            metrics = pd.read_csv(run / "metrics.csv")
+            val = metrics[metrics["metric"] == "val_loss"].set_index("epoch")["value"]
+            record["best_epoch"] = int(val.idxmin()) + 1  # the checkpoint that is scored
+        (run / MARKER).write_text(json.dumps(record, indent=1) + "\n")
+        records[run.name] = record
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", type=positive_int, default=5, help="members the models see")
     parser.add_argument("--epochs", type=positive_int, default=10, help="deep model epochs")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models")
-    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument(
+        "--seeds",
+        type=non_negative_int,
+        nargs="+",
+        default=[0],
+        help="training seeds of each deep model (trained together, fused; EMOS fits once)",
+    )
     parser.add_argument(
         "--loss-scale",
         choices=LOSS_SCALES,
@@ -113,10 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("emos", full))
     runs, records = [], {}
     for model, members in plan:
-        run = Path(args.work) / f"{model}_{members}_seed{args.seed}"
-        records[run.name] = _train(seen, run, model, members, args)
-        print(f"{run.name}: {json.dumps(records[run.name])}")
-        runs.append(run)
+        seeds = args.seeds[:1] if model == "emos" else args.seeds  # EMOS: nothing to seed
+        folders = [Path(args.work) / f"{model}_{members}_seed{seed}" for seed in seeds]
+        trained = _train(seen, folders, seeds, model, members, args)
+        for name, record in trained.items():
+            print(f"{name}: {json.dumps(record)}")
+            runs.append(Path(args.work) / name)
+        records |= trained
     if args.train_only:
         return 0
     start = time.perf_counter()

@@ -186,3 +186,23 @@ def test_the_fused_sweeps_benchmark_runs_quick(
         assert row["fused_samples_per_s"] > 0 and lo <= row["speedup"] <= hi, row
         assert row["fused_peak_mib"] > 0 and row["one_run_peak_mib"] > 0, row
     assert rows[0]["concurrent_samples_per_s"] is None and rows[1]["concurrent_samples_per_s"] > 0
+
+
+@pytest.mark.system
+def test_the_postprocessing_benchmark_trains_its_seeds_together(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """EMOS and the MLP with two seeds on a small ensemble: one EMOS fit, two fused runs."""
+    from tests.weather.postprocess.test_train_evaluate import _write
+
+    module = _benchmark(monkeypatch, "weather_postprocess")
+    data, out = _write(tmp_path / "data.nc", dates=10, seed=0), tmp_path / "post.json"
+    argv = [str(data), "--members", "3", "--epochs", "1", "--models", "emos", "mlp"]
+    argv += ["--seeds", "0", "1", "--work", str(tmp_path / "runs"), "--out", str(out)]
+    assert module.main(argv) == 0
+    training = json.loads(out.read_text())["training"]
+    assert sorted(training) == ["emos_3_seed0", "emos_4_seed0", "mlp_3_seed0", "mlp_3_seed1"]
+    assert training["mlp_3_seed1"]["runs_trained_together"] == 2
+    assert training["mlp_3_seed0"]["train_seconds"] == training["mlp_3_seed1"]["train_seconds"]
+    assert module.main(argv) == 0  # the finished runs are kept, not trained again
+    assert json.loads(out.read_text())["training"] == training
