@@ -84,7 +84,7 @@ class FusedModels(nn.Module):
                     f"({type(first).__name__}) in its parameters or buffers: fused copies must "
                     "share one architecture"
                 )
-            if model is first or any(model is other for other in copies[:k]):
+            if any(model is other for other in copies[:k]):
                 raise ValueError(f"copy {k} is the same module as an earlier copy")
         self.copies = nn.ModuleList(copies)
 
@@ -140,14 +140,23 @@ class FusedModels(nn.Module):
         """
         _check_leading_dim((args, kwargs), len(self))
         applied = _Applied(self.copies[0], fn)
-        # each copy's tensors, stacked, named as in ``applied`` (which holds copy 0 as model)
+        # each copy's tensors, stacked, named as in ``applied`` (which holds copy 0 as model);
+        # the copies share names and order (checked when they were given)
         params = {
-            f"model.{name}": torch.stack([dict(m.named_parameters())[name] for m in self.copies])
-            for name, _ in self.copies[0].named_parameters()
+            f"model.{name}": torch.stack(tensors)
+            for (name, _), *tensors in zip(
+                self.copies[0].named_parameters(),
+                *([t for _, t in m.named_parameters()] for m in self.copies),
+                strict=True,
+            )
         }
         buffers = {
-            f"model.{name}": torch.stack([dict(m.named_buffers())[name] for m in self.copies])
-            for name, _ in self.copies[0].named_buffers()
+            f"model.{name}": torch.stack(tensors)
+            for (name, _), *tensors in zip(
+                self.copies[0].named_buffers(),
+                *([t for _, t in m.named_buffers()] for m in self.copies),
+                strict=True,
+            )
         }
 
         def one(state: dict[str, Tensor], a: tuple[Any, ...], kw: dict[str, Any]) -> Any:

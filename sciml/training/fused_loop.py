@@ -15,6 +15,7 @@ stops every run after the same step.
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -119,17 +120,17 @@ def _fused_backward(
                 "loss_fn must return a scalar tensor, or a dict with a 'loss' entry of "
                 "scalar tensors, for each run"
             )
-        losses = named["loss"]
-        finite = torch.isfinite(losses.detach()).tolist()
-        for run, ok, loss in zip(runs, finite, losses.detach().tolist(), strict=True):
-            if not ok:
+        listed = {name: tensor.detach().tolist() for name, tensor in named.items()}  # one read
+        for run, loss in zip(runs, listed["loss"], strict=True):
+            if not math.isfinite(loss):
                 raise FloatingPointError(
                     f"loss is {loss} {run.trainer.where()}; lower the learning rate or check "
                     "the inputs"
                 )
+        losses = named["loss"]
         (losses.sum() * (size / total) if len(sizes) > 1 else losses.sum()).backward()
-        for name, tensor in named.items():
-            for k, value in enumerate(tensor.detach().tolist()):
+        for name, per_run in listed.items():
+            for k, value in enumerate(per_run):
                 values[k][name] = values[k].get(name, 0.0) + value * size / total
     return values
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from sciml.cli_args import (
     Subparsers,
     add_config_arguments,
-    config_from_args,
     fraction,
     positive_float,
     runs_and_test_data,
@@ -55,10 +53,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.weather.postprocess.train import train_postprocessors
 
     with init_distributed() as ctx:
-        first = argparse.Namespace(**{**vars(args), "lr": args.lr[0]})
-        config = config_from_args(PostprocessConfig, first)
-        config = replace(config, train=replace(config.train, progress=not args.quiet))
-        configs, folders = sweep_runs(args, config)
+        configs, folders = sweep_runs(args, PostprocessConfig)
         statuses = train_postprocessors(
             open_ensemble(args.data), configs, folders, device=ctx.device
         )

@@ -113,12 +113,19 @@ def _sweep_free(config: Any) -> Any:
     return dataclasses.replace(config, lr=1.0, train=loop)
 
 
-def check_sweep(configs: Sequence[Any]) -> None:
-    """Refuse the runs of one sweep that differ in more than ``train.seed`` and ``lr``.
+def check_sweep(configs: Sequence[Any], run_dirs: Sequence[Path | str]) -> None:
+    """Refuse a sweep of other than one folder per run, or whose runs differ in more.
+
+    The runs of one sweep may differ in ``train.seed`` and ``lr`` only.
 
     Raises:
-        ValueError: Naming the first configuration that differs.
+        ValueError: Naming the counts, or the first configuration that differs.
     """
+    if len(configs) != len(run_dirs) or not configs:
+        raise ValueError(
+            f"give one run folder per configuration, got {len(configs)} configuration(s) "
+            f"and {len(run_dirs)} folder(s)"
+        )
     for k, config in enumerate(configs):
         if _sweep_free(config) != _sweep_free(configs[0]):
             raise ValueError(
@@ -127,17 +134,24 @@ def check_sweep(configs: Sequence[Any]) -> None:
             )
 
 
-def sweep_runs(args: argparse.Namespace, config: _Config) -> tuple[list[_Config], list[Path]]:
-    """The runs of ``--seeds`` and ``--lr``, each in its folder under ``--run-dir``.
+def sweep_runs(
+    args: argparse.Namespace, config_type: type[_Config]
+) -> tuple[list[_Config], list[Path]]:
+    """The configurations of ``--seeds`` and ``--lr``, each with its folder under ``--run-dir``.
 
-    ``--lr`` is a :func:`sciml.cli_args.sweep_option`. One seed and one rate without
-    ``--seeds``: the one run, in ``--run-dir`` itself.
+    ``--lr`` is a :func:`sciml.cli_args.sweep_option`; ``--quiet`` turns the bar off. One
+    seed and one rate without ``--seeds``: the one run, in ``--run-dir`` itself.
     Otherwise ``seed<S>``, ``lr<LR>`` or ``seed<S>-lr<LR>`` under it, for what varies.
 
     Raises:
         ValueError: ``--seed`` and ``--seeds`` both given (a ``--seed`` of the default
             value cannot be told from none).
     """
+    from sciml.cli_args import config_from_args
+
+    first = config_from_args(config_type, argparse.Namespace(**{**vars(args), "lr": args.lr[0]}))
+    loop = dataclasses.replace(first.train, progress=not args.quiet)  # type: ignore[attr-defined]
+    config = dataclasses.replace(first, train=loop)  # type: ignore[type-var]
     root, rates = Path(args.run_dir), tuple(args.lr)
     if args.seeds is not None and args.seed != TrainConfig().seed:
         raise ValueError("give --seed (one run) or --seeds (several), not both")

@@ -76,8 +76,9 @@ def member_mean_sd(members: Tensor, *, dim: int = 1) -> tuple[Tensor, Tensor]:
     """The mean and standard deviation (ddof=1) over the members along ``dim``.
 
     Two passes (the mean, then the squared deviations from it): as accurate as
-    ``Tensor.std`` to a float32 rounding or two, and 30x faster on the CPU, whose ``std``
-    over a middle dim of a few members took half of a post-processor's training step.
+    ``Tensor.std`` to a float32 rounding or two, and far faster on the CPU, whose ``std``
+    over a middle dim of a few members was the slowest op of a post-processor's step
+    (``torch.profiler`` of a step of ``benchmarks/weather_fused_sweeps.py``'s models).
     """
     mean = members.mean(dim, keepdim=True)
     variance = (members - mean).square().sum(dim) / (members.shape[dim] - 1)
@@ -166,9 +167,9 @@ class GaussianPostProcessor(nn.Module):
 class PointwiseConv2d(nn.Conv2d):
     """A 1x1 ``Conv2d`` computed as a matrix product over the channels (same parameters).
 
-    oneDNN's 1x1 convolution of a few channels was the MLP's slowest op on the CPU: the
-    matrix product trains the MLP 1.6x as fast. Its output is laid out channels-last, which
-    the next such layer reads without a copy.
+    oneDNN's 1x1 convolution of a few channels was among the MLP's slowest ops on the CPU;
+    the matrix product is faster there. Its output is laid out channels-last, which the
+    next such layer reads without a copy.
     """
 
     def __init__(self, in_channels: int, out_channels: int) -> None:

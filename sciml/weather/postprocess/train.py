@@ -192,18 +192,12 @@ def train_postprocessors(
             seed and learning rate, a sweep of EMOS (it has neither), or not one run folder
             per configuration.
     """
-    if len(configs) != len(run_dirs) or not configs:
-        raise ValueError(
-            f"give one run folder per configuration, got {len(configs)} configuration(s) "
-            f"and {len(run_dirs)} folder(s)"
-        )
+    check_sweep(configs, run_dirs)
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
     emos = first.model == "emos"
-    if len(configs) > 1:
-        if emos:
-            raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
-        check_sweep(configs)
+    if len(configs) > 1 and emos:
+        raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
     run_paths = [Path(run_dir) for run_dir in run_dirs]
     if emos:
         train, val = ds, None  # no checkpoint to choose: EMOS fits on every date

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from sciml.cli_args import Subparsers, add_config_arguments, config_from_args
+from sciml.cli_args import Subparsers, add_config_arguments
 from sciml.weather.options import add_sweep_arguments, sweep_runs
 from sciml.weather.spread.options import SpreadConfig
 
@@ -19,12 +18,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.weather.spread.train import train_spreads
 
     with init_distributed() as ctx:
-        first = argparse.Namespace(**{**vars(args), "lr": args.lr[0]})
-        config = config_from_args(SpreadConfig, first)
-        config = replace(config, train=replace(config.train, progress=not args.quiet))
-        configs, folders = sweep_runs(args, config)
+        configs, folders = sweep_runs(args, SpreadConfig)
         statuses = train_spreads(open_ensemble(args.data), configs, folders, device=ctx.device)
-        for status, folder in zip(statuses, folders, strict=True):
+        for config, status, folder in zip(configs, statuses, folders, strict=True):
             print0(
                 f"spread from {config.members} members, {config.history} lead time(s), "
                 f"{config.loss} loss: {status}, run folder {folder}"

@@ -96,14 +96,9 @@ def train_spreads(
         ValueError: As :func:`train_spread`; configurations that differ in more than seed
             and learning rate, or not one run folder per configuration.
     """
-    if len(configs) != len(run_dirs) or not configs:
-        raise ValueError(
-            f"give one run folder per configuration, got {len(configs)} configuration(s) "
-            f"and {len(run_dirs)} folder(s)"
-        )
+    check_sweep(configs, run_dirs)
     target = torch.device(device or "cpu")  # a bad device string fails here, before writing
     configs = [_resolved(ds, config) for config in configs]
-    check_sweep(configs)
     first = configs[0]
     chosen = list(first.variables or ())
     train, val = split_validation(ds, validation=first.validation)
