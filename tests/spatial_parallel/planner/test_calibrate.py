@@ -77,15 +77,20 @@ def _waits_beside_a_slower_peer() -> tuple[float, float, float]:
     """Rank 0's blocking in an all-reduce after its layer while rank 1 computes a 27x larger one.
 
     Also the blocking of the same all-reduce lined up by a barrier, and what the
-    larger layer's extra work takes on this rank alone.
+    larger layer's extra work takes on rank 0 while rank 1 waits (as rank 0 waits while
+    rank 1 computes it: one rank computing, whatever else loads the machine; rank 1
+    returns 0 for it).
     """
     n, c, d, h, w = GAP_SHAPE
     big = (n, c, 3 * d, 3 * h, 3 * w)
     conv = torch.nn.Conv3d(c, c, 3, padding=1)
-    with torch.no_grad():
-        extra = _best_seconds(lambda: conv(torch.zeros(big)), repeats=2) - _best_seconds(
-            lambda: conv(torch.zeros(GAP_SHAPE)), repeats=2
-        )
+    extra = 0.0
+    if dist.get_rank() == 0:
+        with torch.no_grad():
+            extra = _best_seconds(lambda: conv(torch.zeros(big)), repeats=2) - _best_seconds(
+                lambda: conv(torch.zeros(GAP_SHAPE)), repeats=2
+            )
+    dist.barrier()
     buf = torch.zeros(4)
     shape = GAP_SHAPE if dist.get_rank() == 0 else big
     after_compute = _blocking_seconds(lambda: dist.all_reduce(buf), calls=3, gap_shape=shape)
