@@ -110,22 +110,39 @@ def runs_and_test_data(
 ) -> tuple[list[str], list[str]]:
     """Run folders and test files; ``--run-dir R1 R2 TEST`` puts TEST among the runs.
 
-    Without positional test data, the trailing paths of ``--run-dir`` that are not run
-    folders (no ``marker`` file in them) are the test data.
+    A run folder holds ``marker``; a sweep's folder (``--seeds``, ``--lr``) stands for the
+    run folders directly in it. Without positional test data, the trailing paths of
+    ``--run-dir`` that are neither are the test data.
 
     Raises:
-        ValueError: No test data in either place, or no run folder.
+        ValueError: No test data in either place, no run folder, or a path among the runs
+            that holds none.
     """
-    if data:
-        return runs, data
-    count = len(runs)
-    while count and not (Path(runs[count - 1]) / marker).exists():
-        count -= 1
-    if count == len(runs):
-        raise ValueError("no test data given: name the test file(s) after the run folders")
-    if count == 0:
-        raise ValueError(f"no run folder among --run-dir {runs} (none holds {marker})")
-    return runs[:count], runs[count:]
+    found = [_runs_in(Path(path), marker) for path in runs]
+    if not data:
+        count = len(runs)
+        while count and not found[count - 1]:
+            count -= 1
+        if count == len(runs):
+            raise ValueError("no test data given: name the test file(s) after the run folders")
+        if count == 0:
+            raise ValueError(f"no run folder among --run-dir {runs} (none holds {marker})")
+        runs, found, data = runs[:count], found[:count], runs[count:]
+    empty = [path for path, inside in zip(runs, found, strict=True) if not inside]
+    if empty:
+        raise ValueError(
+            f"--run-dir {empty}: not a run folder (no {marker}) nor a folder of run folders"
+        )
+    return [run for inside in found for run in inside], data
+
+
+def _runs_in(path: Path, marker: str) -> list[str]:
+    """``path`` if it is a run folder, else the run folders directly in it (a sweep's)."""
+    if (path / marker).exists():
+        return [str(path)]
+    if not path.is_dir():
+        return []
+    return sorted(str(sub) for sub in path.iterdir() if (sub / marker).exists())
 
 
 #: The key of a field's command-line option in its ``dataclasses.field`` metadata.

@@ -28,8 +28,12 @@ Rows ``raw_M`` (every member of the test data) and ``raw_k`` (the first ``k``, f
 configurations differ only by the seed are one model: each seed keeps its row
 (``<model>_<k>_seed<s>``, ``seeds`` = 1) and the row ``<model>_<k>`` holds the mean over
 the seeds, with ``<score>_std`` columns for their standard deviation (ddof=1, NaN for one
-seed) and ``seeds`` their number (0 for the raw ensembles). Runs of the same model and
-``k`` that differ otherwise are named after their run folders, ``<model>_<k>_<folder>``.
+seed) and ``seeds`` their number (0 for the raw ensembles). The row
+``<model>_<k>_combined`` scores the seeds' forecasts combined into one
+(:func:`~sciml.weather.postprocess.predict.combine_seeds`: the Gaussian whose quantiles are
+the means of theirs), the forecast a seed ensemble issues; its CRPS is at most the seeds'
+mean. Runs of the same model and ``k`` that differ otherwise are named after their run
+folders, ``<model>_<k>_<folder>``.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from sciml.weather import metrics
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
 from sciml.weather.postprocess.train import read_run
 
 __all__ = ["SCORES", "Evaluation", "evaluate_runs", "predict_run", "score_runs"]
@@ -113,6 +117,7 @@ class _Run:
     config: PostprocessConfig
     name: str
     group: str | None  # the aggregated row's name when the run is one of several seeds
+    seeds: int = 1  # the seeds a forecast combines
 
 
 def _name_runs(runs: list[tuple[Path, PostprocessConfig]]) -> list[_Run]:
@@ -151,14 +156,30 @@ def _check_data(test: xr.Dataset, variables: list[str], what: str) -> None:
             raise ValueError(f"{var} of {what} has no {absent} dimension(s): {test[var].dims}")
 
 
-def _rows(name: str, members: int, var: str, scores: xr.Dataset, kind: str) -> list[dict]:
+def _combined(runs: list[_Run], forecasts: list[Forecast]) -> list[tuple[_Run, Forecast]]:
+    """Each seed group's forecasts combined into one, as a run named ``<group>_combined``."""
+    groups: dict[str, list[int]] = {}
+    for index, run in enumerate(runs):
+        if run.group is not None:
+            groups.setdefault(run.group, []).append(index)
+    out = []
+    for group, indices in groups.items():
+        first = runs[indices[0]]
+        run = _Run(first.path, first.config, f"{group}_combined", None, seeds=len(indices))
+        out.append((run, combine_seeds([forecasts[i] for i in indices])))
+    return out
+
+
+def _rows(
+    name: str, members: int, seeds: int, var: str, scores: xr.Dataset, kind: str
+) -> list[dict]:
     rows = []
     for record in scores.drop_attrs().to_dataframe().reset_index().to_dict("records"):
         lead = record.pop("lead_time")
         days = lead if isinstance(lead, float) else pd.Timedelta(lead) / pd.Timedelta(days=1)
         rows.append(
-            {"model": name, "members": members, "variable": var, "lead_days": days, **record}
-            | {"crps_kind": kind}
+            {"model": name, "members": members, "seeds": seeds, "variable": var}
+            | {"lead_days": days, **record, "crps_kind": kind}
         )
     return rows
 
@@ -207,6 +228,7 @@ def score_runs(
     for number, run in enumerate(runs, start=1):
         with phase(logger, f"predicting {run.name} ({number}/{len(runs)} runs, {run.path})"):
             forecasts.append(predict_run(run.path, test, data=data))
+    scored = list(zip(runs, forecasts, strict=True)) + _combined(runs, forecasts)
     rows: list[dict] = []
     histograms: dict[str, dict[str, xr.DataArray]] = {}
     reference = test if climate is None else climate
@@ -227,7 +249,7 @@ def score_runs(
         for k in sorted({full, *(run.config.members for run in runs)}, reverse=True):
             with phase(logger, f"{where}: scoring raw_{k}"):
                 rows += _raw_rows(ensemble.isel(member=slice(k)), var, target, histograms)
-        for run, forecast in zip(runs, forecasts, strict=True):
+        for run, forecast in scored:
             if var in (run.config.variables or ()):
                 with phase(logger, f"{where}: scoring {run.name}"):
                     rows += _model_rows(run, var, forecast[var], target, histograms)
@@ -249,7 +271,7 @@ def _raw_rows(
         "reliability": reliability_index(hist),
     }
     histograms.setdefault(f"raw_{k}", {})[var] = hist
-    return _rows(f"raw_{k}", k, var, xr.Dataset(scores), "ensemble standard")
+    return _rows(f"raw_{k}", k, 0, var, xr.Dataset(scores), "ensemble standard")
 
 
 def _model_rows(
@@ -272,7 +294,7 @@ def _model_rows(
     previous = histograms.setdefault(name, {}).get(var)
     histograms[name][var] = hist if previous is None else previous + hist
     kind = "gaussian closed form"
-    return _rows(run.name, run.config.members, var, xr.Dataset(scores), kind)
+    return _rows(run.name, run.config.members, run.seeds, var, xr.Dataset(scores), kind)
 
 
 def _with_skills(table: pd.DataFrame, keep: list[str], full: int) -> pd.DataFrame:
@@ -282,7 +304,6 @@ def _with_skills(table: pd.DataFrame, keep: list[str], full: int) -> pd.DataFram
     raw = table[table.model == f"raw_{full}"].set_index(key)
     for skill, score in SKILLS.items():
         table[skill] = 1 - table[score] / raw[score].reindex(index).to_numpy()
-    table["seeds"] = np.where(table.model.str.startswith("raw_"), 0, 1)
     order = ["model", "members", "seeds", *key, "crps_kind"]
     return table[order + list(SCORES)]
 

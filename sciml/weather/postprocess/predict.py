@@ -7,11 +7,13 @@ latitudes, longitude convention, levels and dim order aligned by label, another 
 refused) and returns, for every variable of the run, ``(mu, sigma)`` on the data's own
 dims, order and coordinates, in the data's units (the deep models' normalised outputs are
 scaled back with the run's channel statistics). Each variable keeps its own dims: a
-surface field beside levelled ones has no ``level`` in its forecast.
+surface field beside levelled ones has no ``level`` in its forecast. :func:`combine_seeds`
+makes one forecast of several runs' (a seed ensemble).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from sciml.weather.postprocess.train import (
     read_run,
 )
 
-__all__ = ["Forecast", "labelled_like_truth", "predict_run"]
+__all__ = ["Forecast", "combine_seeds", "labelled_like_truth", "predict_run"]
 
 SAMPLE_DIMS = ("time", "lead_time")
 #: ``(mu, sigma)`` of every variable.
@@ -150,4 +152,37 @@ def _emos_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -
             coef = coef.sel(lead_time=test["lead_time"].values)
         forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
         out[var] = (forecast["mu"], forecast["sigma"])
+    return out
+
+
+def combine_seeds(forecasts: Sequence[Forecast]) -> Forecast:
+    """One Gaussian forecast from several runs' (the seeds of a model): mean mu, mean sigma.
+
+    It is the Gaussian whose every quantile is the mean of the runs' quantiles
+    (Vincentization, which Schulz & Lerch 2022 found the best way to aggregate deep
+    ensembles of distributional post-processing): a Gaussian's quantile at level ``p`` is
+    ``mu + sigma * z_p``, linear in both. The CRPS is the integral of the quantile scores,
+    each convex in the quantile, so the combined forecast's CRPS is at most the mean of the
+    runs' at every point.
+
+    Raises:
+        ValueError: No forecast, forecasts of other variables, or arrays that differ in
+            dims or coordinates (never aligned by dropping points).
+    """
+    if not forecasts:
+        raise ValueError("combine_seeds needs at least one forecast")
+    variables = list(forecasts[0])
+    others = [sorted(f) for f in forecasts if list(f) != variables]
+    if others:
+        raise ValueError(f"the forecasts have other variables: {variables} and {others[0]}")
+    out: Forecast = {}
+    for var in variables:
+        try:
+            arrays = xr.align(*(a for f in forecasts for a in f[var]), join="exact")
+        except ValueError as error:
+            raise ValueError(f"the forecasts of {var!r} are not on one grid: {error}") from None
+        mus, sigmas = arrays[0::2], arrays[1::2]
+        if len({a.dims for a in arrays}) > 1:
+            raise ValueError(f"the forecasts of {var!r} have other dims: {[a.dims for a in mus]}")
+        out[var] = (sum(mus[1:], mus[0]) / len(mus), sum(sigmas[1:], sigmas[0]) / len(sigmas))
     return out

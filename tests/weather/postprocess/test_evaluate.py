@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from scipy.stats import norm
 
 from sciml.training import TrainConfig
 from sciml.weather.metrics.reliability import reliability_index
@@ -120,6 +121,7 @@ def test_seeds_are_aggregated_and_kept(data: tuple[xr.Dataset, xr.Dataset], runs
         "mlp_2_seed0": 1,
         "mlp_2_seed1": 1,
         "mlp_2": 2,
+        "mlp_2_combined": 2,
     }
     key = ["level", "lead_days"]
     seeds = table[table.model.str.startswith("mlp_2_seed")].groupby(key)[list(SCORES)]
@@ -130,6 +132,28 @@ def test_seeds_are_aggregated_and_kept(data: tuple[xr.Dataset, xr.Dataset], runs
     assert table[table.model == "emos_2"].crps_std.isna().all()
     # one row per model, variable, level and lead time
     assert not table.duplicated(["model", "variable", "level", "lead_days"]).any()
+
+
+def test_the_combined_row_scores_the_gaussian_of_the_seeds_mean_quantiles(
+    data: tuple[xr.Dataset, xr.Dataset], runs: dict
+) -> None:
+    _, test = data
+    evaluation = score_runs([runs["mlp0"], runs["mlp1"]], test)
+    table = evaluation.table.set_index(["model", "level", "lead_days"]).sort_index()
+    # the closed form of the Gaussian CRPS (Gneiting et al. 2005), on mean mu and mean sigma
+    (mu0, sigma0), (mu1, sigma1) = (predict_run(runs[r], test)["psi"] for r in ("mlp0", "mlp1"))
+    mu, sigma = (mu0 + mu1) / 2, (sigma0 + sigma1) / 2
+    z = (test["psi_truth"] - mu) / sigma
+    crps = sigma * (z * (2 * norm.cdf(z) - 1) + 2 * norm.pdf(z) - 1 / np.sqrt(np.pi))
+    expected = crps.mean(["time", "lat", "lon"])
+    for level in (1, 2):
+        for lead in (0, 1):
+            row = table.loc[("mlp_2_combined", level, float(lead))]
+            assert row.crps == pytest.approx(float(expected.sel(level=level)[lead]), rel=1e-12)
+            assert row.seeds == 2 and np.isnan(row.crps_std)
+            # quantile scores are convex in the quantile: never worse than the seeds' mean
+            assert row.crps <= table.loc[("mlp_2", level, float(lead)), "crps"] * (1 + 1e-12)
+    assert evaluation.histograms["mlp_2_combined"]["psi"].sum("bin").min() == 2 * 3 * 4
 
 
 def test_runs_that_differ_beyond_the_seed_are_told_apart(

@@ -130,3 +130,21 @@ def test_test_data_may_follow_the_run_folders(
     assert "no test data given" in capsys.readouterr().err
     assert main([*argv[:-1], str(tmp_path / "typo"), str(files["test"])]) == 1
     assert "no run folder among --run-dir" in capsys.readouterr().err
+
+
+def test_a_sweep_folder_stands_for_its_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train, test = tmp_path / "train.nc", tmp_path / "test.nc"
+    _ensemble(dates=6, seed=0).to_netcdf(train)
+    _ensemble(dates=2, seed=1).to_netcdf(test)
+    sweep, out = tmp_path / "sweep", tmp_path / "s.json"
+    argv = ["weather", "train", str(train), "--model", "mlp", "--members", "2", "--epochs", "1"]
+    assert main([*argv, "--seeds", "0,1", "--run-dir", str(sweep), "--quiet"]) == 0
+    assert (
+        main(["weather", "evaluate", "--run-dir", str(sweep), str(test), "--json", str(out)]) == 0
+    )
+    models = {r["model"] for r in json.loads(out.read_text())}
+    assert {"mlp_2_seed0", "mlp_2_seed1", "mlp_2", "mlp_2_combined"} <= models
+    assert main(["weather", "evaluate", str(test), "--run-dir", str(tmp_path)]) == 1
+    assert f"--run-dir ['{tmp_path}']: not a run folder" in capsys.readouterr().err

@@ -7,12 +7,13 @@ import pandas as pd
 import pytest
 import torch
 import xarray as xr
+from scipy.stats import norm
 
 from sciml.training import TrainConfig
 from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import unpack_coefficients
-from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.predict import combine_seeds, predict_run
 from sciml.weather.postprocess.train import load_postprocessor, read_run, train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble, _with_surface
 from tests.weather.postprocess.test_train_evaluate import _write
@@ -83,3 +84,30 @@ def test_emos_nc_keeps_each_variables_coefficients_on_its_own_dims(tmp_path: Pat
     old.to_netcdf(run / "emos.nc")
     with pytest.raises(ValueError, match=r"emos.nc: the EMOS coefficients are not in the per"):
         predict_run(run, test)
+
+
+def test_combined_seeds_have_the_mean_of_their_quantiles() -> None:
+    rng = np.random.default_rng(3)
+    coords = {"time": np.arange(4), "lat": [0.0, 1.0, 2.0]}
+    forecasts = [
+        {"t": tuple(xr.DataArray(v, dims=("time", "lat"), coords=coords) for v in pair)}
+        for pair in [(rng.normal(size=(4, 3)), rng.uniform(0.1, 2, size=(4, 3))) for _ in range(3)]
+    ]
+    mu, sigma = combine_seeds(forecasts)["t"]
+    for p in (0.02, 0.3, 0.5, 0.9):
+        quantiles = [norm.ppf(p, f["t"][0], f["t"][1]) for f in forecasts]
+        np.testing.assert_allclose(norm.ppf(p, mu, sigma), np.mean(quantiles, axis=0), rtol=1e-12)
+    assert mu.dims == ("time", "lat") and list(mu["lat"].values) == [0.0, 1.0, 2.0]
+
+
+def test_combining_forecasts_that_do_not_line_up_is_refused() -> None:
+    one = xr.DataArray(np.ones((2, 3)), dims=("time", "lat"), coords={"lat": [0.0, 1.0, 2.0]})
+    shifted = one.assign_coords(lat=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="forecasts of 't' are not on one grid"):
+        combine_seeds([{"t": (one, one)}, {"t": (shifted, shifted)}])
+    with pytest.raises(ValueError, match="other variables"):
+        combine_seeds([{"t": (one, one)}, {"q": (one, one)}])
+    with pytest.raises(ValueError, match="other dims"):
+        combine_seeds([{"t": (one, one)}, {"t": (one.T, one.T)}])
+    with pytest.raises(ValueError, match="at least one"):
+        combine_seeds([])
