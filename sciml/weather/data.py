@@ -18,11 +18,14 @@ applies to it. Coordinates must be strictly monotonic, and every file must share
 from __future__ import annotations
 
 import glob
+import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+
+from sciml.progress import phase
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -39,8 +42,14 @@ NAME_MAP: dict[str, str] = {
 #: Canonical order of the dimensions of every variable.
 DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lon")
 GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
+#: Data up to this size are read into memory before training (:func:`in_memory`).
+IN_MEMORY_BYTES = 2**30
+#: Says when data are read into memory (``INFO``, :mod:`sciml.progress`).
+logger = logging.getLogger(__name__)
 
 __all__ = [
+    "IN_MEMORY_BYTES",
+    "in_memory",
     "open_ensemble",
     "split_by_time",
     "split_start_dates",
@@ -322,3 +331,22 @@ def split_start_dates(
     return split_by_time(
         ds, val_start=times[count - n_test - n_val], test_start=times[count - n_test]
     )
+
+
+def in_memory(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> xr.Dataset:
+    """``ds`` read into memory when it holds at most ``limit`` bytes, else ``ds`` as it is.
+
+    A training sample (one start date and lead time) is a sliver of a file's chunk (the
+    presets' chunks hold 48 dates and 4 lead times), and a lazy read of a random sample
+    decompresses whole chunks: a batch of 8 from the evaluation preset takes 0.6-0.7 s
+    lazily and 0.02 s from memory. Larger data stay lazy, read a batch at a time.
+
+    Args:
+        ds: The data (Dask-backed or not; the caller's object is left as it was).
+        what: How the progress line names them (e.g. ``"the training dates"``).
+        limit: The largest size read, in bytes.
+    """
+    if ds.nbytes > limit or all(not var.chunks for var in ds.variables.values()):
+        return ds
+    with phase(logger, f"reading {what} into memory ({ds.nbytes / 2**20:.0f} MiB)"):
+        return ds.compute()

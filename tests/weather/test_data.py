@@ -9,7 +9,13 @@ import pytest
 import xarray as xr
 
 from sciml.datasets.channels import compute_stats, normalise
-from sciml.weather.data import open_ensemble, split_by_time, split_start_dates, standardise_names
+from sciml.weather.data import (
+    in_memory,
+    open_ensemble,
+    split_by_time,
+    split_start_dates,
+    standardise_names,
+)
 
 from .conftest import ERA5
 
@@ -271,3 +277,13 @@ def test_split_start_dates_keeps_whole_start_dates_in_order() -> None:
         split_start_dates(ds, validation=0.5, test=0.5)
     with pytest.raises(ValueError, match="needs a 'time' dimension"):
         split_start_dates(ds.isel(time=0))
+
+
+def test_small_data_are_read_into_memory_and_large_data_stay_lazy() -> None:
+    lazy = open_ensemble(ERA5, variables=["t"])
+    assert lazy["t"].chunks is not None
+    loaded = in_memory(lazy, what="the test data")
+    assert loaded["t"].chunks is None and lazy["t"].chunks is not None  # the caller's stays lazy
+    xr.testing.assert_identical(loaded, lazy.compute())
+    kept = in_memory(lazy, what="the test data", limit=lazy.nbytes - 1)
+    assert kept is lazy

@@ -46,6 +46,7 @@ from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
+from sciml.weather.data import in_memory
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (
     DEEP_MODELS,
@@ -350,6 +351,10 @@ def _train_deep(
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
         models.append(_build(run, len(stats.channels)).to(device))
+    train, val = (
+        in_memory(train, what="the training dates"),
+        in_memory(val, what="the validation dates"),
+    )
     train_set, val_set = dataset(train, config.choice or "first"), dataset(val, "first")
     return fit_runs(models, configs, train_set, val_set, gaussian_crps_loss, run_dirs, device)
 

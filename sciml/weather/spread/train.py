@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
+from sciml.weather.data import in_memory
 from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.options import check_sweep, config_record
 from sciml.weather.periodic import is_periodic_lon
@@ -197,6 +198,10 @@ def _fit(
         seed_everything(run.train.seed)
         models.append(run.build().to(device))
     loss = partial(spread_loss, loss=config.loss)  # type: ignore[arg-type]
+    train, val = (
+        in_memory(train, what="the training dates"),
+        in_memory(val, what="the validation dates"),
+    )
     train_set, val_set = dataset(train, config.choice), dataset(val, "first")
     return fit_runs(models, configs, train_set, val_set, loss, run_dirs, device)
 
