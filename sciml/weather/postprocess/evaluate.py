@@ -32,8 +32,9 @@ seed) and ``seeds`` their number (0 for the raw ensembles). The row
 ``<model>_<k>_combined`` scores the seeds' forecasts combined into one
 (:func:`~sciml.weather.postprocess.predict.combine_seeds`: the Gaussian whose quantiles are
 the means of theirs), the forecast a seed ensemble issues; its CRPS is at most the seeds'
-mean. Runs of the same model and ``k`` that differ otherwise are named after their run
-folders, ``<model>_<k>_<folder>``.
+mean. Runs of the same model and ``k`` that differ otherwise are named after the
+values of the options in which they differ, ``<model>_<k>_<option><value>`` (e.g.
+``pooled_5_lr0.003`` and ``pooled_5_lr0.001``, ``-`` between several).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from sciml.progress import phase
 from sciml.weather import metrics
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
+from sciml.weather.options import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
 from sciml.weather.postprocess.train import read_run
@@ -127,23 +129,45 @@ def _name_runs(runs: list[tuple[Path, PostprocessConfig]]) -> list[_Run]:
         groups.setdefault(replace(config, train=replace(config.train, seed=0)), []).append(
             (path, config)
         )
-    bases = [f"{key.model}_{key.members}" for key in groups]
+    bases = {key: f"{key.model}_{key.members}" for key in groups}
+    names = dict(bases)
+    for base in set(bases.values()):
+        alike = [key for key in groups if bases[key] == base]
+        if len(alike) > 1:
+            names |= {
+                key: f"{base}_{part}" for key, part in zip(alike, _distinct(alike), strict=True)
+            }
     named: list[_Run] = []
-    for base, members in zip(bases, groups.values(), strict=True):
-        name = base if bases.count(base) == 1 else f"{base}_{members[0][0].name}"
+    for key, members in groups.items():
         seeds = [config.train.seed for _, config in members]
         if len(set(seeds)) < len(seeds):
             paths = [str(path) for path, _ in members]
             raise ValueError(f"runs {paths} have the same configuration and seed: pass one of them")
+        single = len(members) == 1
         for path, config in members:
-            single = len(members) == 1
-            run_name = name if single else f"{name}_seed{config.train.seed}"
-            named.append(_Run(path, config, run_name, None if single else name))
+            run_name = names[key] if single else f"{names[key]}_seed{config.train.seed}"
+            named.append(_Run(path, config, run_name, None if single else names[key]))
     if len({run.name for run in named}) < len(named):
         raise ValueError(
             f"runs {[str(r.path) for r in named]} give ambiguous names; rename a folder"
         )
     return named
+
+
+def _distinct(configs: list[PostprocessConfig]) -> list[str]:
+    """Each configuration's values of the fields in which they differ, e.g. ``lr0.003-epochs30``."""
+    flat = [
+        {k: v for k, v in config_record(c).items() if k != "train"} | config_record(c)["train"]
+        for c in configs
+    ]
+    fields = [f for f in flat[0] if len({repr(values[f]) for values in flat}) > 1]
+
+    def text(value: object) -> str:
+        if isinstance(value, (tuple, list)):
+            return ",".join(map(str, value))
+        return str(value)
+
+    return ["-".join(f"{f}{text(values[f])}" for f in fields) for values in flat]
 
 
 def _check_data(test: xr.Dataset, variables: list[str], what: str) -> None:

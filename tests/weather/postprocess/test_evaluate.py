@@ -171,8 +171,10 @@ def test_runs_that_differ_beyond_the_seed_are_told_apart(
         ),
         other,
     )
-    table = evaluate_runs([runs["mlp0"], other], test)
-    assert {"mlp_2_mlp0", "mlp_2_mlp_lr"} <= set(table.model)
+    table = evaluate_runs([runs["mlp0"], other, runs["mlp1"]], test)
+    # named by the options in which they differ; the seeds of one configuration stay one model
+    assert {"mlp_2_lr0.001", "mlp_2_lr0.001_seed1", "mlp_2_lr0.01"} <= set(table.model)
+    assert {"mlp_2_lr0.001_combined", "mlp_2_lr0.001_seed0"} <= set(table.model)
     with pytest.raises(ValueError, match="the same configuration and seed"):
         evaluate_runs([runs["mlp0"], runs["mlp0"]], test)
 
