@@ -1,6 +1,6 @@
 """Post-processing k members of a toy preset: CRPS of EMOS and the deep models vs the raw ensemble.
 
-Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 10]
+Usage: python benchmarks/weather_postprocess.py DATA [--members 5] [--epochs 30]
        [--models emos mlp unet mixed pooled] [--seeds 0 1 2] [--loss-scale raw-crps|none]
        [--work DIR] [--out PATH] [--train-only]
 
@@ -38,7 +38,7 @@ from _report import write_report
 from sciml.cli_args import non_negative_int, positive_int
 from sciml.training import TrainConfig
 from sciml.weather.data import split_start_dates
-from sciml.weather.postprocess.config import PostprocessConfig
+from sciml.weather.postprocess.config import DEFAULT_EPOCHS, PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.loss_scale import LOSS_SCALES
 from sciml.weather.postprocess.train import MODELS, train_postprocessors
@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="ensemble netCDF with <variable>_truth")
     parser.add_argument("--members", type=positive_int, default=5, help="members the models see")
-    parser.add_argument("--epochs", type=positive_int, default=10, help="deep model epochs")
+    parser.add_argument(
+        "--epochs", type=positive_int, default=DEFAULT_EPOCHS, help="deep model epochs"
+    )
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models")
     parser.add_argument(
         "--seeds",

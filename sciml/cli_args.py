@@ -99,7 +99,8 @@ def sweep_option(parser: argparse.ArgumentParser, dest: str, item: Callable[[str
     """
     for action in parser._actions:
         if action.dest == dest:
-            action.type, action.default = comma_list(item), (action.default,)
+            # a string default goes through ``type`` too: a tuple, shown as the value in --help
+            action.type, action.default = comma_list(item), str(action.default)
             action.help = f"{action.help} (comma-separated: one run each, trained together)"
             return
     raise ValueError(f"the parser has no option {dest!r}")

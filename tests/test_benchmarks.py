@@ -206,3 +206,27 @@ def test_the_postprocessing_benchmark_trains_its_seeds_together(
     assert training["mlp_3_seed0"]["train_seconds"] == training["mlp_3_seed1"]["train_seconds"]
     assert module.main(argv) == 0  # the finished runs are kept, not trained again
     assert json.loads(out.read_text())["training"] == training
+
+
+@pytest.mark.system
+def test_the_defaults_benchmark_selects_on_validation_and_tests_the_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Both stages on a small ensemble, through the command line; EMOS and the raw rows."""
+    from tests.weather.postprocess.test_train_evaluate import _write
+
+    module = _benchmark(monkeypatch, "weather_defaults")
+    data = _write(tmp_path / "draw.nc", dates=10, seed=0)
+    common = [str(data), "--members", "3", "--seeds", "0,1", "--work", str(tmp_path / "runs")]
+    out = tmp_path / "select.json"
+    argv = [*common, "--stage", "select", "--candidates", "mlp:0.01:1", "--out", str(out)]
+    assert module.main(argv) == 0
+    report = json.loads(out.read_text())
+    models = {row["model"] for row in report["summary"]}
+    assert {"mlp_3", "mlp_3_combined", "emos_3", "raw_4", "raw_3"} <= models
+    assert {row["draw"] for row in report["summary"]} == {"draw"}
+    assert module.main([*common, "--stage", "test", "--out", str(tmp_path / "test.json")]) == 0
+    test = json.loads((tmp_path / "test.json").read_text())["summary"]
+    emos = next(row for row in test if row["model"] == "emos_3")
+    assert emos["vs_emos"] == 0 and 0 < emos["vs_raw_full"] < 1
+    assert {"pooled_3_seed0", "pooled_3_seed1", "pooled_3_combined"} <= {r["model"] for r in test}

@@ -57,14 +57,14 @@ _RUNTIME = ("progress", "tensorboard", "handle_signals")
 _Config = TypeVar("_Config")
 
 
-def train_field(batch_help: str) -> Any:
+def train_field(batch_help: str, **defaults: Any) -> Any:
     """The ``train`` field of a weather configuration: epochs, batch size and seed as options.
 
-    The default loop logs no TensorBoard files; its other options are
-    :class:`~sciml.training.TrainConfig`'s.
+    The default loop logs no TensorBoard files; its other options are ``defaults`` (e.g.
+    ``epochs=30``), else :class:`~sciml.training.TrainConfig`'s.
     """
     return dataclasses.field(
-        default_factory=lambda: TrainConfig(tensorboard=False),
+        default_factory=lambda: TrainConfig(tensorboard=False, **defaults),
         metadata=nested(
             epochs=option("training epochs", type=positive_int),
             batch_size=option(batch_help, type=positive_int),

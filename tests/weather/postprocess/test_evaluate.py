@@ -173,8 +173,9 @@ def test_runs_that_differ_beyond_the_seed_are_told_apart(
     )
     table = evaluate_runs([runs["mlp0"], other, runs["mlp1"]], test)
     # named by the options in which they differ; the seeds of one configuration stay one model
-    assert {"mlp_2_lr0.001", "mlp_2_lr0.001_seed1", "mlp_2_lr0.01"} <= set(table.model)
-    assert {"mlp_2_lr0.001_combined", "mlp_2_lr0.001_seed0"} <= set(table.model)
+    rate = f"lr{PostprocessConfig().lr}"  # the fixture's runs train at the default rate
+    assert {f"mlp_2_{rate}", f"mlp_2_{rate}_seed1", "mlp_2_lr0.01"} <= set(table.model)
+    assert {f"mlp_2_{rate}_combined", f"mlp_2_{rate}_seed0"} <= set(table.model)
     with pytest.raises(ValueError, match="the same configuration and seed"):
         evaluate_runs([runs["mlp0"], runs["mlp0"]], test)
 
