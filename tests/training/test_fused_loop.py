@@ -200,3 +200,21 @@ def test_a_run_that_stops_early_leaves_the_others_training(
     ]
     assert epochs == [4, 5, 5], epochs
     _assert_same_runs(fused, _separate(tmp_path / "separate"))
+
+
+def test_a_sweep_resumed_after_one_run_stopped_early_equals_straight_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as above; stopped after the first step of epoch 5, when the first run had stopped
+    # after epoch 4 (step 8): it stays stopped, the others finish as their separate runs
+    import tests.training.test_fused_loop as this
+
+    monkeypatch.setattr(this, "RATES", (3e-2, 1e-3, 1e-4))
+    monkeypatch.setattr(this, "CONFIG", dataclasses.replace(CONFIG, epochs=5, patience=1))
+    fused = _fused(tmp_path / "fused", preempt_after=9)
+    steps = [
+        torch.load(d / "checkpoints" / "last.pt", weights_only=False)["state"]["global_step"]
+        for d in fused
+    ]
+    assert steps == [8, 9, 9], steps
+    _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
