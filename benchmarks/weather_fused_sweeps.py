@@ -1,13 +1,15 @@
 """Fused copies against separate runs: training throughput of K post-processors at once.
 
 Usage: python benchmarks/weather_fused_sweeps.py [--quick] [--models mlp pooled unet]
-       [--copies 1 2 4 8] [--rounds 5] [--steps 5] [--out PATH]
+       [--copies 1 2 4 8] [--rounds 5] [--steps 5] [--strategy auto|vmap|loop] [--out PATH]
 
 For each model family and K, K copies (seeds 0..K-1) of the model at the evaluation
 preset's sizes (``qg-imperfect-v1``: 5 of 10 members, psi and q on 2 levels, 32 x 32,
 topography, batches of 8, periodic longitudes) train with Adam on the Gaussian CRPS:
 
-* ``fused``: one :class:`~sciml.training.fused.FusedModels` step trains all K;
+* ``fused``: one :class:`~sciml.training.fused.FusedModels` step trains all K (its
+  ``--strategy``: ``auto`` calls the copies one after another on the CPU, ``vmap``
+  batches them);
 * ``sequential``: the K separate models step one after another (K runs one after
   another, as a sweep runs today), in the same process and on the same threads;
 * ``concurrent``: K processes at once, one model each, with the cores shared between
@@ -39,7 +41,7 @@ from _spatial_workloads import median_interval
 
 from sciml.datasets.sampling import seed_everything
 from sciml.distributed import spawn
-from sciml.training.fused import FusedModels
+from sciml.training.fused import STRATEGIES, FusedModels
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
 
@@ -73,8 +75,8 @@ def _batch(k: int | None) -> dict[str, torch.Tensor]:
     }
 
 
-def _fused_step(name: str, k: int) -> Callable[[], None]:
-    fused = FusedModels(_copies(name, k))
+def _fused_step(name: str, k: int, strategy: str) -> Callable[[], None]:
+    fused = FusedModels(_copies(name, k), strategy=strategy)
     optimizer = torch.optim.Adam(fused.param_groups(lr=1e-3))
     batch = _batch(k)
 
@@ -111,9 +113,9 @@ def _timed(steps: list[Callable[[], None]], count: int) -> float:
     return time.perf_counter() - start
 
 
-def _peak_mib(name: str, k: int, fused: bool, count: int) -> float:
+def _peak_mib(name: str, k: int, fused: bool, count: int, strategy: str) -> float:
     """Largest resident set above the built models' (run in a fresh process), MiB."""
-    steps = [_fused_step(name, k)] if fused else _separate_steps(name, 1)
+    steps = [_fused_step(name, k, strategy)] if fused else _separate_steps(name, 1)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     _timed(steps, count)
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="fused calls")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/weather_fused_sweeps.json"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in args.models:
         for k in args.copies:
-            fused, separate = _fused_step(name, k), _separate_steps(name, k)
+            fused, separate = _fused_step(name, k, args.strategy), _separate_steps(name, k)
             _timed([fused, *separate], 1)  # warm-up
             speedups, fused_s, sequential_s = [], [], []
             for r in range(args.rounds):
@@ -162,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                 speedups.append(times["sequential"] / times["fused"])
             samples = k * BATCH * args.steps
             conc = max(spawn(_concurrent_seconds, k, name, k, args.steps)) if k > 1 else None
+            peaks = {
+                whole: spawn(_peak_mib, 1, name, k, whole, args.steps, args.strategy)[0]
+                for whole in (True, False)
+            }
             row = {
                 "model": name,
                 "copies": k,
@@ -171,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                 "speedup_ci95": median_interval(speedups),
                 "speedups": speedups,
                 "concurrent_samples_per_s": None if conc is None else samples / conc,
-                "fused_peak_mib": spawn(_peak_mib, 1, name, k, True, args.steps)[0],
-                "one_run_peak_mib": spawn(_peak_mib, 1, name, k, False, args.steps)[0],
+                "fused_peak_mib": peaks[True],
+                "one_run_peak_mib": peaks[False],
             }
             rows.append(row)
             lo, hi = row["speedup_ci95"]
@@ -189,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         f"95% interval (target >= {TARGET} at K = 4 for mlp and pooled); conc: K processes at "
         f"once; MiB: peak resident set above the built models, a fresh process each"
     )
-    write_report(args.out, "weather_fused_sweeps", rows, target_speedup=TARGET)
+    write_report(
+        args.out, "weather_fused_sweeps", rows, target_speedup=TARGET, strategy=args.strategy
+    )
     return 0
 
 

@@ -22,6 +22,12 @@ would, with its own learning rate and Adam state::
 Inputs carry a leading copy dimension (copy ``k`` reads ``batch[k]``). Buffers that a
 forward updates in place (batch-norm running statistics) are updated per copy. Random
 ops (dropout) are refused: a batched draw cannot reproduce the copies' separate draws.
+
+On the CPU the copies run one after another in the same call instead (``strategy="auto"``,
+:data:`STRATEGIES`): a CPU step of these models is compute-bound, so batching saves
+nothing, and a batched convolution becomes a grouped one, which oneDNN runs about 2x
+slower (``benchmarks/weather_fused_sweeps.py``). A fused run still shares its process,
+data and preparation, with results equal to the separate runs'.
 """
 
 from __future__ import annotations
@@ -33,7 +39,15 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-__all__ = ["FusedModels"]
+__all__ = ["STRATEGIES", "FusedModels"]
+
+#: How the copies are called: ``"vmap"`` (one batched computation), ``"loop"`` (one after
+#: another) or ``"auto"`` (``vmap`` when the copies are on a GPU, else ``loop``).
+STRATEGIES = ("auto", "vmap", "loop")
+_RANDOM = (
+    "a fused call met a random op (e.g. dropout in training mode): one batched draw cannot "
+    "reproduce each copy's own draws; train such copies separately"
+)
 
 
 class _Applied(nn.Module):
@@ -66,14 +80,19 @@ class FusedModels(nn.Module):
     Args:
         copies: The models, each built (and initialised) on its own; at least one, all of
             one type with the same parameters and buffers (names, shapes, dtypes).
+        strategy: One of :data:`STRATEGIES` (the module docstring).
 
     Raises:
-        ValueError: No copies, or copies that differ in architecture (named).
+        ValueError: No copies, copies that differ in architecture (named), or an unknown
+            strategy.
     """
 
-    def __init__(self, copies: Sequence[nn.Module]) -> None:
+    def __init__(self, copies: Sequence[nn.Module], *, strategy: str = "auto") -> None:
         """Keep the copies (arguments: see the class)."""
         super().__init__()
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        self.strategy = strategy
         if not copies:
             raise ValueError("FusedModels needs at least one copy")
         first = copies[0]
@@ -129,16 +148,25 @@ class FusedModels(nn.Module):
             )
         return losses
 
+    def batched(self) -> bool:
+        """Whether a call runs the copies as one batched computation (``vmap``)."""
+        if self.strategy != "auto":
+            return self.strategy == "vmap"
+        return any(p.device.type == "cuda" for p in self.copies[0].parameters())
+
     def apply_each(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``fn(copy_k, *args[k], **kwargs[k])`` for every copy as one batched call.
+        """``fn(copy_k, *args[k], **kwargs[k])`` for every copy, in one call.
 
         Every tensor in ``args`` and ``kwargs`` has a leading dim of K; tensors in the
-        result are stacked along a new leading dim.
+        result (a tensor, or tuples, lists and dicts of them) are stacked along a new
+        leading dim.
 
         Raises:
             ValueError: An input whose leading dim is not K, or a random op in ``fn``.
         """
         _check_leading_dim((args, kwargs), len(self))
+        if not self.batched():
+            return self._one_after_another(fn, args, kwargs)
         applied = _Applied(self.copies[0], fn)
         # each copy's tensors, stacked, named as in ``applied`` (which holds copy 0 as model);
         # the copies share names and order (checked when they were given)
@@ -167,15 +195,47 @@ class FusedModels(nn.Module):
         except RuntimeError as err:
             if "randomness" not in str(err):
                 raise
-            raise ValueError(
-                "a fused call met a random op (e.g. dropout in training mode): one batched "
-                "draw cannot reproduce each copy's own draws; train such copies separately"
-            ) from err
+            raise ValueError(_RANDOM) from err
         with torch.no_grad():  # buffers updated in place in the call (running statistics)
             for k, model in enumerate(self.copies):
                 for (_, own), stacked in zip(model.named_buffers(), buffers.values(), strict=True):
                     own.copy_(stacked[k])
         return out
+
+    def _one_after_another(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """:meth:`apply_each` by calling each copy in turn (a random op is refused as there)."""
+        before = torch.get_rng_state()
+        outs = [
+            fn(model, *_pick(args, k), **_pick(kwargs, k)) for k, model in enumerate(self.copies)
+        ]
+        if not torch.equal(torch.get_rng_state(), before):
+            raise ValueError(_RANDOM)
+        return _stacked(outs)
+
+
+def _pick(inputs: Any, k: int) -> Any:
+    """Copy ``k``'s slice of every tensor in ``inputs`` (tensors in dicts, lists, tuples)."""
+    if isinstance(inputs, Tensor):
+        return inputs[k]
+    if isinstance(inputs, dict):
+        return {key: _pick(value, k) for key, value in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return type(inputs)(_pick(value, k) for value in inputs)
+    return inputs
+
+
+def _stacked(outs: list[Any]) -> Any:
+    """The copies' outputs with every tensor stacked along a new leading dim."""
+    first = outs[0]
+    if isinstance(first, Tensor):
+        return torch.stack(outs)
+    if isinstance(first, dict):
+        return {key: _stacked([out[key] for out in outs]) for key in first}
+    if isinstance(first, list | tuple):
+        return type(first)(_stacked(list(parts)) for parts in zip(*outs, strict=True))
+    raise TypeError(f"a fused call returns tensors (in dicts, lists, tuples), got {first!r}")
 
 
 def _check_leading_dim(inputs: Any, k: int) -> None:

@@ -4,7 +4,8 @@ Each run is what :func:`sciml.training.fit` would make of its model, optimiser, 
 run folder: the same batches in the same order (its own seed), the same checkpoints,
 metrics, status lines and exact resume, in a folder of its own. Only the forward and
 backward passes are shared: each step stacks the K runs' batches and runs every copy's
-loss as one batched computation (:class:`~sciml.training.fused.FusedModels`); each run
+loss in one call (:class:`~sciml.training.fused.FusedModels`: batched on a GPU, one copy
+after another on the CPU) and one backward pass; each run
 then applies its own optimiser step (its own learning rate, gradient clipping, Adam
 state). Each run keeps its own random state (Python's, NumPy's, torch's), swapped in
 around everything it does, so that a dataset's random draws (e.g. random members) are

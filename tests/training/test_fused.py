@@ -1,11 +1,12 @@
 """FusedModels: K copies trained as one equal K separate runs, for every post-processor family.
 
 Each copy is built after its own seed and trained with its own Adam learning rate;
-the separate runs are the same models built after the same seeds. In float64 the fused
-and separate computations differ only in the order a batched (grouped) convolution sums
-its terms, so after a few Adam steps every weight, buffer and loss agrees to 1e-10
-relative (the bound of the fused-sweep issue; measured: 0 for the per-point families,
-about 1e-13 for those with 3x3 convolutions).
+the separate runs are the same models built after the same seeds. Both strategies are
+tested: batched (``vmap``, a GPU's default) and one after another (``loop``, the CPU's).
+In float64 the batched and separate computations differ only in the order a batched
+(grouped) convolution sums its terms, so after a few Adam steps every weight, buffer and
+loss agrees to 1e-10 relative (the bound of the fused-sweep issue; measured: 0 for the
+per-point families, about 1e-13 for those with 3x3 convolutions).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from torch import nn
 
 from sciml.datasets.sampling import seed_everything
 from sciml.spatial_parallel.testing import relative_error
-from sciml.training.fused import FusedModels
+from sciml.training.fused import STRATEGIES, FusedModels
 from sciml.weather.postprocess.mixed import MixedPostProcessor
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
 
 EXACT = 1e-10
+#: The strategies a test runs under (``auto`` picks one of them by device).
+CALLS = [s for s in STRATEGIES if s != "auto"]
 SEEDS = (0, 1, 2)
 RATES = (1e-2, 3e-3, 1e-2)
 #: A small version of each family (the U-Net has batch norms: running statistics per copy).
@@ -65,12 +68,13 @@ def _train(
     batches: list[dict[str, torch.Tensor]],
     *,
     dtype: torch.dtype = torch.float64,
+    strategy: str = "vmap",
 ) -> tuple[nn.ModuleList, list[nn.Module], list[tuple[torch.Tensor, torch.Tensor]]]:
     """Adam steps of the copies fused and of the same models separately, one per batch.
 
     Returns the fused copies, the separate models and each step's losses (fused, separate).
     """
-    fused = FusedModels([m.to(dtype) for m in _copies(build)])
+    fused = FusedModels([m.to(dtype) for m in _copies(build)], strategy=strategy)
     separate = [m.to(dtype) for m in _copies(build)]
     fused_optimizer = torch.optim.Adam(fused.param_groups(lr=list(RATES)))
     optimizers = [
@@ -94,10 +98,14 @@ def _train(
     return fused.copies, separate, losses
 
 
+@pytest.mark.parametrize("strategy", CALLS)
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_fused_copies_train_as_their_separate_runs(family: str) -> None:
+def test_fused_copies_train_as_their_separate_runs(family: str, strategy: str) -> None:
     copies, separate, losses = _train(
-        FAMILIES[family], gaussian_crps_loss, [_batches(step) for step in range(3)]
+        FAMILIES[family],
+        gaussian_crps_loss,
+        [_batches(step) for step in range(3)],
+        strategy=strategy,
     )
     for step, (fused_losses, alone) in enumerate(losses):
         assert relative_error(fused_losses, alone) < EXACT, step
@@ -114,8 +122,9 @@ def test_fused_copies_train_as_their_separate_runs(family: str) -> None:
     assert any(not torch.equal(first[n], second[n]) for n in first)
 
 
-def test_forward_stacks_each_copys_outputs() -> None:
-    fused = FusedModels(_copies(FAMILIES["mlp"]))
+@pytest.mark.parametrize("strategy", CALLS)
+def test_forward_stacks_each_copys_outputs(strategy: str) -> None:
+    fused = FusedModels(_copies(FAMILIES["mlp"]), strategy=strategy)
     batch = _batches(0)
     mu, sigma = fused(batch["members"], batch["static"], batch["lead_time"])
     assert mu.shape == sigma.shape == (3, 4, 2, 8, 8)
@@ -147,8 +156,10 @@ def test_bad_copies_and_inputs_are_refused_by_name() -> None:
         fused.losses(lambda model, x: model(x), torch.zeros(2, 5, 3))
 
 
-def test_a_random_op_is_refused() -> None:
-    fused = FusedModels([nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)) for _ in range(2)])
+@pytest.mark.parametrize("strategy", CALLS)
+def test_a_random_op_is_refused(strategy: str) -> None:
+    copies = [nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)) for _ in range(2)]
+    fused = FusedModels(copies, strategy=strategy)
     with pytest.raises(ValueError, match="random op .* dropout"):
         fused(torch.zeros(2, 4, 3))
     fused.eval()  # no draw: evaluation runs fused
@@ -209,3 +220,16 @@ def test_fused_spread_predictors_train_as_their_separate_runs() -> None:
     for copy, model in zip(copies, separate, strict=True):
         for name, value in model.state_dict().items():
             assert relative_error(copy.state_dict()[name], value) < EXACT, name
+
+
+def test_the_copies_run_one_after_another_on_the_cpu_unless_told() -> None:
+    copies = [nn.Linear(3, 2) for _ in range(2)]
+    assert not FusedModels(copies).batched()  # auto, on the CPU
+    assert FusedModels(copies, strategy="vmap").batched()
+    assert not FusedModels(copies, strategy="loop").batched()
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        FusedModels(copies, strategy="grouped")
+    # a dict of outputs is stacked per entry, as vmap stacks it
+    fused = FusedModels(copies, strategy="loop")
+    out = fused.apply_each(lambda m, x: {"y": m(x), "n": (x.sum(), x.mean())}, torch.ones(2, 4, 3))
+    assert out["y"].shape == (2, 4, 2) and out["n"][0].shape == (2,)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import xarray as xr
 from sciml.datasets.sampling import seed_everything
 from sciml.spatial_parallel.testing import relative_error
 from sciml.training import TrainConfig, fit
+from sciml.training.fused import FusedModels
 from sciml.training.fused_loop import fit_fused
 from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.models import gaussian_crps_loss
@@ -138,7 +140,14 @@ def _assert_same_runs(ours: list[Path], theirs: list[Path]) -> None:
                 assert epoch == pytest.approx(want, rel=EXACT)
 
 
-def test_fused_runs_write_what_separate_runs_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["vmap", "loop"])
+def test_fused_runs_write_what_separate_runs_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str
+) -> None:
+    # the CPU calls the copies one after another; a GPU batches them (vmap): both paths
+    import sciml.training.fused_loop as loop
+
+    monkeypatch.setattr(loop, "FusedModels", functools.partial(FusedModels, strategy=strategy))
     _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
 
 
