@@ -1,4 +1,4 @@
-"""What only a GPU can show, in one command of under 8 minutes: tests, step times, planner, sizes.
+"""What only a GPU can show, in one command of about 8 minutes: tests, step times, planner, sizes.
 
 Usage: python benchmarks/gpu_check.py OUTDIR [--dry-run] [--budget SECONDS] [--only NAME ...]
 
@@ -30,7 +30,10 @@ the device loses none of the others:
   predicted against measured step time and memory;
 * ``largest``: CosmoFlow at batch 1 on cubes of 256 to 768 voxels a side
   (bfloat16, then float32, each until its first failure): the planner's peak
-  memory against a real run, out-of-memory reported as such.
+  memory against a real run, out-of-memory reported as such;
+* ``fused_sweeps``: K weather post-processors (MLP, pooled) trained as one,
+  batched and one after another, against K separate runs
+  (``benchmarks/_gpu_fused.py``).
 
 ``OUTDIR/gpu_check.json`` (through ``benchmarks/_report.write_report``) and
 ``OUTDIR/gpu_check.md`` are rewritten, atomically, after every section: a run
@@ -54,6 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _gpu_fused import fused_sweeps
 from _gpu_planner import largest, planner
 from _gpu_probe import cuda_tests, environment
 from _gpu_report import Part, read_part, write_markdown
@@ -71,9 +75,10 @@ BUDGETS: dict[str, float] = {
     "zarr_training": 40,
     "planner": 70,
     "largest": 65,
+    "fused_sweeps": 35,
 }
-#: Seconds of the whole check by default: under 8 minutes with a stopped section's grace.
-TOTAL = 460.0
+#: Seconds of the whole check by default: about 8 minutes with a stopped section's grace.
+TOTAL = 495.0
 SECTIONS: dict[str, Callable[[Part], None]] = {
     "environment": environment,
     "cuda_tests": cuda_tests,
@@ -82,6 +87,7 @@ SECTIONS: dict[str, Callable[[Part], None]] = {
     "zarr_training": zarr_training,
     "planner": planner,
     "largest": largest,
+    "fused_sweeps": fused_sweeps,
 }
 #: Seconds a stopped section's process gets beyond its budget before it is killed.
 GRACE = 5.0

@@ -55,30 +55,32 @@ BUILDERS: dict[str, Callable[[], torch.nn.Module]] = {
 }
 
 
-def _copies(name: str, k: int) -> list[torch.nn.Module]:
+def _copies(name: str, k: int, device: str = "cpu") -> list[torch.nn.Module]:
     models = []
     for seed in range(k):
         seed_everything(seed)
-        models.append(BUILDERS[name]())
+        models.append(BUILDERS[name]().to(device))
     return models
 
 
-def _batch(k: int | None) -> dict[str, torch.Tensor]:
+def _batch(k: int | None, device: str = "cpu") -> dict[str, torch.Tensor]:
     """A preset-shaped batch (``k``: one per copy, stacked; ``None``: one)."""
     lead = (k,) if k else ()
     generator = torch.Generator().manual_seed(0)
-    return {
+    batch = {
         "members": torch.randn(*lead, BATCH, MEMBERS, CHANNELS, GRID, GRID, generator=generator),
         "static": torch.randn(*lead, BATCH, 1, GRID, GRID, generator=generator),
         "lead_time": torch.rand(*lead, BATCH, generator=generator) * 6,
         "truth": torch.randn(*lead, BATCH, CHANNELS, GRID, GRID, generator=generator),
     }
+    return {key: value.to(device) for key, value in batch.items()}
 
 
-def _fused_step(name: str, k: int, strategy: str) -> Callable[[], None]:
-    fused = FusedModels(_copies(name, k), strategy=strategy)
+def fused_step(name: str, k: int, strategy: str, device: str = "cpu") -> Callable[[], None]:
+    """One training step of K fused copies of model ``name`` (Adam on the Gaussian CRPS)."""
+    fused = FusedModels(_copies(name, k, device), strategy=strategy)
     optimizer = torch.optim.Adam(fused.param_groups(lr=1e-3))
-    batch = _batch(k)
+    batch = _batch(k, device)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -88,10 +90,11 @@ def _fused_step(name: str, k: int, strategy: str) -> Callable[[], None]:
     return step
 
 
-def _separate_steps(name: str, k: int) -> list[Callable[[], None]]:
-    batch = _batch(None)
+def separate_steps(name: str, k: int, device: str = "cpu") -> list[Callable[[], None]]:
+    """A training step of each of K separate copies of model ``name``."""
+    batch = _batch(None, device)
     steps = []
-    for model in _copies(name, k):
+    for model in _copies(name, k, device):
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
         def step(
@@ -115,7 +118,7 @@ def _timed(steps: list[Callable[[], None]], count: int) -> float:
 
 def _peak_mib(name: str, k: int, fused: bool, count: int, strategy: str) -> float:
     """Largest resident set above the built models' (run in a fresh process), MiB."""
-    steps = [_fused_step(name, k, strategy)] if fused else _separate_steps(name, 1)
+    steps = [fused_step(name, k, strategy)] if fused else separate_steps(name, 1)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     _timed(steps, count)
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -127,7 +130,7 @@ def _concurrent_seconds(name: str, k: int, count: int) -> float:
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // k))
     seed_everything(dist.get_rank())
-    steps = _separate_steps(name, 1)
+    steps = separate_steps(name, 1)
     _timed(steps, 1)  # warm-up
     dist.barrier()
     return _timed(steps, count)
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in args.models:
         for k in args.copies:
-            fused, separate = _fused_step(name, k, args.strategy), _separate_steps(name, k)
+            fused, separate = fused_step(name, k, args.strategy), separate_steps(name, k)
             _timed([fused, *separate], 1)  # warm-up
             speedups, fused_s, sequential_s = [], [], []
             for r in range(args.rounds):
