@@ -15,13 +15,11 @@ so and skips, and the check's other sections run as before.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
 from _gpu_probe import importable
 from _gpu_report import Part, Row
-from _gpu_workloads import failure, note_failures, release, sync
+from _gpu_workloads import failure, note_failures, release
 
 #: The set-ups timed: fused batched, fused one after another, separate.
 SETUPS = ("vmap", "loop", "separate")
@@ -29,20 +27,9 @@ SETUPS = ("vmap", "loop", "separate")
 NEEDS = ("xarray", "pandas")
 
 
-def _seconds(steps: list[Callable[[], None]], count: int, device: str) -> float:
-    """Seconds of ``count`` steps of each model in turn (a sweep's order), synchronised."""
-    sync(device)
-    start = time.perf_counter()
-    for step in steps:
-        for _ in range(count):
-            step()
-    sync(device)
-    return time.perf_counter() - start
-
-
 def _measure(name: str, k: int, device: str, *, rounds: int, count: int) -> Row:
     """One model's and K's row: samples/s of each set-up, speed-ups, peak memory."""
-    from weather_fused_sweeps import BATCH, fused_step, separate_steps
+    from weather_fused_sweeps import BATCH, fused_step, separate_steps, timed
 
     setups = {
         "vmap": [fused_step(name, k, "vmap", device)],
@@ -50,12 +37,12 @@ def _measure(name: str, k: int, device: str, *, rounds: int, count: int) -> Row:
         "separate": separate_steps(name, k, device),
     }
     for steps in setups.values():
-        _seconds(steps, 1, device)  # warm-up
+        timed(steps, 1, device)  # warm-up
     times: dict[str, list[float]] = {label: [] for label in SETUPS}
     for r in range(rounds):
         order = SETUPS if r % 2 == 0 else SETUPS[::-1]
         for label in order:
-            times[label].append(_seconds(setups[label], count, device))
+            times[label].append(timed(setups[label], count, device))
     samples = k * BATCH * count
     row: Row = {"model": name, "copies": k}
     for label in SETUPS:

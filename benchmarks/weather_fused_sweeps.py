@@ -108,11 +108,15 @@ def separate_steps(name: str, k: int, device: str = "cpu") -> list[Callable[[], 
     return steps
 
 
-def _timed(steps: list[Callable[[], None]], count: int) -> float:
+def timed(steps: list[Callable[[], None]], count: int, device: str = "cpu") -> float:
+    """Seconds of ``count`` steps of each model in turn (a sweep's order), on ``device``."""
+    wait = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    wait()
     start = time.perf_counter()
-    for step in steps:  # each model's steps, then the next model's (a sweep's order)
+    for step in steps:  # each model's steps, then the next model's
         for _ in range(count):
             step()
+    wait()
     return time.perf_counter() - start
 
 
@@ -120,7 +124,7 @@ def _peak_mib(name: str, k: int, fused: bool, count: int, strategy: str) -> floa
     """Largest resident set above the built models' (run in a fresh process), MiB."""
     steps = [fused_step(name, k, strategy)] if fused else separate_steps(name, 1)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    _timed(steps, count)
+    timed(steps, count)
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
 
 
@@ -131,9 +135,9 @@ def _concurrent_seconds(name: str, k: int, count: int) -> float:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // k))
     seed_everything(dist.get_rank())
     steps = separate_steps(name, 1)
-    _timed(steps, 1)  # warm-up
+    timed(steps, 1)  # warm-up
     dist.barrier()
-    return _timed(steps, count)
+    return timed(steps, count)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         for k in args.copies:
             fused, separate = fused_step(name, k, args.strategy), separate_steps(name, k)
-            _timed([fused, *separate], 1)  # warm-up
+            timed([fused, *separate], 1)  # warm-up
             speedups, fused_s, sequential_s = [], [], []
             for r in range(args.rounds):
                 order = [("fused", [fused]), ("sequential", separate)]
                 alternating = order if r % 2 == 0 else order[::-1]
-                times = {label: _timed(s, args.steps) for label, s in alternating}
+                times = {label: timed(s, args.steps) for label, s in alternating}
                 fused_s.append(times["fused"])
                 sequential_s.append(times["sequential"])
                 speedups.append(times["sequential"] / times["fused"])

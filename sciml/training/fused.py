@@ -148,11 +148,12 @@ class FusedModels(nn.Module):
             )
         return losses
 
+    def _on_gpu(self) -> bool:
+        return any(p.device.type == "cuda" for p in self.copies[0].parameters())
+
     def batched(self) -> bool:
         """Whether a call runs the copies as one batched computation (``vmap``)."""
-        if self.strategy != "auto":
-            return self.strategy == "vmap"
-        return any(p.device.type == "cuda" for p in self.copies[0].parameters())
+        return self.strategy == "vmap" if self.strategy != "auto" else self._on_gpu()
 
     def apply_each(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(copy_k, *args[k], **kwargs[k])`` for every copy, in one call.
@@ -206,13 +207,20 @@ class FusedModels(nn.Module):
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """:meth:`apply_each` by calling each copy in turn (a random op is refused as there)."""
-        before = torch.get_rng_state()
+        on_gpu = self._on_gpu()
+        before = _generator_states(on_gpu)
         outs = [
             fn(model, *_pick(args, k), **_pick(kwargs, k)) for k, model in enumerate(self.copies)
         ]
-        if not torch.equal(torch.get_rng_state(), before):
+        after = _generator_states(on_gpu)
+        if any(not torch.equal(a, b) for a, b in zip(after, before, strict=True)):
             raise ValueError(_RANDOM)
         return _stacked(outs)
+
+
+def _generator_states(on_gpu: bool) -> list[Tensor]:
+    """The CPU's random generator state, and the GPUs' when the copies are on one."""
+    return [torch.get_rng_state(), *(torch.cuda.get_rng_state_all() if on_gpu else [])]
 
 
 def _pick(inputs: Any, k: int) -> Any:
