@@ -338,8 +338,8 @@ def in_memory(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> xr.
 
     A training sample (one start date and lead time) is a sliver of a file's chunk (the
     presets' chunks hold 48 dates and 4 lead times), and a lazy read of a random sample
-    decompresses whole chunks: a batch of 8 from the evaluation preset takes 0.6-0.7 s
-    lazily and 0.02 s from memory. Larger data stay lazy, read a batch at a time.
+    decompresses whole chunks, 48 x 4 times the sample's bytes. Larger data stay lazy,
+    read a batch at a time.
 
     Args:
         ds: The data (Dask-backed or not; the caller's object is left as it was).
