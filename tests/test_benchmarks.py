@@ -189,6 +189,23 @@ def test_the_fused_sweeps_benchmark_runs_quick(
 
 
 @pytest.mark.system
+def test_the_volumes_benchmark_gives_the_same_rows_fused_and_separate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Quick: two edges, two seeds, each edge's seeds fused or a process per run."""
+    module = _benchmark(monkeypatch, "volumes_accuracy")
+    reports = {}
+    for how in ([], ["--separate"]):
+        out = tmp_path / f"volumes{len(how)}.json"
+        assert module.main(["--quick", *how, "--out", str(out)]) == 0
+        reports[bool(how)] = json.loads(out.read_text())
+    fused, separate = reports[False], reports[True]
+    assert [(r["size"], r["seed"]) for r in fused["rows"]] == [(8, 0), (8, 1), (16, 0), (16, 1)]
+    assert fused["rows"] == separate["rows"]
+    assert fused["seconds"] > 0 and not fused["separate"] and separate["separate"]
+
+
+@pytest.mark.system
 def test_the_postprocessing_benchmark_trains_its_seeds_together(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,16 +1,16 @@
 """Train K runs of one small model as one: :func:`fit_fused`, the fused form of ``fit``.
 
-Each run is what :func:`sciml.training.fit` would make of its model, optimiser, seed and
-run folder: the same batches in the same order (its own seed), the same checkpoints,
-metrics, status lines and exact resume, in a folder of its own. Only the forward and
-backward passes are shared: each step stacks the K runs' batches and runs every copy's
-loss in one call (:class:`~sciml.training.fused.FusedModels`: batched on a GPU, one copy
-after another on the CPU) and one backward pass; each run
-then applies its own optimiser step (its own learning rate, gradient clipping, Adam
-state). Each run keeps its own random state (Python's, NumPy's, torch's), swapped in
-around everything it does, so that a dataset's random draws (e.g. random members) are
-those of the separate run. A run that stops early leaves the others training; a signal
-stops every run after the same step.
+Each run is what :func:`sciml.training.fit` would make of its model, optimiser, scheduler,
+seed, data and run folder: the same batches in the same order (its own seed; one shared
+training set or one per run, of one length), the same checkpoints, metrics, status lines
+and exact resume, in a folder of its own. Only the forward and backward passes are shared:
+each step stacks the K runs' batches and runs every copy's loss in one call
+(:class:`~sciml.training.fused.FusedModels`: batched on a GPU, one copy after another on
+the CPU) and one backward pass; each run then applies its own optimiser step (its own
+learning rate and schedule, gradient clipping, Adam state). Each run keeps its own random
+state (Python's, NumPy's, torch's), swapped in around everything it does, so that a
+dataset's random draws (e.g. random members) are those of the separate run. A run that
+stops early leaves the others training; a signal stops every run after the same step.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from sciml.training.setup import (
     TrainResult,
     check_inputs,
     claim_training_record,
+    dataset_length,
 )
 
 __all__ = ["fit_fused"]
@@ -214,15 +215,37 @@ def _check_runs(
         )
 
 
+def _per_run(name: str, value: Any, count: int) -> list[Any]:
+    """``value`` for each of ``count`` runs: one shared, or a list or tuple of one per run."""
+    if not isinstance(value, list | tuple):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(
+            f"{name} must be one for all runs or {count} (one per run), got {len(value)}"
+        )
+    return list(value)
+
+
+def _check_steps(datasets: Sequence[Dataset[Any]]) -> None:
+    """Refuse training sets of different lengths: fused runs take the same steps."""
+    lengths = [dataset_length(f"train_dataset[{k}]", d) for k, d in enumerate(datasets)]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"the runs' training sets hold {lengths} samples: fused runs take the same steps, "
+            "so each run's set needs as many samples"
+        )
+
+
 def fit_fused(
     models: Sequence[nn.Module],
     optimizers: Sequence[torch.optim.Optimizer],
-    train_dataset: Dataset[Any],
+    train_dataset: Dataset[Any] | Sequence[Dataset[Any]],
     loss_fn: LossFn,
     *,
     run_dirs: Sequence[Path | str],
     configs: Sequence[TrainConfig],
-    val_dataset: Dataset[Any] | None = None,
+    val_dataset: Dataset[Any] | Sequence[Dataset[Any] | None] | None = None,
+    schedulers: Sequence[Any | None] | None = None,
     resume: bool = True,
     preempt_after: int | None = None,
 ) -> list[TrainResult]:
@@ -231,13 +254,17 @@ def fit_fused(
     Args:
         models: One model per run, one architecture (each built after its own seed).
         optimizers: One optimiser per run, over its model's parameters (its own rates).
-        train_dataset: The training samples every run reads (in the order of its seed).
+        train_dataset: The training samples every run reads (in the order of its seed), or
+            a list of one set per run, all of one length (e.g. each seed's own data).
         loss_fn: ``loss_fn(model, batch)``, as for ``fit``: run under ``torch.func.vmap``,
             so it may not let a value decide (``if loss > 0``) nor draw random numbers.
         run_dirs: One run folder per run, each written as ``fit`` writes it.
         configs: One :class:`TrainConfig` per run, equal but for ``seed`` (and
             ``progress``: only the first run's bar is drawn).
-        val_dataset: Evaluated by each run after every epoch, as ``fit`` does.
+        val_dataset: Evaluated by each run after every epoch, as ``fit`` does; or a list
+            of one set per run.
+        schedulers: One learning-rate scheduler (or ``None``) per run, over its optimiser,
+            stepped as ``fit`` steps its scheduler.
         resume: Continue each run from its ``last.pt`` (``False``: start over).
         preempt_after: Stop every run after this optimiser step, as on a signal.
 
@@ -249,21 +276,28 @@ def fit_fused(
             written; and every error of ``fit``.
     """
     _check_runs(models, optimizers, run_dirs, configs)
+    count = len(models)
+    trains = _per_run("train_dataset", train_dataset, count)
+    _check_steps(trains)
+    vals = _per_run("val_dataset", val_dataset, count)
+    scheds = (
+        [None] * count if schedulers is None else _per_run("schedulers", list(schedulers), count)
+    )
     setups = [
         check_inputs(
             model,
             optimizer,
-            train_dataset,
+            train,
             loss_fn,
             run_dir=Path(run_dir),
             config=config if k == 0 else dataclasses.replace(config, progress=False),
-            val_dataset=val_dataset,
-            scheduler=None,
+            val_dataset=val,
+            scheduler=scheduler,
             collate_fn=None,
             replica=None,
         )
-        for k, (model, optimizer, run_dir, config) in enumerate(
-            zip(models, optimizers, run_dirs, configs, strict=True)
+        for k, (model, optimizer, train, val, scheduler, run_dir, config) in enumerate(
+            zip(models, optimizers, trains, vals, scheds, run_dirs, configs, strict=True)
         )
     ]
     FusedModels(models)  # one architecture, or refused before anything is written
@@ -282,10 +316,12 @@ def fit_fused(
 
 def _fit_runs(runs: list[_Run], loss_fn: LossFn, handle_signals: bool) -> list[TrainResult]:
     """What ``_Trainer.fit`` does for one run, for every run at once."""
-    for run in runs:
-        state, patience = run.trainer.state, run.trainer.s.config.patience
-        if patience is not None and state.epoch and state.bad_epochs >= patience:
-            run.status = "early_stopped"  # it stopped before this resume: it stays stopped
+    for run in runs:  # a run that ended before this resume stays ended
+        state, config = run.trainer.state, run.trainer.s.config
+        if state.epoch >= config.epochs:
+            run.status = "completed"
+        elif config.patience is not None and state.epoch and state.bad_epochs >= config.patience:
+            run.status = "early_stopped"
     places = {(r.trainer.state.epoch, r.trainer.state.step_in_epoch) for r in runs if not r.status}
     if len(places) > 1:
         raise ValueError(

@@ -5,7 +5,8 @@ volumes (instead of cropping them) because a larger volume holds more of the
 field's structure: with the same number of training samples, CosmoFlow
 predicts the parameters better. :func:`volume_size_run` trains the network
 on generated volumes of one edge and scores it on held-out test volumes;
-:func:`volume_size_experiment` repeats it over edges and seeds.
+:func:`volume_size_experiment` repeats it over edges and seeds, the seeds of an
+edge trained together (:func:`volume_size_seeds`, fused).
 
 Three data sets per run, each from its own data seed: the training volumes
 (``1000 + seed``), the validation volumes (``2000 + seed``) that pick the
@@ -33,15 +34,15 @@ import xarray as xr
 from sciml.datasets.channels import NormStats
 from sciml.distributed import init_distributed, torch_threads
 from sciml.io_utils import atomic_write_text
-from sciml.training import TrainConfig
+from sciml.training import TrainConfig, TrainResult
 from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import PARAMS, write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.reference import reference_errors
-from sciml.volumes.train import build_model, train_volumes
+from sciml.volumes.train import build_model, train_volumes_fused
 
-__all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run"]
+__all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run", "volume_size_seeds"]
 
 #: Offsets of the data seeds of the three sets from the run's seed.
 DATA_SEEDS = {"train": 1000, "val": 2000, "test": 3000}
@@ -185,47 +186,25 @@ def _baseline(train: Path, test: Path) -> np.ndarray:
         return np.abs(ds_test["params"].values.astype(np.float64) - median).mean(0)
 
 
-def volume_size_run(
-    folder: Path | str, *, size: int, seed: int, recipe: SizeRecipe | None = None
-) -> dict[str, float]:
-    """Train CosmoFlow on volumes of edge ``size`` and score it on the test volumes.
-
-    One process (the same code runs on any mesh), one torch thread. The run's
-    data and run folder are ``folder/size{size}-seed{seed}``: a second call
-    with the same recipe reuses the data and resumes the run (to the same
-    result), one with another recipe is refused.
-
-    Args:
-        folder: Where the run's data and run folder go.
-        size: Volume edge in voxels (>= 8: CosmoFlow has 3 pooling blocks).
-        seed: Seed of the network and of the data sets (module docstring).
-        recipe: Data set sizes and training (default: :class:`SizeRecipe`).
-
-    Returns:
-        ``size``, ``seed``, ``best_epoch`` (1-based), ``val_mae`` there, the
-        mean absolute test error of the scaled parameters (in [-1, 1]) overall
-        (``test_mae``) and per parameter (``test_mae_sigma`` ...), and the same
-        for the constant prediction (``baseline_...``) and the classical
-        estimator (``reference_...``).
-
-    Raises:
-        ValueError: If ``size`` is below 8, ``seed`` is negative, or the folder
-            holds a run of another recipe (``recipe.json``) or a data set of other
-            samples, edge or seed than this run's.
-    """
+def _check_call(size: object, seeds: Sequence[object], recipe: object) -> SizeRecipe:
+    """The recipe (default if ``None``); bad arguments refused before anything is written."""
     recipe = SizeRecipe() if recipe is None else recipe
     if not isinstance(recipe, SizeRecipe):
         raise TypeError(f"recipe must be a SizeRecipe or None, got {type(recipe).__name__}")
     if isinstance(size, bool) or not isinstance(size, int) or size < 8:
         raise ValueError(f"size must be an integer >= 8 (3 pooling blocks), got {size!r}")
-    _require_int("seed", seed, 0)
-    data = Path(folder) / f"size{size}-seed{seed}"
-    _record_recipe(data, recipe)
-    paths = _data(data, size=size, seed=seed, recipe=recipe)
-    options = _options(seed, recipe)
-    with torch_threads(1), init_distributed(backend="gloo"):
-        result = train_volumes(paths["train"], options, data / "run", val=paths["val"])
-        errors = _test_errors(data / "run", paths["test"], options).mean(0)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed")
+    for seed in seeds:
+        _require_int("seed", seed, 0)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must differ from each other, got {list(seeds)}")
+    return recipe
+
+
+def _row(
+    size: int, seed: int, result: TrainResult, errors: dict[str, np.ndarray]
+) -> dict[str, float]:
     best = min(result.history, key=lambda row: row["val_loss"])
     row: dict[str, float] = {
         "size": size,
@@ -233,15 +212,79 @@ def volume_size_run(
         "best_epoch": best["epoch"],
         "val_mae": best["val_mae"],
     }
-    references = {
-        "test": errors,
-        "baseline": _baseline(paths["train"], paths["test"]),
-        "reference": np.array(list(reference_errors(paths["train"], paths["test"]).values())),
-    }
-    for name, values in references.items():
+    for name, values in errors.items():
         row[f"{name}_mae"] = float(values.mean())
         row.update({f"{name}_mae_{p}": float(v) for p, v in zip(PARAMS, values, strict=True)})
     return row
+
+
+def volume_size_seeds(
+    folder: Path | str, *, size: int, seeds: Sequence[int], recipe: SizeRecipe | None = None
+) -> list[dict[str, float]]:
+    """Train CosmoFlow on volumes of edge ``size``, once per seed, and score it on test volumes.
+
+    The seeds' runs train together in one process on one torch thread, fused
+    (:func:`sciml.volumes.train.train_volumes_fused`): each run reads its own data sets and
+    writes what its separate run writes. Each run's data and run folder are
+    ``folder/size{size}-seed{seed}``: a second call with the same recipe reuses the data
+    and resumes the runs (to the same result), one with another recipe is refused.
+
+    Args:
+        folder: Where the runs' data and run folders go.
+        size: Volume edge in voxels (>= 8: CosmoFlow has 3 pooling blocks).
+        seeds: Seeds of the networks and of their data sets (module docstring).
+        recipe: Data set sizes and training (default: :class:`SizeRecipe`).
+
+    Returns:
+        One row per seed, in the order of ``seeds``: ``size``, ``seed``, ``best_epoch``
+        (1-based), ``val_mae`` there, the mean absolute test error of the scaled
+        parameters (in [-1, 1]) overall (``test_mae``) and per parameter
+        (``test_mae_sigma`` ...), and the same for the constant prediction
+        (``baseline_...``) and the classical estimator (``reference_...``).
+
+    Raises:
+        ValueError: If ``size`` is below 8, a seed is negative or repeated, or a run's
+            folder holds a run of another recipe (``recipe.json``) or a data set of other
+            samples, edge or seed than this run's.
+    """
+    recipe = _check_call(size, seeds, recipe)
+    folders = [Path(folder) / f"size{size}-seed{seed}" for seed in seeds]
+    paths = []
+    for data, seed in zip(folders, seeds, strict=True):
+        _record_recipe(data, recipe)
+        paths.append(_data(data, size=size, seed=seed, recipe=recipe))
+    options = [_options(seed, recipe) for seed in seeds]
+    with torch_threads(1), init_distributed(backend="gloo"):
+        results = train_volumes_fused(
+            [p["train"] for p in paths],
+            options,
+            [data / "run" for data in folders],
+            vals=[p["val"] for p in paths],
+        )
+        tests = [
+            _test_errors(data / "run", p["test"], opts).mean(0)
+            for data, p, opts in zip(folders, paths, options, strict=True)
+        ]
+    return [
+        _row(
+            size,
+            seed,
+            result,
+            {
+                "test": test,
+                "baseline": _baseline(p["train"], p["test"]),
+                "reference": np.array(list(reference_errors(p["train"], p["test"]).values())),
+            },
+        )
+        for seed, result, test, p in zip(seeds, results, tests, paths, strict=True)
+    ]
+
+
+def volume_size_run(
+    folder: Path | str, *, size: int, seed: int, recipe: SizeRecipe | None = None
+) -> dict[str, float]:
+    """:func:`volume_size_seeds` for one seed: its row."""
+    return volume_size_seeds(folder, size=size, seeds=[seed], recipe=recipe)[0]
 
 
 def volume_size_experiment(
@@ -251,9 +294,11 @@ def volume_size_experiment(
     seeds: Sequence[int] = (0, 1, 2),
     recipe: SizeRecipe | None = None,
 ) -> list[dict[str, float]]:
-    """:func:`volume_size_run` for every edge in ``sizes`` and seed in ``seeds``; one row each."""
+    """:func:`volume_size_seeds` for every edge in ``sizes`` (its seeds fused); one row each."""
+    for size in sizes:
+        _check_call(size, seeds, recipe)
     return [
-        volume_size_run(folder, size=size, seed=seed, recipe=recipe)
+        row
         for size in sizes
-        for seed in seeds
+        for row in volume_size_seeds(folder, size=size, seeds=seeds, recipe=recipe)
     ]

@@ -20,15 +20,17 @@ trains it with :func:`sciml.training.fit`.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from sciml.distributed import world
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
-from sciml.training import RESUMABLE_FIELDS, TrainResult, fit
+from sciml.training import RESUMABLE_FIELDS, TrainResult, fit, fit_fused
 from sciml.training.run_dir import PlainValue, plain
 from sciml.training.setup import LossFn, LossOutput
 from sciml.volumes.config import MODELS, VolumeTraining
@@ -36,7 +38,7 @@ from sciml.volumes.dataset import ShardedVolumes, run_stats
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
 from sciml.volumes.volume_record import check_resume, check_val, describe, record_volumes
 
-__all__ = ["build_model", "learning_rate_factor", "train_volumes"]
+__all__ = ["build_model", "learning_rate_factor", "train_volumes", "train_volumes_fused"]
 
 #: Classes of the generated segmentation labels.
 CLASSES = 3
@@ -161,6 +163,52 @@ def _datasets(
     return train_set, val_set, record
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What ``fit`` needs for one run, its records written."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    train_set: ShardedVolumes
+    val_set: ShardedVolumes | None
+    loss_fn: LossFn
+
+
+def _prepare(
+    train: Path | str,
+    options: VolumeTraining,
+    run_dir: Path,
+    val: Path | str | None,
+    device: torch.device | None,
+) -> _Run:
+    """Check the run's inputs, read its statistics, build its model and record it."""
+    sizes = choose_mesh(run_dir, options.mesh)  # another grid than the recorded one is refused
+    mesh = SpatialMesh(
+        data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
+    )
+    train_set, val_set, record = _datasets(
+        options, mesh, Path(train), None if val is None else Path(val), run_dir
+    )
+    outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
+    torch.manual_seed(options.config.seed)
+    model = build_model(options, len(train_set.channels()), outputs)
+    # The volume shape is declared, so no forward pass asks the ranks for it.
+    model = parallelize(model.to(device or torch.device("cpu")), mesh, input_shape=train_set.shape)
+    if options.model == "cosmoflow":
+        optimizer: torch.optim.Optimizer = torch.optim.SGD(
+            model.parameters(), lr=options.lr, momentum=0.9
+        )
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=options.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda epoch: learning_rate_factor(epoch, options)
+    )
+    record_mesh(run_dir, sizes)
+    record_volumes(run_dir, record)
+    return _Run(model, optimizer, schedule, train_set, val_set, _loss_fn(options, mesh))
+
+
 def train_volumes(
     train: Path | str,
     options: VolumeTraining,
@@ -193,37 +241,84 @@ def train_volumes(
             terms: ``DATA``, ``--val``, ``--levels``, ``--run-dir``).
     """
     run_dir = Path(run_dir)
-    sizes = choose_mesh(run_dir, options.mesh)  # another grid than the recorded one is refused
-    mesh = SpatialMesh(
-        data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
-    )
-    train_set, val_set, record = _datasets(
-        options, mesh, Path(train), None if val is None else Path(val), run_dir
-    )
-    outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
-    torch.manual_seed(options.config.seed)
-    model = build_model(options, len(train_set.channels()), outputs)
-    # The volume shape is declared, so no forward pass asks the ranks for it.
-    model = parallelize(model.to(device or torch.device("cpu")), mesh, input_shape=train_set.shape)
-    if options.model == "cosmoflow":
-        optimizer: torch.optim.Optimizer = torch.optim.SGD(
-            model.parameters(), lr=options.lr, momentum=0.9
-        )
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=options.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda epoch: learning_rate_factor(epoch, options)
-    )
-    record_mesh(run_dir, sizes)
-    record_volumes(run_dir, record)
+    run = _prepare(train, options, run_dir, val, device)
     return fit(
-        model,
-        optimizer,
-        train_set,
-        _loss_fn(options, mesh),
+        run.model,
+        run.optimizer,
+        run.train_set,
+        run.loss_fn,
         run_dir=run_dir,
         config=options.config,
-        val_dataset=val_set,
-        scheduler=schedule,
+        val_dataset=run.val_set,
+        scheduler=run.schedule,
+        preempt_after=preempt_after,
+    )
+
+
+def train_volumes_fused(
+    trains: Sequence[Path | str],
+    options: Sequence[VolumeTraining],
+    run_dirs: Sequence[Path | str],
+    *,
+    vals: Sequence[Path | str] | None = None,
+    device: torch.device | None = None,
+    preempt_after: int | None = None,
+) -> list[TrainResult]:
+    """Train several runs of one network in one process, fused; each as :func:`train_volumes`.
+
+    The runs share the architecture and the training loop's settings and differ in seed
+    (``options[k].config.seed``), learning rate and data: each reads its own training
+    volumes (as many as the others) and validation volumes, and writes its own run folder,
+    which is what :func:`train_volumes` writes for it (:func:`sciml.training.fit_fused`).
+    One process only, on a mesh of one rank.
+
+    Args:
+        trains: Each run's training volumes.
+        options: Each run's options.
+        run_dirs: Each run's folder (resumed as :func:`train_volumes` resumes it).
+        vals: Each run's validation volumes.
+        device: Where the models run (default: the CPU).
+        preempt_after: Stop every run after this optimiser step, as on SIGUSR1.
+
+    Raises:
+        ValueError: Lists of different lengths, runs that cannot be fused (named), and
+            every error of :func:`train_volumes`.
+    """
+    count = len(trains)
+    wanted = {"options": len(options), "run_dirs": len(run_dirs)}
+    if vals is not None:
+        wanted["vals"] = len(vals)
+    if not count or any(n != count for n in wanted.values()):
+        raise ValueError(
+            f"train_volumes_fused needs one entry per run in each list, got {count} trains and "
+            + ", ".join(f"{n} {name}" for name, n in wanted.items())
+        )
+    if world()[1] > 1:
+        raise ValueError(
+            "train_volumes_fused trains its runs in one process; under torch.distributed train "
+            "each run with train_volumes"
+        )
+    lengths = [
+        len(_open(opts, SpatialMesh(), Path(train), f"trains[{k}]"))
+        for k, (train, opts) in enumerate(zip(trains, options, strict=True))
+    ]
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"the runs' training volumes hold {lengths} samples: fused runs take the same steps, "
+            "so each run needs as many volumes"
+        )
+    runs = [
+        _prepare(train, opts, Path(run_dir), None if vals is None else vals[k], device)
+        for k, (train, opts, run_dir) in enumerate(zip(trains, options, run_dirs, strict=True))
+    ]
+    return fit_fused(
+        [run.model for run in runs],
+        [run.optimizer for run in runs],
+        [run.train_set for run in runs],
+        runs[0].loss_fn,
+        run_dirs=list(run_dirs),
+        configs=[opts.config for opts in options],
+        val_dataset=[run.val_set for run in runs],
+        schedulers=[run.schedule for run in runs],
         preempt_after=preempt_after,
     )

@@ -34,9 +34,9 @@ RATES = (1e-2, 3e-3, 1e-2)
 CONFIG = TrainConfig(epochs=3, batch_size=4, progress=False, tensorboard=False)
 
 
-def _ensemble() -> xr.Dataset:
+def _ensemble(data_seed: int = 0) -> xr.Dataset:
     """5 members, 6 start dates, 2 lead times, 2 levels, 4 x 4."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(data_seed)
     shape = (5, 6, 2, 2, 4, 4)
     dims = ("member", "time", "lead_time", "level", "lat", "lon")
     coords = {
@@ -50,8 +50,8 @@ def _ensemble() -> xr.Dataset:
     return xr.Dataset(data, coords=coords)
 
 
-def _datasets() -> tuple[EnsembleDataset, EnsembleDataset]:
-    ds = _ensemble()
+def _datasets(data_seed: int = 0) -> tuple[EnsembleDataset, EnsembleDataset]:
+    ds = _ensemble(data_seed)
     train, val = ds.isel(time=slice(0, 4)), ds.isel(time=slice(4, None))
     options = dict(members=3, dtype=torch.float64)
     stats = EnsembleDataset(train, ["psi"], **options).stats
@@ -227,3 +227,98 @@ def test_a_sweep_resumed_after_one_run_stopped_early_equals_straight_runs(
     ]
     assert steps == [8, 9, 9], steps
     _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
+
+
+def _schedule(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    """A warm-up epoch, then the rate halved every epoch (the volumes recipe's shape)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.5 ** max(epoch, 1))
+
+
+def test_runs_with_their_own_data_and_schedules_equal_separate_runs(tmp_path: Path) -> None:
+    # each seed reads its own training and validation sets and steps its own scheduler
+    # (the volume-size experiment's runs); stopped in the second epoch, then resumed
+    sets = {seed: _datasets(data_seed=10 + seed) for seed in SEEDS}
+
+    def fused(**options: object) -> list[Path]:
+        runs = [_run(s, lr) for s, lr in zip(SEEDS, RATES, strict=True)]
+        models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
+        dirs = [tmp_path / "fused" / f"seed{seed}" for seed in SEEDS]
+        fit_fused(
+            models,
+            optimizers,
+            [sets[seed][0] for seed in SEEDS],
+            gaussian_crps_loss,
+            run_dirs=dirs,
+            configs=configs,
+            val_dataset=[sets[seed][1] for seed in SEEDS],
+            schedulers=[_schedule(optimizer) for optimizer in optimizers],
+            **options,
+        )
+        return dirs
+
+    separate = []
+    for seed, lr in zip(SEEDS, RATES, strict=True):
+        model, optimizer, config = _run(seed, lr)
+        separate.append(tmp_path / "separate" / f"seed{seed}")
+        train, val = sets[seed]
+        fit(
+            model,
+            optimizer,
+            train,
+            gaussian_crps_loss,
+            run_dir=separate[-1],
+            config=config,
+            val_dataset=val,
+            scheduler=_schedule(optimizer),
+        )
+    fused(preempt_after=3)
+    _assert_same_runs(fused(), separate)
+    rates = [
+        torch.load(d / "checkpoints" / "last.pt", weights_only=False)["scheduler"]["_last_lr"]
+        for d in separate
+    ]
+    # the schedule really ran: stepped after each of the 3 epochs, as the fused runs' was
+    assert rates == [[lr * 0.5**CONFIG.epochs] for lr in RATES]
+
+
+def test_a_finished_run_sits_out_while_the_others_resume(tmp_path: Path) -> None:
+    # seed 0 already trained to the end with fit; the sweep trains seeds 1 and 2 beside it
+    train, val = _datasets()
+    model, optimizer, config = _run(SEEDS[0], RATES[0])
+    fit(
+        model,
+        optimizer,
+        train,
+        gaussian_crps_loss,
+        run_dir=tmp_path / "fused" / f"seed{SEEDS[0]}",
+        config=config,
+        val_dataset=val,
+    )
+    _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
+
+
+def test_runs_whose_data_cannot_be_fused_are_refused_before_writing(tmp_path: Path) -> None:
+    runs = [_run(seed, 1e-3) for seed in SEEDS[:2]]
+    models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    train, _ = _datasets()
+    short = EnsembleDataset(_ensemble().isel(time=slice(0, 2)), ["psi"], members=3)
+    with pytest.raises(ValueError, match=r"training sets hold \[8, 4\] samples"):
+        fit_fused(
+            models, optimizers, [train, short], gaussian_crps_loss, run_dirs=dirs, configs=configs
+        )
+    with pytest.raises(ValueError, match="train_dataset must be one for all runs or 2"):
+        fit_fused(
+            models, optimizers, [train] * 3, gaussian_crps_loss, run_dirs=dirs, configs=configs
+        )
+    with pytest.raises(ValueError, match="schedulers must be one for all runs or 2"):
+        fit_fused(
+            models,
+            optimizers,
+            train,
+            gaussian_crps_loss,
+            run_dirs=dirs,
+            configs=configs,
+            schedulers=[_schedule(optimizers[0])],
+        )
+    assert not any(d.exists() for d in dirs)

@@ -83,3 +83,14 @@ def test_data_left_by_another_recipe_is_refused_not_reused(tmp_path: Path) -> No
         ValueError, match="holds 4 volumes of edge 8 from data seed 1000, this run needs 8"
     ):
         volume_size_run(tmp_path, size=8, seed=0, recipe=TINY)
+
+
+def test_the_seeds_of_an_edge_train_fused_as_their_separate_runs(tmp_path: Path) -> None:
+    # one process trains seeds 0 and 1 together; each run is what its own call makes, to the
+    # last bit (the CPU calls the fused copies one after another, on the same one thread)
+    rows = volume_size_experiment(tmp_path / "fused", sizes=(8,), seeds=(0, 1), recipe=TINY)
+    alone = [volume_size_run(tmp_path / "alone", size=8, seed=s, recipe=TINY) for s in (0, 1)]
+    assert rows == alone
+    assert rows[0]["test_mae"] != rows[1]["test_mae"]  # two seeds, two data sets
+    with pytest.raises(ValueError, match=r"seeds must differ from each other, got \[1, 1\]"):
+        volume_size_experiment(tmp_path / "fused", sizes=(8,), seeds=(1, 1), recipe=TINY)

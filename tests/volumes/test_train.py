@@ -1,6 +1,8 @@
 """sciml.volumes.train: hybrid-parallel runs from files equal one process, across a resume."""
 
 import csv
+import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,8 @@ from sciml.training import TrainConfig
 from sciml.training.checkpoint import read_checkpoint
 from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology, write_segmentation
-from sciml.volumes.train import learning_rate_factor, train_volumes
+from sciml.volumes.train import learning_rate_factor, train_volumes, train_volumes_fused
+from tests.training.test_fused_loop import _assert_same_runs
 
 pytestmark = pytest.mark.xdist_group("volumes_train")
 
@@ -67,6 +70,54 @@ def test_depth_2_equals_one_process_across_a_resume(tmp_path: Path) -> None:
         reference = _weights(tmp_path / model)
         for name, value in _weights(tmp_path / "mesh" / model).items():
             torch.testing.assert_close(value, reference[name], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["vmap", "loop"])
+@pytest.mark.parametrize("model", list(OPTIONS))
+def test_fused_runs_write_what_separate_runs_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, strategy: str
+) -> None:
+    # two seeds, each on volumes of its own, with its own rate and a warm-up schedule, as the
+    # volume-size experiment trains them; both ways of calling the copies (a GPU's, the CPU's)
+    import sciml.training.fused_loop as loop
+    from sciml.training.fused import FusedModels
+
+    monkeypatch.setattr(loop, "FusedModels", functools.partial(FusedModels, strategy=strategy))
+    write = write_cosmology if model == "cosmoflow" else write_segmentation
+    seeds = (0, 1)
+    data = [write(tmp_path / f"d{seed}.zarr", samples=6, size=8, seed=seed) for seed in seeds]
+    options = [
+        dataclasses.replace(
+            OPTIONS[model],
+            config=dataclasses.replace(CONFIG, seed=seed),
+            lr=OPTIONS[model].lr * (1 + seed),
+            warmup_epochs=1,
+        )
+        for seed in seeds
+    ]
+    fused = [tmp_path / "fused" / f"seed{seed}" for seed in seeds]
+    separate = [tmp_path / "separate" / f"seed{seed}" for seed in seeds]
+    with init_distributed(backend="gloo"):
+        results = train_volumes_fused(data, options, fused, vals=data[::-1])
+        for train, val, opts, run_dir in zip(data, data[::-1], options, separate, strict=True):
+            train_volumes(train, opts, run_dir, val=val)
+    assert [r.global_step for r in results] == [6, 6]
+    _assert_same_runs(fused, separate)
+
+
+def test_runs_that_cannot_be_fused_name_what_differs(tmp_path: Path) -> None:
+    data = [write_cosmology(tmp_path / f"d{n}.zarr", samples=n, size=8, seed=n) for n in (4, 6)]
+    options = [OPTIONS["cosmoflow"], dataclasses.replace(OPTIONS["cosmoflow"], config=CONFIG)]
+    runs = [tmp_path / "a", tmp_path / "b"]
+    with pytest.raises(
+        ValueError, match="one entry per run in each list, got 2 trains and 1 options"
+    ):
+        train_volumes_fused(data, options[:1], runs)
+    with (
+        init_distributed(backend="gloo"),
+        pytest.raises(ValueError, match=r"hold \[4, 6\] samples"),
+    ):
+        train_volumes_fused(data, options, runs)
 
 
 def test_learning_rate_warms_up_then_decays() -> None:
