@@ -165,31 +165,37 @@ def test_runs_that_cannot_be_fused_are_refused_before_writing(tmp_path: Path) ->
     runs = [_run(seed, 1e-3) for seed in SEEDS[:2]]
     models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
     dirs = [tmp_path / "a", tmp_path / "b"]
-    with pytest.raises(ValueError, match=r"configs\[1\] differs from configs\[0\] in more than"):
-        fit_fused(
-            models,
-            optimizers,
-            train,
-            gaussian_crps_loss,
-            run_dirs=dirs,
-            configs=[configs[0], dataclasses.replace(configs[1], epochs=5)],
-        )
-    with pytest.raises(ValueError, match="each run needs a run_dir of its own"):
-        fit_fused(
-            models, optimizers, train, gaussian_crps_loss, run_dirs=[dirs[0]] * 2, configs=configs
-        )
-    with pytest.raises(ValueError, match="one model, optimiser, run_dir and config per run"):
-        fit_fused(models, optimizers[:1], train, gaussian_crps_loss, run_dirs=dirs, configs=configs)
     other = PooledPostProcessor(2, hidden=8).double()
-    with pytest.raises(ValueError, match="differs from copy 0"):
-        fit_fused(
-            [models[0], other],
-            [optimizers[0], torch.optim.Adam(other.parameters())],
-            train,
-            gaussian_crps_loss,
-            run_dirs=dirs,
-            configs=configs,
-        )
+    short = EnsembleDataset(_ensemble().isel(time=slice(0, 2)), ["psi"], members=3)
+    given = {
+        "models": models,
+        "optimizers": optimizers,
+        "train_dataset": train,
+        "loss_fn": gaussian_crps_loss,
+        "run_dirs": dirs,
+        "configs": configs,
+    }
+    cases: list[tuple[dict[str, object], str]] = [
+        (
+            {"configs": [configs[0], dataclasses.replace(configs[1], epochs=5)]},
+            r"configs\[1\] differs from configs\[0\] in more than",
+        ),
+        ({"run_dirs": [dirs[0]] * 2}, "each run needs a run_dir of its own"),
+        ({"optimizers": optimizers[:1]}, "one model, optimiser, run_dir and config per run"),
+        (
+            {
+                "models": [models[0], other],
+                "optimizers": [optimizers[0], torch.optim.Adam(other.parameters())],
+            },
+            "differs from copy 0",
+        ),
+        ({"train_dataset": [train, short]}, r"training sets hold \[8, 4\] samples"),
+        ({"train_dataset": [train] * 3}, "train_dataset must be one for all runs or 2"),
+        ({"schedulers": [_schedule(optimizers[0])]}, "schedulers must be one for all runs or 2"),
+    ]
+    for changes, message in cases:
+        with pytest.raises(ValueError, match=message):
+            fit_fused(**(given | changes))  # type: ignore[arg-type]
     assert not any(d.exists() for d in dirs)
 
 
@@ -295,30 +301,3 @@ def test_a_finished_run_sits_out_while_the_others_resume(tmp_path: Path) -> None
         val_dataset=val,
     )
     _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
-
-
-def test_runs_whose_data_cannot_be_fused_are_refused_before_writing(tmp_path: Path) -> None:
-    runs = [_run(seed, 1e-3) for seed in SEEDS[:2]]
-    models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
-    dirs = [tmp_path / "a", tmp_path / "b"]
-    train, _ = _datasets()
-    short = EnsembleDataset(_ensemble().isel(time=slice(0, 2)), ["psi"], members=3)
-    with pytest.raises(ValueError, match=r"training sets hold \[8, 4\] samples"):
-        fit_fused(
-            models, optimizers, [train, short], gaussian_crps_loss, run_dirs=dirs, configs=configs
-        )
-    with pytest.raises(ValueError, match="train_dataset must be one for all runs or 2"):
-        fit_fused(
-            models, optimizers, [train] * 3, gaussian_crps_loss, run_dirs=dirs, configs=configs
-        )
-    with pytest.raises(ValueError, match="schedulers must be one for all runs or 2"):
-        fit_fused(
-            models,
-            optimizers,
-            train,
-            gaussian_crps_loss,
-            run_dirs=dirs,
-            configs=configs,
-            schedulers=[_schedule(optimizers[0])],
-        )
-    assert not any(d.exists() for d in dirs)
