@@ -16,9 +16,14 @@ topography, batches of 8, periodic longitudes) train with Adam on the Gaussian C
   them (``max(1, cores // K)`` threads each).
 
 Fused and sequential are timed in interleaved rounds whose order alternates; a round
-times ``steps`` steps of each and gives one ratio. The table shows samples per second
-summed over the K models (``K * batch * steps / seconds``), the median speed-up of fused
-over sequential and its 95% percentile-bootstrap interval over rounds, the concurrent
+times ``steps`` steps of each and gives one ratio. The rounds also time the sequential
+steps on one thread, which bounds what any fusion can gain on the CPU: if a fused step
+kept every core busy at one thread's speed, its speed-up would be ``cores * t_all / t_one``
+(``t_all``: a separate step on all the process's threads, ``t_one``: on one), the
+``ceiling`` column (on two cores it reaches the target 2 only where two threads are no
+faster than one). The table shows samples per second summed over the K models
+(``K * batch * steps / seconds``), the median speed-up of fused over sequential and its
+95% percentile-bootstrap interval over rounds, the concurrent
 processes' samples per second (the slowest process's wall time, after a barrier), and
 each set-up's peak memory above the process's state once its models are built (the
 largest resident set: a fresh process per set-up, ``ru_maxrss``). The target is a fused
@@ -40,7 +45,7 @@ from _report import write_report
 from _spatial_workloads import median_interval
 
 from sciml.datasets.sampling import seed_everything
-from sciml.distributed import spawn
+from sciml.distributed import spawn, torch_threads
 from sciml.training.fused import STRATEGIES, FusedModels
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
@@ -156,19 +161,24 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(
         f"{'model':>7} {'K':>3} {'fused/s':>9} {'seq/s':>9} {'speed-up':>9} {'95% interval':>16} "
-        f"{'conc/s':>9} {'fused MiB':>10} {'one run MiB':>12}"
+        f"{'ceiling':>8} {'conc/s':>9} {'fused MiB':>10} {'one run MiB':>12}"
     )
     for name in args.models:
         for k in args.copies:
             fused, separate = fused_step(name, k, args.strategy), separate_steps(name, k)
             timed([fused, *separate], 1)  # warm-up
-            speedups, fused_s, sequential_s = [], [], []
+            speedups, fused_s, sequential_s, one_thread_s = [], [], [], []
+            cores = torch.get_num_threads()
             for r in range(args.rounds):
-                order = [("fused", [fused]), ("sequential", separate)]
+                order = [("fused", [fused]), ("sequential", separate), ("one thread", separate)]
                 alternating = order if r % 2 == 0 else order[::-1]
-                times = {label: timed(s, args.steps) for label, s in alternating}
+                times = {}
+                for label, steps in alternating:
+                    with torch_threads(1 if label == "one thread" else None):
+                        times[label] = timed(steps, args.steps)
                 fused_s.append(times["fused"])
                 sequential_s.append(times["sequential"])
+                one_thread_s.append(times["one thread"])
                 speedups.append(times["sequential"] / times["fused"])
             samples = k * BATCH * args.steps
             conc = max(spawn(_concurrent_seconds, k, name, k, args.steps)) if k > 1 else None
@@ -184,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                 "speedup": statistics.median(speedups),
                 "speedup_ci95": median_interval(speedups),
                 "speedups": speedups,
+                "ceiling": cores
+                * statistics.median(sequential_s)
+                / statistics.median(one_thread_s),
+                "cores": cores,
                 "concurrent_samples_per_s": None if conc is None else samples / conc,
                 "fused_peak_mib": peaks[True],
                 "one_run_peak_mib": peaks[False],
@@ -194,14 +208,16 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name:>7} {k:>3} {row['fused_samples_per_s']:>9.0f} "
                 f"{row['sequential_samples_per_s']:>9.0f} {row['speedup']:>9.2f} "
-                f"{f'[{lo:.2f}, {hi:.2f}]':>16} {concurrent:>9} "
+                f"{f'[{lo:.2f}, {hi:.2f}]':>16} {row['ceiling']:>8.2f} {concurrent:>9} "
                 f"{row['fused_peak_mib']:>10.1f} {row['one_run_peak_mib']:>12.1f}"
             )
     print(
         f"samples/s summed over the K models; speed-up: fused over sequential, median of "
         f"{args.rounds} interleaved rounds of {args.steps} steps with its percentile-bootstrap "
-        f"95% interval (target >= {TARGET} at K = 4 for mlp and pooled); conc: K processes at "
-        f"once; MiB: peak resident set above the built models, a fresh process each"
+        f"95% interval (target >= {TARGET} at K = 4 for mlp and pooled); ceiling: the most a "
+        f"fused step keeping every core busy could gain (cores x sequential / one-thread "
+        f"time); conc: K processes at once; MiB: peak resident set above the built models, a "
+        f"fresh process each"
     )
     write_report(
         args.out, "weather_fused_sweeps", rows, target_speedup=TARGET, strategy=args.strategy

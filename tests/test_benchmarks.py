@@ -10,6 +10,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if "def main(" in p.read_text())
@@ -184,6 +185,7 @@ def test_the_fused_sweeps_benchmark_runs_quick(
     for row in rows:
         lo, hi = row["speedup_ci95"]
         assert row["fused_samples_per_s"] > 0 and lo <= row["speedup"] <= hi, row
+        assert row["ceiling"] > 0 and row["cores"] == torch.get_num_threads(), row
         assert row["fused_peak_mib"] > 0 and row["one_run_peak_mib"] > 0, row
     assert rows[0]["concurrent_samples_per_s"] is None and rows[1]["concurrent_samples_per_s"] > 0
 
