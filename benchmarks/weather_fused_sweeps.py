@@ -17,11 +17,13 @@ topography, batches of 8, periodic longitudes) train with Adam on the Gaussian C
 
 Fused and sequential are timed in interleaved rounds whose order alternates; a round
 times ``steps`` steps of each and gives one ratio. The rounds also time the sequential
-steps on one thread, which bounds what any fusion can gain on the CPU: if a fused step
-kept every core busy at one thread's speed, its speed-up would be ``cores * t_all / t_one``
-(``t_all``: a separate step on all the process's threads, ``t_one``: on one), the
-``ceiling`` column (on two cores it reaches the target 2 only where two threads are no
-faster than one). The table shows samples per second summed over the K models
+steps on one thread, which bounds what fusion gains by filling idle cores: if a fused
+step kept every core busy at one thread's speed, its speed-up would be
+``cores * t_all / t_one`` (``t_all``: a separate step on all the process's threads,
+``t_one``: on one), the ``ceiling`` column (on two cores it reaches the target 2 only where
+two threads are no faster than one). Only batched kernels faster per sample than one
+thread's separate kernels could pass it (``--strategy vmap`` measures the batched ones).
+The table shows samples per second summed over the K models
 (``K * batch * steps / seconds``), the median speed-up of fused over sequential and its
 95% percentile-bootstrap interval over rounds, the concurrent
 processes' samples per second (the slowest process's wall time, after a barrier), and
@@ -214,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"samples/s summed over the K models; speed-up: fused over sequential, median of "
         f"{args.rounds} interleaved rounds of {args.steps} steps with its percentile-bootstrap "
-        f"95% interval (target >= {TARGET} at K = 4 for mlp and pooled); ceiling: the most a "
-        f"fused step keeping every core busy could gain (cores x sequential / one-thread "
+        f"95% interval (target >= {TARGET} at K = 4 for mlp and pooled); ceiling: what filling "
+        f"every core at one thread's speed would gain (cores x sequential / one-thread "
         f"time); conc: K processes at once; MiB: peak resident set above the built models, a "
         f"fresh process each"
     )
