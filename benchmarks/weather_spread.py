@@ -9,13 +9,15 @@ DATA is a preset (or any ensemble with a truth). Its start dates are split with
 20 % (``train_spread`` holds out the last quarter of what it is given), and every score is on
 the last 20 %, never seen in training (``--score-on validation`` scores on the validation dates
 instead: make every choice of settings that way, then score the chosen ones once on the
-test dates). One run per ``--temporal`` value, loss and seed. The
+test dates). One run per ``--temporal`` value, loss and seed; the seeds of each
+configuration train together, fused (``train_spreads``: each run what its separate run
+writes). The
 baseline is the sample spread of the same first ``--members`` members. Prints the
 correlation with the full ensemble's spread and the RMSE against it, averaged over
 variables, levels and lead times, and by lead time (with several ``--seeds``: per run, then
 the mean and standard deviation over seeds of each configuration's means; the tables by
-lead time and by variable average over seeds); the training
-time and the peak resident memory of the process; writes every row as JSON.
+lead time and by variable average over seeds); each sweep's training time (shared by its
+runs) and the peak resident memory of the process; writes every row as JSON.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from sciml.weather.data import split_start_dates
 from sciml.weather.spread.evaluate import evaluate_spread
 from sciml.weather.spread.model import LOSSES
 from sciml.weather.spread.options import SpreadConfig
-from sciml.weather.spread.train import train_spread
+from sciml.weather.spread.train import train_spreads
 
 
 def _config(table: pd.DataFrame) -> pd.Series:
@@ -79,24 +81,29 @@ def main(argv: list[str] | None = None) -> int:
     seen = ds.sel(time=slice(None, val["time"].values[-1]))
     scored = test if args.score_on == "test" else val
     runs, timings = [], {}
-    for loss, history, seed in itertools.product(args.losses, args.temporal, args.seeds):
+    for loss, history in itertools.product(args.losses, args.temporal):
         name = f"spread_{args.members}_{loss}_t{history}_{args.choice}_w{args.base_channels}"
-        run = Path(args.work) / f"{name}_e{args.epochs}_seed{seed}"
+        sweep = [Path(args.work) / f"{name}_e{args.epochs}_seed{seed}" for seed in args.seeds]
+        configs = [
+            SpreadConfig(
+                members=args.members,
+                history=history,
+                loss=loss,
+                choice=args.choice,
+                periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
+                validation=0.25,
+                train=TrainConfig(epochs=args.epochs, seed=seed, progress=False, tensorboard=False),
+                base_channels=args.base_channels,
+            )
+            for seed in args.seeds
+        ]
         start = time.perf_counter()
-        config = SpreadConfig(
-            members=args.members,
-            history=history,
-            loss=loss,
-            choice=args.choice,
-            periodic=("lat", "lon"),  # the toy QG domain is doubly periodic
-            validation=0.25,
-            train=TrainConfig(epochs=args.epochs, seed=seed, progress=False, tensorboard=False),
-            base_channels=args.base_channels,
-        )
-        status = train_spread(seen, config, run)
-        timings[run.name] = time.perf_counter() - start
-        print(f"{run.name}: {status} in {timings[run.name]:.0f} s", flush=True)
-        runs.append(run)
+        statuses = train_spreads(seen, configs, sweep)
+        seconds = time.perf_counter() - start
+        for run, status in zip(sweep, statuses, strict=True):
+            timings[run.name] = seconds  # the sweep's time, shared by its runs
+            print(f"{run.name}: {status} ({len(sweep)} runs fused, {seconds:.0f} s)", flush=True)
+        runs.extend(sweep)
     start = time.perf_counter()
     table = evaluate_spread(runs, scored)
     timings["evaluate"] = time.perf_counter() - start

@@ -11,6 +11,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if "def main(" in p.read_text())
@@ -225,6 +226,29 @@ def test_the_postprocessing_benchmark_trains_its_seeds_together(
     assert training["mlp_3_seed0"]["train_seconds"] == training["mlp_3_seed1"]["train_seconds"]
     assert module.main(argv) == 0  # the finished runs are kept, not trained again
     assert json.loads(out.read_text())["training"] == training
+
+
+@pytest.mark.system
+def test_the_spread_benchmark_trains_its_seeds_together(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two seeds of one configuration on a small ensemble: one fused sweep, both scored."""
+    from tests.weather.postprocess.test_train_evaluate import _write
+
+    module = _benchmark(monkeypatch, "weather_spread")
+    # the benchmark reads a doubly periodic domain (the toy presets'): longitudes closing 360
+    written = xr.load_dataset(_write(tmp_path / "raw.nc", dates=12, seed=0))
+    data, out = tmp_path / "data.nc", tmp_path / "spread.json"
+    written.assign_coords(lon=np.arange(8) * 45.0, lat=np.linspace(-70, 70, 8)).to_netcdf(data)
+    argv = [str(data), "--members", "3", "--epochs", "1", "--temporal", "1", "--seeds", "0", "1"]
+    argv += ["--base-channels", "4", "--work", str(tmp_path / "runs"), "--out", str(out)]
+    assert module.main(argv) == 0
+    report = json.loads(out.read_text())
+    runs = sorted(name for name in report["seconds"] if name != "evaluate")
+    assert [name[-5:] for name in runs] == ["seed0", "seed1"]
+    assert report["seconds"][runs[0]] == report["seconds"][runs[1]]  # one sweep's time
+    models = {row["model"] for row in report["rows"]}
+    assert all(any(model.endswith(run) for model in models) for run in runs), models
 
 
 @pytest.mark.system
