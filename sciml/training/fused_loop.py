@@ -216,14 +216,23 @@ def _check_runs(
 
 
 def _per_run(name: str, value: Any, count: int) -> list[Any]:
-    """``value`` for each of ``count`` runs: one shared, or a list or tuple of one per run."""
-    if not isinstance(value, list | tuple):
-        return [value] * count
+    """``value`` (a list or tuple of one per run) as a list; refused unless it holds ``count``."""
     if len(value) != count:
         raise ValueError(
             f"{name} must be one for all runs or {count} (one per run), got {len(value)}"
         )
     return list(value)
+
+
+def _datasets_per_run(name: str, value: Any, count: int) -> list[Any]:
+    """A dataset for each of ``count`` runs: one shared, or a list or tuple of one per run.
+
+    A list of datasets (or ``None``) is one per run; any other list is itself one dataset
+    (a plain list of samples), shared.
+    """
+    if isinstance(value, list | tuple) and all(v is None or isinstance(v, Dataset) for v in value):
+        return _per_run(name, value, count)
+    return [value] * count
 
 
 def _check_steps(datasets: Sequence[Dataset[Any]]) -> None:
@@ -255,14 +264,15 @@ def fit_fused(
         models: One model per run, one architecture (each built after its own seed).
         optimizers: One optimiser per run, over its model's parameters (its own rates).
         train_dataset: The training samples every run reads (in the order of its seed), or
-            a list of one set per run, all of one length (e.g. each seed's own data).
+            a list of one ``Dataset`` per run, all of one length (e.g. each seed's own data);
+            a plain list of samples is one dataset, shared.
         loss_fn: ``loss_fn(model, batch)``, as for ``fit``: run under ``torch.func.vmap``,
             so it may not let a value decide (``if loss > 0``) nor draw random numbers.
         run_dirs: One run folder per run, each written as ``fit`` writes it.
         configs: One :class:`TrainConfig` per run, equal but for ``seed`` (and
             ``progress``: only the first run's bar is drawn).
         val_dataset: Evaluated by each run after every epoch, as ``fit`` does; or a list
-            of one set per run.
+            of one ``Dataset`` (or ``None``) per run.
         schedulers: One learning-rate scheduler (or ``None``) per run, over its optimiser,
             stepped as ``fit`` steps its scheduler.
         resume: Continue each run from its ``last.pt`` (``False``: start over).
@@ -277,9 +287,9 @@ def fit_fused(
     """
     _check_runs(models, optimizers, run_dirs, configs)
     count = len(models)
-    trains = _per_run("train_dataset", train_dataset, count)
+    trains = _datasets_per_run("train_dataset", train_dataset, count)
     _check_steps(trains)
-    vals = _per_run("val_dataset", val_dataset, count)
+    vals = _datasets_per_run("val_dataset", val_dataset, count)
     scheds = (
         [None] * count if schedulers is None else _per_run("schedulers", list(schedulers), count)
     )

@@ -301,3 +301,18 @@ def test_a_finished_run_sits_out_while_the_others_resume(tmp_path: Path) -> None
         val_dataset=val,
     )
     _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))
+
+
+def test_a_plain_list_of_samples_is_one_shared_dataset(tmp_path: Path) -> None:
+    # a list of datasets is one per run; a list of samples is a dataset, read by every run
+    _, val = _datasets()
+    samples = [val[i] for i in range(len(val))]
+
+    def fused(root: Path, train: object) -> list[Path]:
+        runs = [_run(s, lr) for s, lr in zip(SEEDS[:2], RATES, strict=False)]
+        models, optimizers, configs = (list(x) for x in zip(*runs, strict=True))
+        dirs = [root / f"seed{seed}" for seed in SEEDS[:2]]
+        fit_fused(models, optimizers, train, gaussian_crps_loss, run_dirs=dirs, configs=configs)
+        return dirs
+
+    _assert_same_runs(fused(tmp_path / "list", samples), fused(tmp_path / "dataset", val))
