@@ -14,12 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DEFAULT_PORT", "LaunchInfo", "Source", "detect_launch", "expand_nodelist"]
+__all__ = ["DEFAULT_PORT", "JOB_PORTS", "LaunchInfo", "Source", "detect_launch", "expand_nodelist"]
 
 Source = Literal["torchrun", "slurm", "single"]
 
 #: Port used when neither the caller, MASTER_PORT nor a Slurm job id gives one.
 DEFAULT_PORT = 29500
+#: Ports derived from a Slurm job id: below Linux's ephemeral range (32768-60999), from
+#: which the kernel takes the local ports of outgoing connections (a derived port there
+#: can be in use by one, and the rendezvous fails with EADDRINUSE).
+JOB_PORTS = range(12000, 32000)
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ def detect_launch(
         if "MASTER_PORT" in env:
             master_port = _int_env(env, "MASTER_PORT")
         elif "SLURM_JOB_ID" in env:
-            master_port = 20000 + _int_env(env, "SLURM_JOB_ID") % 20000
+            master_port = JOB_PORTS[_int_env(env, "SLURM_JOB_ID") % len(JOB_PORTS)]
         else:
             master_port = DEFAULT_PORT
     if not 0 < master_port < 65536:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sciml.distributed.launch import detect_launch, expand_nodelist
+from sciml.distributed.launch import JOB_PORTS, detect_launch, expand_nodelist
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_detect_launch_sources() -> None:
     assert (slurm.source, slurm.rank, slurm.world_size, slurm.local_rank) == ("slurm", 5, 8, 1)
     assert slurm.local_world_size == 4
     assert slurm.master_addr == "gpu12"
-    assert slurm.master_port == 20000 + 123456 % 20000
+    assert slurm.master_port == JOB_PORTS[123456 % len(JOB_PORTS)] < 32768  # not ephemeral
     explicit = detect_launch(
         {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[12-13]"},
         master_addr="10.0.0.5",
