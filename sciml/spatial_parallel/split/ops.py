@@ -18,86 +18,72 @@ broadcasts against the full blocks as on one tensor.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from sciml.spatial_parallel.halo.collectives import replicated_sum
+from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.tensor import (
     Groups,
     SplitContext,
     SplitTensor,
-    aten_name,
     own_first,
     refuse,
     split_names,
     split_use,
+    tensors_in,
     unwrap,
     wrap_replicated,
     wrap_split,
 )
 
-
-def _sum_sig(input: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> None: ...
-def _amax_sig(input: Any, dim: Any = (), keepdim: bool = False) -> None: ...
-def _lse_sig(input: Any, dim: Any, keepdim: bool = False) -> None: ...
-def _norm_sig(
-    input: Any, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None
-) -> None: ...
-def _vnorm_sig(
-    x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None
-) -> None: ...
-def _max_sig(input: Any, dim: Any = None, keepdim: bool = False) -> None: ...
-def _any_sig(input: Any, dim: Any = None, keepdim: bool = False) -> None: ...
-
-
-_FORMS: list[tuple[tuple[str, ...], Callable[..., None]]] = [
-    (("sum", "nansum", "mean"), _sum_sig),
-    (("amax", "amin"), _amax_sig),
-    (("logsumexp",), _lse_sig),
-    (("norm",), _norm_sig),
-    (("linalg_vector_norm", "vector_norm"), _vnorm_sig),
-    (("max", "min"), _max_sig),
-    (("any", "all"), _any_sig),
-]
-_SIGNATURES = {name: inspect.signature(sig) for names, sig in _FORMS for name in names}
+#: Names of the torch functions and methods computed over split dims.
+REDUCTIONS = frozenset(
+    {
+        "sum",
+        "nansum",
+        "mean",
+        "amax",
+        "amin",
+        "logsumexp",
+        "norm",
+        "vector_norm",
+        "linalg_vector_norm",
+        "max",
+        "min",
+        "any",
+        "all",
+        "var",
+        "std",
+        "var_mean",
+        "std_mean",
+    }
+)
+#: The aten ops those calls reach (``norm`` reaches ``linalg_vector_norm``).
+_COMPUTED = frozenset(REDUCTIONS - {"norm", "vector_norm"})
 _VARIANCE = ("var", "std", "var_mean", "std_mean")
-#: Names of the reductions computed over split dims.
-REDUCTIONS = frozenset([*_SIGNATURES, *_VARIANCE])
 
 
-def _arguments(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The reduction's arguments by name (``var``/``std``: also the legacy ``unbiased``)."""
-    if name in _VARIANCE:
-        rest, found = list(args[1:]), dict(kwargs)
-        if rest and isinstance(rest[0], bool):
-            found["unbiased"] = rest.pop(0)
-        elif rest:
-            found["dim"] = rest.pop(0)
-        if rest:
-            found["unbiased" if isinstance(rest[0], bool) and len(rest) > 1 else "keepdim"] = (
-                rest.pop(0)
-            )
-        if rest:
-            found["keepdim"] = rest.pop(0)
-        correction = found.pop("correction", None)
-        unbiased = found.pop("unbiased", None)
-        if correction is None:
-            correction = 1 if unbiased is None or unbiased else 0
-        found["correction"] = correction
-        found.setdefault("dim", None)
-        found.setdefault("keepdim", False)
-        return {"input": args[0], **found}
-    bound = _SIGNATURES[name].bind(*args, **kwargs)
-    bound.apply_defaults()
+def _arguments(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The aten op a reduction reaches and its arguments by name, as torch binds them.
+
+    ``correction`` is filled in (torch's default 1) and a norm's order is ``p``.
+    """
+    bound = bind(func, args, kwargs)
+    if bound.name not in _COMPUTED:
+        split = next(t for t in tensors_in((*args, *kwargs.values())) if isinstance(t, SplitTensor))
+        raise refuse(func, split._split, f"it reaches aten.{bound.op} here, which is not computed")
     values = dict(bound.arguments)
-    if "x" in values:
-        values["input"], values["p"] = values.pop("x"), values.pop("ord")
-    return values
+    if bound.name in _VARIANCE and values.get("correction") is None:
+        values["correction"] = 1
+    if "ord" in values:
+        values["p"] = values.pop("ord")
+    return bound.name, values
 
 
 def _dims(dim: Any, ndim: int) -> tuple[int, ...]:
@@ -119,8 +105,7 @@ def _squeeze(x: torch.Tensor, dims: tuple[int, ...], keepdim: bool) -> torch.Ten
 
 def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A reduction of a split block: global over split dims, local over the others."""
-    name = aten_name(func)
-    values = _arguments(name, args, kwargs)
+    name, values = _arguments(func, args, kwargs)
     x = values["input"]
     if not isinstance(x, SplitTensor):
         raise refuse(func, (), "reduces a tensor by a split block's values; not supported")
@@ -214,7 +199,7 @@ def _global(
     if name in ("any", "all"):
         return _truth(x, dims, groups, any_=name == "any")
     if name in ("max", "min"):
-        if values["dim"] is None:
+        if values.get("dim") is None:
             return extreme(x, dims, groups, largest=name == "max")
         ((dim, axis),) = [(d, a) for d, a in values["split"] if d in dims]
         lo = ctx.bounds(values["gshape"][dim], axis)[0]
