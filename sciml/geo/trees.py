@@ -129,6 +129,57 @@ def _read_csv(path: Path, crs: Any, like: Any) -> gpd.GeoDataFrame:
     return gpd.GeoDataFrame(frame, geometry=geoms, crs=crs)
 
 
+def _image_name(like: Any) -> str | None:
+    """The file name of the image ``like`` (a path, a rasterio dataset, an opened raster)."""
+    if isinstance(like, str | Path):
+        return Path(like).name
+    if isinstance(like, xr.DataArray | xr.Dataset):
+        source = like.encoding.get("source")
+        return Path(source).name if source else None
+    if hasattr(like, "transform") and hasattr(like, "height") and hasattr(like, "name"):
+        return Path(str(like.name)).name  # a rasterio dataset
+    return None
+
+
+def _rows_of_image(frame: gpd.GeoDataFrame, path: Path, like: Any) -> gpd.GeoDataFrame:
+    """The rows of ``frame`` whose ``image_path`` names the image ``like`` (all without one).
+
+    DeepForest-style annotations name the image each box was drawn on in an ``image_path``
+    column, by file name (a path is compared by its file name). Rows for another image
+    are never burned into this one: a file of several images keeps this image's rows and
+    warns; a file without a row for this image is refused.
+
+    Raises:
+        ValueError: No row names this image, naming the file, the column, the images it
+            names and the image given.
+    """
+    column = next((c for c in frame.columns if str(c).lower() == "image_path"), None)
+    image = _image_name(like)
+    if column is None or image is None:
+        return frame
+    named = frame[column].astype("string").str.strip().replace("", pd.NA)
+    names = named.map(lambda value: Path(value).name, na_action="ignore")
+    other = (names.notna() & (names != image)).to_numpy(dtype=bool)
+    if not other.any():
+        return frame
+    counts = names[other].value_counts()
+    listed = ", ".join(f"{name!r} ({n} rows)" for name, n in counts.head(5).items())
+    listed += f" and {len(counts) - 5} more images" if len(counts) > 5 else ""
+    if other.all():
+        raise ValueError(
+            f"{path}: column {column!r} names {listed}, not the image given ({image!r}: "
+            f"{like}); the boxes of another image are not burned into this one: give the "
+            "image the annotations were drawn on, or the annotations of this image"
+        )
+    warnings.warn(
+        f"{path}: column {column!r} names {len(counts) + 1} images; using the "
+        f"{int((~other).sum())} of {len(frame)} rows for {image!r} (the image given), "
+        f"leaving out those of {listed}",
+        stacklevel=3,
+    )
+    return frame[~other].reset_index(drop=True)
+
+
 def _read_osm_trees(path: Path) -> gpd.GeoDataFrame:
     points = read_osm_layer(path, "points")
     points = points[points["tags"].map(lambda t: t.get("natural") == "tree")]
@@ -210,7 +261,10 @@ def load_trees(
         crs: CRS of a CSV's coordinates; ``"pixel"`` for pixel coordinates of
             ``like`` (column, row, as in DeepForest annotations). Default for a
             CSV with ``lon,lat``: EPSG:4326.
-        like: Reference raster for ``crs="pixel"``.
+        like: Reference raster for ``crs="pixel"``; when given, a file's ``image_path``
+            column (DeepForest annotations: the file name of the image each row was drawn
+            on) must name it: rows of other images are left out with a warning, and a
+            file without a row for ``like`` is refused.
         diameter_column: Column of measured crown diameters (default: the first
             known name present), see :func:`crown_diameters`.
         table: Overrides of :data:`CROWN_DIAMETERS` (genus -> metres).
@@ -221,7 +275,8 @@ def load_trees(
         (metres; used for points only).
 
     Raises:
-        ValueError: No usable point or polygon geometry, or no CRS.
+        ValueError: No usable point or polygon geometry, no CRS, or an ``image_path``
+            column that names only other images than ``like``.
     """
     path = Path(path)
     if not path.exists():
@@ -243,6 +298,7 @@ def load_trees(
         )
     if frame.crs is None:
         raise ValueError(f"{path}: the tree layer has no CRS; pass crs=")
+    frame = _rows_of_image(frame, path, like)
     kinds = frame.geometry.geom_type
     usable = frame.geometry.notna() & ~frame.geometry.is_empty & kinds.isin(("Point", *_AREA_TYPES))
     if not usable.any():
