@@ -8,6 +8,11 @@ processes never write one run), compares the configuration about to be written w
 folder's and refuses another one **before anything is written**; a run that passes its own
 checks then writes the record atomically (:meth:`RunClaim.write`). :func:`read_run_record`
 reads the configuration back for the commands that consume the run.
+
+A record may bind from a run's first checkpoint on (:attr:`RecordKind.binding`,
+:data:`LAST_CHECKPOINT`): a run that failed before it (bad inputs found late, a crash in
+its first epoch) left nothing to resume, so the same folder takes a corrected configuration
+and its record is replaced.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from sciml.io_utils import atomic_write_text
 from sciml.training.run_dir import LOCK_NAME, RunDirError, RunLock, differences
 
 __all__ = [
+    "LAST_CHECKPOINT",
     "RecordKind",
     "RunClaim",
     "RunRecordError",
@@ -31,11 +37,15 @@ __all__ = [
     "claim_run_dir",
     "claim_run_dirs",
     "read_run_record",
+    "record_binds",
     "record_text",
 ]
 
 #: Differences named in a refusal before the rest are counted.
 _SHOWN = 8
+#: The checkpoint :func:`sciml.training.fit` writes in a run folder at every epoch's end (and
+#: on a signal): once it exists the run has something to resume.
+LAST_CHECKPOINT = "checkpoints/last.pt"
 
 
 class RunRecordError(RunDirError, ValueError):
@@ -57,6 +67,9 @@ class RecordKind:
             the record is refused (``False``: the workflow checks those files itself).
         option: How the run folder is given, for messages (``"--run-dir"`` on the
             command line, ``"run_dir"`` for a library call).
+        binding: The file of the run folder (e.g. :data:`LAST_CHECKPOINT`) from which on
+            the record binds; before it exists, another configuration replaces the record
+            (``None``: the record binds as soon as it is written).
     """
 
     name: str
@@ -67,6 +80,12 @@ class RecordKind:
     changes: Mapping[int, str] = field(default_factory=dict)
     sole: bool = True
     option: str = "--run-dir"
+    binding: str | None = None
+
+
+def record_binds(run_dir: Path | str, kind: RecordKind) -> bool:
+    """Whether a record of ``kind`` in ``run_dir`` binds a new run (:attr:`RecordKind.binding`)."""
+    return kind.binding is None or (Path(run_dir) / kind.binding).exists()
 
 
 def record_text(kind: RecordKind, config: Any) -> str:
@@ -123,10 +142,11 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
         config: The configuration about to be written.
 
     Returns:
-        True if the folder holds the same record, False if it holds none (a new run).
+        True if the folder holds the same record, False if it holds none (a new run) or
+        one that does not bind yet (:func:`record_binds`: it is replaced).
 
     Raises:
-        RunRecordError: The folder holds a record of another configuration (each
+        RunRecordError: The folder holds a binding record of another configuration (each
             differing field named, the folder's value first), kind or format, a damaged
             record, or (a :attr:`RecordKind.sole` record) other files but no record.
     """
@@ -143,6 +163,8 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
             )
         return False
     changed = differences(saved, json.loads(record_text(kind, config))["config"])
+    if changed and not record_binds(run_dir, kind):
+        return False
     if changed:
         more = f" and {len(changed) - _SHOWN} more" if len(changed) > _SHOWN else ""
         raise RunRecordError(

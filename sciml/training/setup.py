@@ -27,7 +27,12 @@ from sciml.io_utils import atomic_write_text
 from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
 from sciml.training.run_dir import RunDirError, differences, run_record
-from sciml.training.run_record import RecordKind, check_run_record, record_text
+from sciml.training.run_record import (
+    LAST_CHECKPOINT,
+    RecordKind,
+    check_run_record,
+    record_text,
+)
 
 if TYPE_CHECKING:
     from sciml.spatial_parallel.mesh import SpatialMesh
@@ -218,7 +223,7 @@ class TrainSetup:
     @property
     def last(self) -> Path:
         """The run's latest checkpoint, ``checkpoints/last.pt``."""
-        return self.run_dir / "checkpoints" / "last.pt"
+        return self.run_dir / LAST_CHECKPOINT
 
 
 def claim_training_record(setup: TrainSetup, *, resume: bool) -> None:

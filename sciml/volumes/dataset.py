@@ -177,7 +177,7 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     Raises:
         FileNotFoundError, ValueError: For a missing file, a missing or
-            misshapen variable, dims not known by name, a target with another
+            misshapen variable, no samples, dims not known by name, a target with another
             sample count or other spatial dims, a negative halo, stats for other
             channels, a block of a grid with more parts than voxels, or an
             unknown transform.
@@ -234,6 +234,11 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         #: The volume's dtype in the file (before the transform).
         self.file_dtype = str(volume.dtype)
         samples = int(volume.sizes[self.sample_dim])
+        if samples == 0:
+            raise ValueError(
+                f"{self.path} has no samples: {self.variable!r} has 0 along its sample dim "
+                f"{self.sample_dim!r}; write the store with at least one sample"
+            )
         if self.sample_dim not in target.dims or target.sizes[self.sample_dim] != samples:
             raise ValueError(
                 f"target {self.target!r} {where} has dims {dict(target.sizes)}; one of them "
@@ -455,19 +460,30 @@ def block_stats(dataset: ShardedVolumes, *, replica: tuple[int, int] = (0, 1)) -
 
 
 def run_stats(
-    dataset: ShardedVolumes, run_dir: Path | str, *, replica: tuple[int, int] = (0, 1)
+    dataset: ShardedVolumes,
+    run_dir: Path | str,
+    *,
+    replica: tuple[int, int] = (0, 1),
+    cached: bool = True,
 ) -> NormStats:
     """The statistics cached in ``run_dir/norm_stats.json``, computed by :func:`block_stats` once.
 
     A collective: every rank calls it. A resumed run reads the cached file, so
     it normalises exactly as the run that wrote it (rank 0 writes it, atomically).
 
+    Args:
+        dataset: This rank's training volumes.
+        run_dir: The run folder.
+        replica: This rank's data-parallel replica (index, count).
+        cached: Read the cached file when there is one (``False``: a run that never
+            checkpointed, whose data may have been corrected since, computes them again).
+
     Raises:
         ValueError: If the cached statistics are for other channels.
     """
     path = Path(run_dir) / "norm_stats.json"
-    cached = torch.tensor([int(path.exists())])
-    if bool(all_reduce_cpu(cached, op=torch.distributed.ReduceOp.MIN).item()):
+    found = torch.tensor([int(cached and path.exists())])
+    if bool(all_reduce_cpu(found, op=torch.distributed.ReduceOp.MIN).item()):
         stats = NormStats.from_json(path)
         if stats.channels != dataset.channels():
             raise ValueError(

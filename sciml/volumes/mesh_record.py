@@ -4,8 +4,9 @@
 recorded in the run folder when there is one (an explicit grid that differs
 is refused; ``--mesh auto`` takes it without planning again, so a resume is
 exact whatever changed since), else the grid asked for, else the planner's
-(``plan``, see :mod:`sciml.volumes.auto_mesh`). :func:`record_mesh` writes the
-grid a run trains on once its inputs are checked
+(``plan``, see :mod:`sciml.volumes.auto_mesh`). Until the run's first checkpoint the
+recorded grid does not bind: a run that failed before it takes another grid asked for.
+:func:`record_mesh` writes the grid a run trains on once its inputs are checked
 (:func:`sciml.volumes.train.train_volumes` calls both).
 """
 
@@ -17,7 +18,13 @@ from pathlib import Path
 
 from sciml.distributed.collectives import on_rank0, world
 from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.training.run_record import RecordKind, claim_run_dir, read_run_record
+from sciml.training.run_record import (
+    LAST_CHECKPOINT,
+    RecordKind,
+    claim_run_dir,
+    read_run_record,
+    record_binds,
+)
 
 __all__ = [
     "MESH_RECORD",
@@ -34,7 +41,13 @@ RECORD = "mesh.json"
 _ADVICE = "resume with that grid (or --mesh auto), or start a new --run-dir"
 #: The grid's run record (:mod:`sciml.training.run_record`); 2: it names its kind and format.
 MESH_RECORD = RecordKind(
-    "volumes-mesh", 2, RECORD, "the grid of a CosmoFlow / U-Net run", advice=_ADVICE, sole=False
+    "volumes-mesh",
+    2,
+    RECORD,
+    "the grid of a CosmoFlow / U-Net run",
+    advice=_ADVICE,
+    sole=False,
+    binding=LAST_CHECKPOINT,
 )
 
 
@@ -101,6 +114,8 @@ def _decide(
 ) -> tuple[dict[str, int], str]:
     """Rank 0: the grid and what to print (see :func:`choose_mesh`)."""
     recorded = read_record(run_dir)
+    if recorded is not None and mesh is not None and not record_binds(run_dir, MESH_RECORD):
+        recorded = None  # a run that never checkpointed: the grid asked for replaces it
     if recorded is not None:
         if mesh is not None and full_mesh(mesh) != recorded:
             raise ValueError(

@@ -32,11 +32,18 @@ from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.training import RESUMABLE_FIELDS, TrainResult, fit, fit_fused
 from sciml.training.run_dir import PlainValue, plain
+from sciml.training.run_record import record_binds
 from sciml.training.setup import LossFn, LossOutput
 from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes, run_stats
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
-from sciml.volumes.volume_record import check_resume, check_val, describe, record_volumes
+from sciml.volumes.volume_record import (
+    VOLUMES_RECORD,
+    check_resume,
+    check_val,
+    describe,
+    record_volumes,
+)
 
 __all__ = ["build_model", "learning_rate_factor", "train_volumes", "train_volumes_fused"]
 
@@ -156,7 +163,8 @@ def _datasets(
     record = _options_record(options) | {"train": train_record, "val": val_record}
     _check_levels(options, train_set)
     check_resume(run_dir, record)
-    stats = run_stats(train_set, run_dir, replica=(mesh.data_index, mesh.data))
+    started = record_binds(run_dir, VOLUMES_RECORD)  # else its statistics may be of other data
+    stats = run_stats(train_set, run_dir, replica=(mesh.data_index, mesh.data), cached=started)
     train_set.set_stats(stats)
     if val_set is not None:
         val_set.set_stats(stats)
@@ -226,7 +234,8 @@ def train_volumes(
         run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
             ``norm_stats.json``, the grid in ``mesh.json``, the options and volumes in
             ``volumes.json``); an interrupted run resumes from it, on the recorded
-            grid, options and volumes only.
+            grid, options and volumes only (from its first checkpoint on: a run that
+            failed before it reruns in the same folder with corrected inputs).
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
         preempt_after: Act on this rank as on SIGUSR1 once this optimiser step is
@@ -242,6 +251,8 @@ def train_volumes(
     """
     run_dir = Path(run_dir)
     run = _prepare(train, options, run_dir, val, device)
+    # a run that never checkpointed has nothing to resume: its training record is replaced
+    started = record_binds(run_dir, VOLUMES_RECORD)
     return fit(
         run.model,
         run.optimizer,
@@ -251,6 +262,7 @@ def train_volumes(
         config=options.config,
         val_dataset=run.val_set,
         scheduler=run.schedule,
+        resume=started,
         preempt_after=preempt_after,
     )
 

@@ -8,7 +8,8 @@ and its shape) and how the file holds it (its path, its dims by name, its
 dtype). :func:`check_val` refuses validation volumes that do not fit the
 training ones; :func:`check_resume` (collective) refuses a resumed run whose
 volumes or options differ from those recorded when it started, naming both, before the
-run writes anything; :func:`record_volumes` writes the record once a run's
+run writes anything (from its first checkpoint on: a run that failed before it is rerun
+with corrected inputs in the same folder); :func:`record_volumes` writes the record once a run's
 inputs are checked (:func:`sciml.volumes.train.train_volumes` calls all three).
 """
 
@@ -20,10 +21,12 @@ from typing import TYPE_CHECKING
 from sciml.distributed.collectives import on_rank0, world
 from sciml.training.run_dir import PlainValue, differences
 from sciml.training.run_record import (
+    LAST_CHECKPOINT,
     RecordKind,
     check_run_record,
     claim_run_dir,
     read_run_record,
+    record_binds,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +49,14 @@ _LAYOUT = {1: "the record now names its kind and format, and the run's options"}
 #: The run record of a CosmoFlow or U-Net run; 2: it names its kind and format and records
 #: the run's options beside its volumes.
 VOLUMES_RECORD = RecordKind(
-    "volumes-run", 2, RECORD, "a CosmoFlow / U-Net run", advice=_ADVICE, changes=_LAYOUT, sole=False
+    "volumes-run",
+    2,
+    RECORD,
+    "a CosmoFlow / U-Net run",
+    advice=_ADVICE,
+    changes=_LAYOUT,
+    sole=False,
+    binding=LAST_CHECKPOINT,
 )
 #: What must be the same for a resumed run and for validation volumes (the rest is recorded
 #: for the reader: the path, the file's dims and dtype, which the reading aligns).
@@ -92,8 +102,8 @@ def check_val(train: dict[str, PlainValue], val: dict[str, PlainValue]) -> None:
 
 
 def _compare(run_dir: Path, record: dict[str, PlainValue]) -> None:
-    """Rank 0: refuse ``record`` unless it matches the one of ``run_dir`` (if any)."""
-    if not (run_dir / RECORD).exists():
+    """Rank 0: refuse ``record`` unless it matches the one of ``run_dir`` (if it binds)."""
+    if not (run_dir / RECORD).exists() or not record_binds(run_dir, VOLUMES_RECORD):
         return
     saved = read_run_record(run_dir, VOLUMES_RECORD)
     lines = []

@@ -6,7 +6,7 @@ import pytest
 
 from sciml.cli import main
 from sciml.distributed import init_distributed
-from sciml.training.run_record import record_text
+from sciml.training.run_record import LAST_CHECKPOINT, record_text
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.mesh_record import (
     MESH_RECORD,
@@ -35,10 +35,16 @@ def test_the_recorded_grid_is_kept(tmp_path: Path) -> None:
         record_mesh(tmp_path, chosen)
         assert choose_mesh(tmp_path, None, plan=no_plan) == chosen  # resume: reused
         assert choose_mesh(tmp_path, {}, plan=no_plan) == chosen
+        # before the run's first checkpoint nothing binds: the grid asked for replaces it
+        assert choose_mesh(tmp_path, {"depth": 2}) == {**chosen, "depth": 2}
+        record_mesh(tmp_path, {"depth": 2})
+        record_mesh(tmp_path, chosen)
+        (tmp_path / LAST_CHECKPOINT).parent.mkdir()
+        (tmp_path / LAST_CHECKPOINT).touch()
         with pytest.raises(ValueError, match="differs from the grid .* recorded in"):
             choose_mesh(tmp_path, {"depth": 2})
         with pytest.raises(ValueError, match=r"another configuration \(mesh.depth: 1 in the"):
-            record_mesh(tmp_path, {"depth": 2})  # a recorded grid is never replaced
+            record_mesh(tmp_path, {"depth": 2})  # a checkpointed run's grid is never replaced
         assert read_record(tmp_path) == chosen
         for bad, message in (
             ({"depht": 2}, "axes \\['depht'\\] are unknown"),
