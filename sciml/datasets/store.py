@@ -17,6 +17,13 @@ read,
 
 and :class:`StoreInventory.verify` checks each chunk's CRC-32 as it is read.
 Each is a :class:`StoreError` naming the store, the array and the chunk index.
+
+A store changed on purpose after it was written (values or variables written with
+zarr or xarray) no longer matches its manifest either. Where files of the store were
+modified after its manifest, the error says so, lists them by array and chunk, and
+names both ways on: :func:`register_store` (``sciml cosmoflow register STORE``, or
+``sciml unet3d register``) records the store as it now is, and a store that was not
+changed on purpose is damaged and is copied again.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,10 +43,19 @@ import numpy as np
 
 from sciml.io_utils import atomic_write_text
 
-__all__ = ["MANIFEST", "StoreError", "StoreInventory", "check_store", "write_manifest"]
+__all__ = [
+    "MANIFEST",
+    "StoreError",
+    "StoreInventory",
+    "check_store",
+    "register_store",
+    "write_manifest",
+]
 
 #: The inventory file at the root of a store (Zarr ignores it).
 MANIFEST = "sciml-manifest.json"
+#: Files named in an error before the rest are counted.
+_SHOWN = 8
 
 
 class StoreError(ValueError):
@@ -112,18 +129,58 @@ class StoreInventory:
         store: The store's path.
         files: ``key -> (size, crc32)`` from the manifest (empty: no manifest).
         chunks: ``key -> (array, chunk index)`` of every chunk the arrays need.
+        written: When the manifest was written (its modification time; ``None``: no
+            manifest).
     """
 
     store: Path
     files: dict[str, tuple[int, int]]
     chunks: dict[str, tuple[str, tuple[int, ...]]]
+    written: float | None = None
 
     def where(self, key: str) -> str:
         """``key`` in the user's terms: the store, the array and the chunk index."""
+        return f"{self.store}: {self._part(key)}"
+
+    def _part(self, key: str) -> str:
         if key in self.chunks:
             array, index = self.chunks[key]
-            return f"{self.store}: array {array!r}, chunk {index} (file {key})"
-        return f"{self.store}: file {key}"
+            return f"array {array!r}, chunk {index} (file {key})"
+        return f"file {key}"
+
+    def mismatch(self, key: str, found: str) -> StoreError:
+        """The error for ``key``, which differs from the manifest (``found``: how).
+
+        Files modified after the manifest was written mean the store was changed after it
+        was written: they are listed, with how to register the change; otherwise the
+        store is damaged (an interrupted or faulty copy).
+        """
+        recorded = f"{self.where(key)} {found}"
+        changed = self.changed_files()
+        if not changed:
+            return StoreError(f"{recorded}; the store is damaged: copy the store again")
+        shown = "; ".join(self._part(k) for k in changed[:_SHOWN])
+        more = f" and {len(changed) - _SHOWN} more" if len(changed) > _SHOWN else ""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.written))
+        return StoreError(
+            f"{recorded}: {self.store} was changed after it was written ({len(changed)} "
+            f"file(s) modified since its manifest {MANIFEST} of {when}: {shown}{more}); if "
+            "you changed it on purpose (wrote to it with zarr or xarray), register it as it "
+            f"now is: sciml cosmoflow register {self.store} (or "
+            "sciml.datasets.store.register_store); if not, the store is damaged: copy the "
+            "store again"
+        )
+
+    def changed_files(self) -> list[str]:
+        """Keys of the files modified after the manifest was written (a listing, no reads)."""
+        if self.written is None:
+            return []
+        found = [
+            (key, entry.stat().st_mtime)
+            for key, entry in _files(str(self.store))
+            if entry.stat().st_mtime > self.written
+        ]
+        return [key for key, _ in sorted(found, key=lambda item: (item[1], item[0]))]
 
     def verify(self, key: str, data: Any) -> None:
         """Check a chunk read whole against the manifest.
@@ -140,10 +197,10 @@ class StoreInventory:
         size, crc = self.files[key]
         view = memoryview(data).cast("B")
         if len(view) != size or zlib.crc32(view) != crc:
-            raise StoreError(
-                f"{self.where(key)} is damaged: {len(view)} bytes with CRC-32 "
-                f"{zlib.crc32(view):08x}, the store's manifest recorded {size} bytes with "
-                f"{crc:08x}; copy the store again"
+            raise self.mismatch(
+                key,
+                f"differs from the store's manifest: {len(view)} bytes with CRC-32 "
+                f"{zlib.crc32(view):08x}, the manifest recorded {size} bytes with {crc:08x}",
             )
 
 
@@ -167,9 +224,28 @@ def check_store(store: Path | str) -> StoreInventory:
     """
     store = Path(store)
     files = _manifest(store)
+    inventory, sizes = _checked_chunks(store, files)
+    for key, (size, _) in files.items():
+        if sizes.get(key) != size:
+            found = "is missing" if key not in sizes else f"has {sizes[key]} bytes"
+            raise inventory.mismatch(key, f"{found}, the store's manifest recorded {size} bytes")
+    return inventory
+
+
+def _checked_chunks(
+    store: Path, files: dict[str, tuple[int, int]]
+) -> tuple[StoreInventory, dict[str, int]]:
+    """The inventory of ``store`` and its files' sizes, once every chunk it needs is checked.
+
+    Raises:
+        StoreError: A chunk an array needs that is missing, or an uncompressed one of
+            another size.
+    """
+    written = (store / MANIFEST).stat().st_mtime if files else None
     sizes = {key: entry.stat().st_size for key, entry in _files(str(store))}
     needed = _chunks(store)
-    inventory = StoreInventory(store, files, {k: (c.array, c.index) for k, c in needed.items()})
+    chunks = {k: (c.array, c.index) for k, c in needed.items()}
+    inventory = StoreInventory(store, files, chunks, written)
     hint = (
         "copy the store again (an interrupted copy?), or, for a store written without "
         "its empty chunks, write it again with write_empty_chunks=True"
@@ -182,11 +258,34 @@ def check_store(store: Path | str) -> StoreInventory:
                 f"{inventory.where(key)} has {sizes[key]} bytes, its uncompressed chunk holds "
                 f"{chunk.size}; copy the store again"
             )
-    for key, (size, _) in files.items():
-        if sizes.get(key) != size:
-            found = "is missing" if key not in sizes else f"has {sizes[key]} bytes"
-            raise StoreError(
-                f"{inventory.where(key)} {found}, the store's manifest recorded {size} bytes; "
-                "copy the store again"
-            )
-    return inventory
+    return inventory, sizes
+
+
+def register_store(store: Path | str) -> tuple[Path, list[str]]:
+    """Record a Zarr store as it now is: rewrite its manifest after a change made on purpose.
+
+    For a store written by sciml and then changed with zarr or xarray (values rewritten,
+    variables added), which :func:`check_store` refuses as changed after it was written.
+    The store's arrays are checked first: every chunk they need is there, with its size.
+
+    Args:
+        store: The Zarr store.
+
+    Returns:
+        The manifest's path and the keys of the files that differ from the old manifest
+        (added, removed or changed; every file when there was none).
+
+    Raises:
+        StoreError: No Zarr store there, a store whose metadata cannot be read, or a chunk
+            that is missing or has another size than its array says (damage, not edits).
+    """
+    store = Path(store)
+    if not store.is_dir():
+        found = "not found" if not store.exists() else "not a Zarr store (a folder)"
+        raise StoreError(f"{store}: {found}; only a Zarr store has a manifest to register")
+    old = _manifest(store)
+    _checked_chunks(store, {})  # the arrays alone: the old manifest is being replaced
+    path = write_manifest(store)
+    new = _manifest(store)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    return path, changed

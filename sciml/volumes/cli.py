@@ -1,4 +1,8 @@
-"""``sciml cosmoflow data|train`` and ``sciml unet3d data|train``.
+"""``sciml cosmoflow data|register|train`` and ``sciml unet3d data|register|train``.
+
+``register STORE`` records a store changed on purpose after ``data`` wrote it (values or
+variables written with zarr or xarray) as it now is (:func:`sciml.datasets.store.register_store`):
+``train`` refuses a store that differs from its manifest.
 
 ``train`` runs on every process of a launch (torchrun, srun, or one
 process), e.g.::
@@ -84,6 +88,15 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_register(args: argparse.Namespace) -> int:
+    from sciml.datasets.store import register_store
+
+    manifest, changed = register_store(args.store)
+    shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    print(f"registered {args.store} as it now is ({manifest}); files changed: {shown or 'none'}")
+    return 0
+
+
 def _check_mesh_options(args: argparse.Namespace) -> None:
     """Options that only ``--mesh auto`` takes, and the batch it needs, named."""
     if args.mesh != "auto":
@@ -154,6 +167,16 @@ def _add_data(sub: Subparsers, workflow: str, about: str) -> None:
     data.set_defaults(func=_cmd_data, workflow=workflow)
 
 
+def _add_register(sub: Subparsers, workflow: str) -> None:
+    register = sub.add_parser(
+        "register",
+        help="record a store changed on purpose (written to with zarr or xarray) as it now "
+        "is: rewrite its manifest (sciml.datasets.store.register_store)",
+    )
+    register.add_argument("store", type=Path, help="Zarr store (from the data command)")
+    register.set_defaults(func=_cmd_register, workflow=workflow)
+
+
 def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> None:
     """``train``: the launch options by hand, the rest generated from :class:`VolumeTraining`."""
     train = sub.add_parser("train", help="train on every process of a torchrun/srun launch")
@@ -204,9 +227,10 @@ def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> N
 
 
 def register(subparsers: Subparsers) -> None:
-    """Add ``cosmoflow`` and ``unet3d`` with their ``data`` and ``train`` commands."""
+    """Add ``cosmoflow`` and ``unet3d`` with their ``data``, ``register`` and ``train`` commands."""
     for workflow, about in WORKFLOWS.items():
         group = subparsers.add_parser(workflow, help=str(about["help"]))
         sub = group.add_subparsers(dest="action", metavar="ACTION", required=True)
         _add_data(sub, workflow, str(about["data"]))
+        _add_register(sub, workflow)
         _add_train(sub, workflow, {**TRAIN_DEFAULTS, **about["defaults"]})

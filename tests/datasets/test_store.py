@@ -1,15 +1,19 @@
 """sciml.datasets.store: a missing or damaged chunk is an error naming store, array and chunk."""
 
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
-from sciml.datasets.store import MANIFEST, StoreError, check_store
+from sciml.cli import main
+from sciml.datasets.store import MANIFEST, StoreError, check_store, register_store
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
+from tests.file_digests import digests
 
 SIZE = 8
 
@@ -100,3 +104,44 @@ def test_a_chunk_that_does_not_decode_is_named(foreign: Path, tmp_path: Path) ->
     ):
         volumes[1]
     np.testing.assert_array_equal(volumes[0][0].numpy(), ShardedVolumes(foreign)[0][0].numpy())
+
+
+def test_a_store_changed_on_purpose_is_named_changed_and_can_be_registered(
+    written: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "... is damaged ...; copy the store again", although the user wrote to it.
+    path = _copy(written, tmp_path)
+    zarr.open_group(path, mode="r+")["volume"][1] = 5  # values rewritten, chunk sizes kept
+    before = digests(path)
+    volumes = ShardedVolumes(path)
+    with pytest.raises(StoreError) as refused:
+        volumes[1]
+    message = str(refused.value)
+    assert re.match(f"{path}: array 'volume', chunk \\(1, 0, [01], [01], [01]\\) ", message)
+    assert (
+        f"{path} was changed after it was written (8 file(s) modified since its manifest" in message
+    )
+    assert "array 'volume', chunk (1, 0, 1, 1, 1)" in message
+    assert f"register it as it now is: sciml cosmoflow register {path}" in message
+    xr.Dataset({"extra": ("sample", np.arange(3.0))}).to_zarr(path, mode="a")  # a new variable
+    with pytest.raises(StoreError, match=r"file \.z\w+ has \d+ bytes, .*changed after it"):
+        ShardedVolumes(path)  # a size that differs: named when the store is opened
+    assert digests(path) != before  # (the user's edit, not sciml's)
+    assert main(["cosmoflow", "register", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert f"registered {path} as it now is" in shown
+    assert ".zmetadata" in shown and "extra/.zarray" in shown and "volume/1.0.0.0.0" in shown
+    np.testing.assert_array_equal(ShardedVolumes(path).read_volume(1), np.log1p(5.0))
+    np.testing.assert_array_equal(ShardedVolumes(path)[0][0], ShardedVolumes(written)[0][0])
+
+
+def test_a_damaged_store_is_not_registered(written: Path, tmp_path: Path) -> None:
+    path = _copy(written, tmp_path)
+    chunk = path / "volume" / "0.0.0.1.1"
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    before = digests(path)
+    with pytest.raises(StoreError, match="chunk \\(0, 0, 0, 1, 1\\) .*has 100 bytes"):
+        register_store(path)
+    assert digests(path) == before
+    with pytest.raises(StoreError, match="not a Zarr store"):
+        register_store(path / "volume" / ".zarray")
