@@ -111,7 +111,7 @@ def test_a_store_changed_on_purpose_is_named_changed_and_can_be_registered(
 ) -> None:
     # Before: "... is damaged ...; copy the store again", although the user wrote to it.
     path = _copy(written, tmp_path)
-    zarr.open_group(path, mode="r+")["volume"][1] = 5  # values rewritten, chunk sizes kept
+    zarr.open_array(path / "volume", mode="r+")[1] = 5  # values rewritten, chunk sizes kept
     before = digests(path)
     volumes = ShardedVolumes(path)
     with pytest.raises(StoreError) as refused:
