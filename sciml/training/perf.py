@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from sciml.distributed import all_reduce_cpu, world
+from sciml.io_utils import write_errors
 
 __all__ = ["PERF_COLUMNS", "EpochClock", "log_perf", "peak_memory_mib"]
 
@@ -95,7 +96,7 @@ def log_perf(path: Path, figures: dict[str, float], *, epoch: int, step: int) ->
     if rank != 0:
         return
     new = not path.exists()
-    with open(path, "a", newline="") as handle:
+    with write_errors(path), open(path, "a", newline="") as handle:
         writer = csv.writer(handle)
         if new:
             writer.writerow(PERF_COLUMNS)

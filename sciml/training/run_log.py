@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from sciml.io_utils import atomic_write_text, write_errors
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -66,15 +69,20 @@ class CsvLogger:
         if path.exists():
             with open(path, newline="") as handle:
                 kept = list(csv.reader(handle))[1 : rows + 1]
-        with open(path, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(METRIC_COLUMNS)
-            writer.writerows(kept)
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(METRIC_COLUMNS)
+        writer.writerows(kept)
+        atomic_write_text(path, text.getvalue())  # a failed rewrite keeps the old rows
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        """Append one row per metric."""
+        """Append one row per metric.
+
+        Raises:
+            sciml.io_utils.WriteError: The file system failed the write (named).
+        """
         epoch = self.epoch()
-        with open(self.path, "a", newline="") as handle:
+        with write_errors(self.path), open(self.path, "a", newline="") as handle:
             writer = csv.writer(handle)
             for key, value in metrics.items():
                 writer.writerow((epoch, step, *_split_name(key), repr(float(value))))

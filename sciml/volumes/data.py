@@ -25,9 +25,6 @@ atomically (a temporary name, then a rename). Sample ``i`` depends only on ``(se
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,7 @@ import numpy as np
 import xarray as xr
 
 from sciml.datasets.store import write_manifest
+from sciml.io_utils import atomic_folder
 from sciml.progress import Milestones, phase
 
 __all__ = ["PARAMS", "RANGES", "gaussian_field", "write_cosmology", "write_segmentation"]
@@ -101,8 +99,6 @@ def _scaled(params: np.ndarray) -> np.ndarray:
 
 def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
     """``ds`` as a Zarr store at ``path``, ``variable`` chunked for block reads, atomically."""
-    if path.exists():
-        raise FileExistsError(f"{path} exists; remove it or choose another output path")
     shape = ds[variable].shape
     # uncompressed, as the MLPerf data: a block costs exactly its voxels' bytes
     encoding: dict[str, dict[str, Any]] = {
@@ -111,10 +107,11 @@ def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
     for name in ds.data_vars:
         if name != variable and ds[name].ndim == 4:
             encoding[str(name)] = {"chunks": (1, chunks, chunks, chunks), "compressors": None}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        with phase(logger, f"writing {path} ({ds.nbytes / 2**20:.1f} MiB)"):
+    with (
+        phase(logger, f"writing {path} ({ds.nbytes / 2**20:.1f} MiB)"),
+        atomic_folder(path) as partial,
+    ):
+        try:
             ds.to_zarr(
                 partial,
                 mode="w",
@@ -123,12 +120,29 @@ def _write(path: Path, ds: xr.Dataset, variable: str, chunks: int) -> Path:
                 zarr_format=2,
                 write_empty_chunks=True,
             )
-            write_manifest(partial)
-            os.rename(partial, path)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
+        except BaseException:
+            _settle_zarr_writes()  # before the partial store is removed
+            raise
+        write_manifest(partial)
     return path
+
+
+def _settle_zarr_writes(timeout: float = 60.0) -> None:
+    """Wait for the chunk writes zarr still has in flight after one of them failed.
+
+    Zarr writes chunks concurrently on its own event loop; when one fails (a full disk)
+    the others carry on, and would recreate the partial store after it is removed.
+    """
+    import asyncio
+
+    from zarr.core.sync import _get_loop
+
+    async def drain() -> None:
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=timeout)
+
+    asyncio.run_coroutine_threadsafe(drain(), _get_loop()).result(timeout + 5)
 
 
 def _samples(
