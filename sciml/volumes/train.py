@@ -337,6 +337,8 @@ def train_volumes_fused(
         _prepare(train, opts, Path(run_dir), None if vals is None else vals[k], device)
         for k, (train, opts, run_dir) in enumerate(zip(trains, options, run_dirs, strict=True))
     ]
+    # a sweep none of whose runs checkpointed has nothing to resume, as train_volumes
+    started = any(record_binds(run_dir, VOLUMES_RECORD) for run_dir in run_dirs)
     return fit_fused(
         [run.model for run in runs],
         [run.optimizer for run in runs],
@@ -346,5 +348,6 @@ def train_volumes_fused(
         configs=[opts.config for opts in options],
         val_dataset=[run.val_set for run in runs],
         schedulers=[run.schedule for run in runs],
+        resume=started,
         preempt_after=preempt_after,
     )
