@@ -40,16 +40,21 @@ class WriteError(OSError):
     file, the reason and the space left on the file system.
     """
 
-    def __init__(self, code: int, path: Path, usage: str) -> None:
+    def __init__(self, code: int, path: Path | str, usage: str) -> None:
         """The failure ``code`` writing ``path``; ``usage``: its file system's space."""
         super().__init__(code, WRITE_ERRNOS[code], str(path))
+        self.code, self.usage = code, usage
         if code in (errno.ENOSPC, errno.EDQUOT):
             advice = "free space there, or write elsewhere"
         elif code == errno.EROFS:
             advice = "write elsewhere, or remount it writable"
         else:
-            advice = f"write elsewhere, or get write permission to {path.parent}"
+            advice = f"write elsewhere, or get write permission to {Path(path).parent}"
         self.message = f"cannot write {path}: {WRITE_ERRNOS[code]} ({usage}); {advice}"
+
+    def __reduce__(self) -> tuple[type[WriteError], tuple[int, str, str]]:
+        """Pickle by the arguments it was made of (it crosses processes whole)."""
+        return type(self), (self.code, str(self.filename), self.usage)
 
     def __str__(self) -> str:
         """The message (without ``[Errno N]``)."""

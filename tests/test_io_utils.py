@@ -2,6 +2,7 @@
 
 import errno
 import os
+import pickle
 import re
 import stat
 import subprocess
@@ -122,6 +123,7 @@ def test_a_full_disk_is_named_and_the_old_file_kept(
         str(failed.value),
     ), failed.value
     assert digests(small_disk) == before  # the old file whole, no temporary left
+    assert str(pickle.loads(pickle.dumps(failed.value))) == str(failed.value)  # across ranks
 
 
 def test_a_store_onto_a_full_disk_is_named_and_nothing_left(
