@@ -18,14 +18,28 @@ from sciml.weather.toy.cli import register_toy
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    from sciml.datasets.cf import conform_units, units_of
     from sciml.io_utils import atomic_write_text
-    from sciml.weather.data import open_ensemble
+    from sciml.weather.data import asked_for, check_calendars, open_ensemble
     from sciml.weather.verify import score_ensemble, scores_table
 
-    forecasts = open_ensemble(args.forecasts)  # lazy: only what is scored is read
-    observations = (
-        open_ensemble(args.observations, variables=[args.variable]) if args.observations else None
-    )
+    # lazy: only what is scored is read
+    forecasts = open_ensemble(args.forecasts, checked=asked_for([args.variable]))
+    observations = None
+    if args.observations:
+        sides = (
+            f"the forecasts ({', '.join(args.forecasts)})",
+            f"the observations ({' '.join(args.observations)})",
+        )
+        observations = open_ensemble(args.observations, variables=[args.variable])
+        check_calendars(dict(zip(sides, (forecasts, observations), strict=True)))
+        if args.variable in forecasts:  # the observations in the forecasts' units
+            observations, _ = conform_units(
+                observations,
+                {args.variable: units_of(forecasts[args.variable])},
+                what=sides[1],
+                reference=sides[0],
+            )
     scores = score_ensemble(
         forecasts,
         args.variable,
@@ -49,13 +63,16 @@ def _cmd_score(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
-    from sciml.weather.data import open_ensemble
+    from sciml.weather.data import asked_for, open_ensemble
     from sciml.weather.postprocess.train import train_postprocessors
 
     with init_distributed() as ctx:
         configs, folders = sweep_runs(args, PostprocessConfig)
         statuses = train_postprocessors(
-            open_ensemble(args.data), configs, folders, device=ctx.device
+            open_ensemble(args.data, checked=asked_for(args.variables)),
+            configs,
+            folders,
+            device=ctx.device,
         )
         for run, status, folder in zip(configs, statuses, folders, strict=True):
             print0(f"{run.model} on {run.members} members: {status}, run folder {folder}")
@@ -98,8 +115,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_split(args: argparse.Namespace) -> int:
-    import numpy as np
-
+    from sciml.datasets.cf import date_text
     from sciml.weather.data import open_ensemble
     from sciml.weather.split import write_splits
 
@@ -116,7 +132,7 @@ def _cmd_split(args: argparse.Namespace) -> int:
     for name, path in paths.items():
         with open_ensemble(path) as part:
             times = part["time"].values
-        first, last = (np.datetime_as_string(time, unit="m") for time in (times[0], times[-1]))
+        first, last = date_text(times[0]), date_text(times[-1])
         print(f"{name}: {times.size} start date(s), {first} .. {last} -> {path}")
     return 0
 

@@ -13,6 +13,22 @@ one Dask-backed :class:`xarray.Dataset` with dimensions ``member``, ``time``, ``
 
 ENS-10 (Ashkboos et al. 2022) ships GRIB files decoded by cfgrib, so the same mapping
 applies to it. Coordinates must be strictly monotonic, and every file must share one grid.
+
+The rest of the contract of an ensemble input (the README's "Inputs"):
+
+* fields (variables with a ``member``, ``lat`` or ``lon`` dim) must have ``lat`` and
+  ``lon``; other variables (a scalar ``crs``, ``time_bnds``) are carried along unchecked,
+  and a variable not asked for is never refused;
+* units (the CF ``units`` attribute): a variable is in one unit across files and a
+  ``<v>_truth`` in its forecast's: convertible units are converted (``cf_units``), others
+  refused naming both (:mod:`sciml.datasets.cf`); a variable stating none is taken to be
+  in the units of the others;
+* calendars: ``time`` may be in any CF calendar (cftime dates for ``noleap``, ``360_day``,
+  ``julian``, ...), compared and split in its own; files in different calendars are
+  refused (:func:`check_calendars`);
+* missing values (NaN, CF's ``_FillValue``): a command refuses them before writing
+  anything (:func:`refuse_missing`) unless it masks them (``sciml weather train
+  --missing mask``).
 """
 
 from __future__ import annotations
@@ -21,10 +37,19 @@ import glob
 import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from sciml.datasets.cf import (
+    calendar_of,
+    conform_units,
+    find_missing,
+    parse_date,
+    units_of,
+    valid_times,
+)
 from sciml.progress import phase
 
 #: Source name -> project name, for dimensions and their coordinates.
@@ -39,6 +64,9 @@ NAME_MAP: dict[str, str] = {
     "longitude": "lon",
     "step": "lead_time",
 }
+#: A variable with one of these dims is a field of the ensemble, checked when opened; the
+#: others (a scalar ``crs``, ``time_bnds``) are carried along unchecked.
+FIELD_DIMS = ("member", "lat", "lon")
 #: Canonical order of the dimensions of every variable.
 DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lon")
 GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
@@ -49,8 +77,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "IN_MEMORY_BYTES",
+    "asked_for",
+    "check_calendars",
     "in_memory",
     "open_ensemble",
+    "refuse_missing",
     "split_by_time",
     "split_start_dates",
     "standardise_names",
@@ -118,9 +149,8 @@ def standardise_names(ds: xr.Dataset, *, source: str = "dataset") -> xr.Dataset:
             # files combine along it
             ds = ds.expand_dims(name)
     if "valid_time" in ds.coords and ds["valid_time"].ndim == 0:
-        ds = ds.drop_vars("valid_time").assign_coords(
-            valid_time=ds["time"] + ds["lead_time"] if "lead_time" in ds.dims else ds["time"]
-        )
+        valid = valid_times(ds["time"], ds["lead_time"]) if "lead_time" in ds.dims else ds["time"]
+        ds = ds.drop_vars("valid_time").assign_coords(valid_time=valid)
     return ds
 
 
@@ -129,17 +159,62 @@ def _check_monotonic(ds: xr.Dataset, source: str) -> None:
         if name not in ds.dims or name not in ds.coords or ds.sizes[name] < 2:
             continue
         values = ds[name].values
-        steps = np.diff(values)
-        zero = np.zeros((), dtype=steps.dtype)
-        if not (np.all(steps > zero) or np.all(steps < zero)):
+        # neighbours compared, not differences: cftime dates step by datetime.timedelta
+        after, before = values[1:], values[:-1]
+        if not (np.all(after > before) or np.all(after < before)):
             raise ValueError(
                 f"{source}: coordinate {name!r} is not strictly monotonic "
                 f"(first values {values[:5].tolist()}); sort it or drop duplicates first"
             )
 
 
+def check_calendars(named: Mapping[str, xr.Dataset]) -> None:
+    """The ``time`` coordinates of inputs compared with each other share one calendar.
+
+    Args:
+        named: Each input by how messages name it (e.g. its file).
+
+    Raises:
+        ValueError: Two calendars, naming both inputs, the coordinate and the calendars.
+    """
+    calendars = {
+        what: calendar_of(ds["time"].values)
+        for what, ds in named.items()
+        if "time" in ds.coords and ds["time"].size
+    }
+    if len(set(calendars.values())) > 1:
+        shown = ", ".join(f"{what}: {calendar!r}" for what, calendar in calendars.items())
+        raise ValueError(
+            f"the 'time' coordinates are in different calendars ({shown}); dates of two "
+            "calendars are not comparable: convert them to one calendar first"
+        )
+
+
+def refuse_missing(ds: xr.Dataset, names: Sequence[str], *, advice: str) -> None:
+    """Refuse ``ds`` when a variable of ``names`` has missing (NaN) values, before any write.
+
+    Args:
+        ds: The data.
+        names: The variables a command reads.
+        advice: What changes it (e.g. the option that masks them).
+
+    Raises:
+        ValueError: Naming each such variable, its file, how many points are missing and
+            the first of them, and ``advice``.
+    """
+    found = find_missing(ds, names)
+    if found:
+        files = {name: ds[name].encoding.get("source") for name in found}
+        shown = "; ".join(
+            f"{name!r}" + (f" of {files[name]}" if files[name] else "") + f": {text}"
+            for name, text in found.items()
+        )
+        raise ValueError(f"missing (NaN) values in {shown}; nothing was written: {advice}")
+
+
 def _check_same_grid(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> None:
     first = datasets[0]
+    check_calendars({str(path): ds for ds, path in zip(datasets, paths, strict=True)})
     for ds, path in zip(datasets[1:], paths[1:], strict=True):
         for name in ("lat", "lon", "level"):
             if (name in first.coords) != (name in ds.coords):
@@ -151,6 +226,31 @@ def _check_same_grid(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> N
                     f"({first.sizes.get(name)} values, {first[name].values[:3].tolist()}...); "
                     "regrid the files to one grid first"
                 )
+
+
+def _conform_units(datasets: Sequence[xr.Dataset], paths: Sequence[Path]) -> list[xr.Dataset]:
+    """Each variable in one unit across the files, a ``<v>_truth`` in its forecast ``v``'s.
+
+    A variable's units are those the first file stating any gives it (its forecast's for
+    a truth); convertible units elsewhere are converted to them, others refused
+    (:func:`sciml.datasets.cf.conform_units`).
+    """
+    stated: dict[str, tuple[str, str]] = {}
+    for ds, path in zip(datasets, paths, strict=True):
+        for name, var in ds.data_vars.items():
+            units = units_of(var)
+            if units is not None:
+                stated.setdefault(str(name), (units, f"{name!r} in {path}"))
+    for name in list(stated):
+        forecast = name.removesuffix("_truth")
+        if forecast != name and forecast in stated:
+            stated[name] = stated[forecast]
+    expected = {name: units for name, (units, _) in stated.items()}
+    reference = {name: where for name, (_, where) in stated.items()}
+    return [
+        conform_units(ds, expected, what=str(path), reference=reference)[0]
+        for ds, path in zip(datasets, paths, strict=True)
+    ]
 
 
 def _names(values: Hashable | Iterable[Hashable]) -> list[Hashable]:
@@ -176,6 +276,16 @@ def _select(ds: xr.Dataset, dim: str, wanted: Sequence[Hashable] | None, what: s
     return ds.sel({dim: list(wanted)})
 
 
+def asked_for(variables: Sequence[str] | None) -> list[str] | None:
+    """The variables a command reads when it is given ``variables``: each and its truth.
+
+    ``None`` (no variables given: the command reads every field) stays ``None``.
+    """
+    if variables is None:
+        return None
+    return [name for var in variables for name in (var, f"{var}_truth")]
+
+
 def open_ensemble(
     paths: str | Path | Iterable[str | Path],
     *,
@@ -183,6 +293,7 @@ def open_ensemble(
     levels: Sequence[float] | None = None,
     members: Sequence[int] | None = None,
     chunks: Mapping[str, int] | str | None = None,
+    checked: Sequence[str] | None = None,
 ) -> xr.Dataset:
     """Open ensemble files as one lazy dataset with the project's dimension names.
 
@@ -195,6 +306,9 @@ def open_ensemble(
         members: Member labels to keep (e.g. ``range(5)`` for members 0-4 of 10).
         chunks: Dask chunks by project dimension name (default: the files' own chunks,
             one per file for netCDF).
+        checked: The variables a command reads, whose dims are checked (default: every
+            field kept, a variable with a ``member``, ``lat`` or ``lon`` dim); the others
+            are kept unchecked.
 
     Returns:
         A Dask-backed dataset whose variables have dimensions in the order
@@ -220,6 +334,9 @@ def open_ensemble(
                 )
             ds = ds[[name for name in variables if name in ds.data_vars]]
         for name, var in ds.data_vars.items():
+            field = bool(set(FIELD_DIMS) & set(var.dims))
+            if not (field if checked is None else name in checked):
+                continue
             if "lat" not in var.dims or "lon" not in var.dims:
                 raise ValueError(
                     f"{path}: variable {name!r} has dimensions {var.dims}; expected 'lat' and "
@@ -228,6 +345,7 @@ def open_ensemble(
         _check_monotonic(ds, str(path))
         datasets.append(ds)
     _check_same_grid(datasets, files)
+    datasets = _conform_units(datasets, files)
     combined = datasets[0]
     if len(datasets) > 1:
         combined = xr.combine_by_coords(  # type: ignore[assignment]
@@ -253,35 +371,30 @@ def open_ensemble(
     return combined.transpose(*order, ...)
 
 
-def _date(name: str, value: str | np.datetime64) -> np.datetime64:
-    try:
-        date = np.datetime64(value)
-    except ValueError:
-        raise ValueError(f"{name} {value!r} is not a date (e.g. '2017-01-01T12')") from None
-    if np.isnat(date):
-        raise ValueError(f"{name} is NaT, expected a date")
-    return date
-
-
 def split_by_time(
     ds: xr.Dataset,
     *,
-    val_start: str | np.datetime64,
-    test_start: str | np.datetime64,
+    val_start: Any,
+    test_start: Any,
 ) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
     """Split along ``time`` into train (< ``val_start``), validation and test (>= ``test_start``).
 
+    The boundaries are dates as text (``"2000-06-01"``), ``datetime64`` or dates of the
+    data's own calendar (:func:`sciml.datasets.cf.parse_date`).
+
     Raises:
-        ValueError: No ``time`` dimension, boundaries out of order, or an empty split.
+        ValueError: No ``time`` dimension, boundaries that are not dates of the data's
+            calendar or out of order, or an empty split.
     """
     if "time" not in ds.dims:
         raise ValueError(f"split_by_time needs a 'time' dimension; dimensions are {dict(ds.sizes)}")
+    times = ds["time"]
     val, test = (
-        _date(name, value) for name, value in (("val_start", val_start), ("test_start", test_start))
+        parse_date(value, like=times.values, what=name)
+        for name, value in (("val_start", val_start), ("test_start", test_start))
     )
     if not val < test:
         raise ValueError(f"val_start ({val}) must come before test_start ({test})")
-    times = ds["time"]
     parts = (
         ds.sel(time=times < val),
         ds.sel(time=(times >= val) & (times < test)),

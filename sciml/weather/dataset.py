@@ -16,7 +16,10 @@ start date and lead time. Each sample is a dict of tensors:
   a timedelta coordinate (the deep post-processors read it);
 * ``crps_scale``: ``(C, 1, 1)``, the loss scale of the sample's lead time per channel,
   when ``crps_scale`` is given (:mod:`sciml.weather.postprocess.loss_scale`);
-* ``index``: the sample's flat index (``time`` major, then ``lead_time``).
+* ``index``: the sample's flat index (``time`` major, then ``lead_time``);
+* ``mask``: ``(C, lat, lon)`` bool, the points where the truth and every member read are
+  present, when missing values are masked (``missing="mask"``): there the members, truth,
+  spread and static fields hold 0 (the channel's mean, once normalised) instead of NaN.
 
 Channels are the variables split along ``channel_dims`` (``psi[level=1]``, ...), as in
 :mod:`sciml.datasets.channels`. Members and truth are normalised with the same per-channel
@@ -123,6 +126,9 @@ class EnsembleDataset(Dataset[Sample]):
         member_dim: Name of the member dimension.
         sample_dims: Dims whose combinations are the samples.
         dtype: Floating-point dtype of the tensors.
+        missing: ``"refuse"`` (a read of a missing (NaN) value raises) or ``"mask"``
+            (missing values read as 0, and each sample's ``mask`` marks the points where
+            nothing is missing).
 
     Raises:
         KeyError: A variable, its truth or a static field is missing.
@@ -145,6 +151,7 @@ class EnsembleDataset(Dataset[Sample]):
         member_dim: str = "member",
         sample_dims: Sequence[str] = ("time", "lead_time"),
         dtype: torch.dtype = torch.float32,
+        missing: Literal["refuse", "mask"] = "refuse",
     ) -> None:
         """Check the options and prepare the lazy readers (arguments: see the class)."""
         if member_dim not in ds.dims:
@@ -156,12 +163,17 @@ class EnsembleDataset(Dataset[Sample]):
             raise ValueError(f"members must be an integer in [1, {size}], got {members!r}")
         if choice not in ("first", "random"):
             raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
+        if missing not in ("refuse", "mask"):
+            raise ValueError(f"missing must be 'refuse' or 'mask', got {missing!r}")
         variables, sample_dims = list(variables), tuple(sample_dims)
         if isinstance(stats, str):
             if stats != "compute":
                 raise ValueError(f"stats must be NormStats or 'compute', got {stats!r}")
             stats = compute_stats(ds, variables, channel_dims=channel_dims)
-        reader = partial(XarrayDataset, channel_dims=channel_dims, dtype=dtype)
+        self.masked = missing == "mask"
+        reader = partial(
+            XarrayDataset, channel_dims=channel_dims, dtype=dtype, allow_nan=self.masked
+        )
         self.members = members
         self.choice = choice
         self.stats = stats
@@ -174,6 +186,8 @@ class EnsembleDataset(Dataset[Sample]):
         self._size = size
         self._scale = torch.tensor(stats.std, dtype=dtype)[:, None, None]
         self.static = self._static_fields(ds, list(static), sample_dims, member_dim, dtype)
+        if self.static is not None and self.masked:
+            self.static = self.static.nan_to_num(nan=0.0)
         self._lead_days = _lead_days(ds, sample_dims, dtype)
         self._crps_scale = (
             None
@@ -225,8 +239,12 @@ class EnsembleDataset(Dataset[Sample]):
         rows = (torch.tensor(flat)[:, None] * self._size + chosen).reshape(-1).tolist()
         ensemble = torch.stack(self._ensemble.__getitems__(rows))
         ensemble = ensemble.reshape(len(flat), self.members, *ensemble.shape[1:])
-        truth = self._truth.__getitems__(flat)
-        spread = self._spread.__getitems__(flat)
+        truth = torch.stack(self._truth.__getitems__(flat))
+        spread = torch.stack(self._spread.__getitems__(flat))
+        mask = None
+        if self.masked:
+            mask = truth.isfinite() & ensemble.isfinite().all(dim=1)
+            ensemble, truth, spread = (x.nan_to_num(nan=0.0) for x in (ensemble, truth, spread))
         samples = []
         for k, index in enumerate(flat):
             sample = {
@@ -241,6 +259,8 @@ class EnsembleDataset(Dataset[Sample]):
                 sample["lead_time"] = self._lead_days[index]
             if self._crps_scale is not None:
                 sample["crps_scale"] = self._crps_scale[index]
+            if mask is not None:
+                sample["mask"] = mask[k]
             samples.append(sample)
         return samples
 

@@ -10,17 +10,25 @@ spatial dims in another order are reordered to the run's, so that weights per gr
 or per channel meet the points and channels they were trained on; other labels (another
 grid, a level or lead time the run never saw) are refused, naming both sides.
 :meth:`Aligned.restore` puts a result back on the data's own order.
+
+The record also keeps each variable's CF ``units`` (those of the forecasts and of the static
+fields the run reads). New data in other units that convert to them (degrees Celsius for
+kelvin) are converted before the run sees them, and :meth:`Aligned.in_data_units` puts
+a result back in the data's own units; units that do not convert are refused, naming both
+(:mod:`sciml.datasets.cf`). A side that states no units (a run recorded before runs
+recorded them, data without the attribute) is taken to be in the other side's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from sciml.datasets.cf import Conversion, conform_units, units_of
 from sciml.training.run_dir import LabelMismatch, coordinate_record, match_labels
 
 __all__ = ["Aligned", "align_to_run", "data_record", "spatial_dims"]
@@ -40,9 +48,20 @@ def _labels(ds: xr.Dataset, dim: str) -> np.ndarray | None:
 
 
 def data_record(
-    ds: xr.Dataset, variables: Sequence[str], *, channel_dims: Sequence[str]
+    ds: xr.Dataset,
+    variables: Sequence[str],
+    *,
+    channel_dims: Sequence[str],
+    static: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What new data must share with the training data ``ds`` (see the module docstring)."""
+    """What new data must share with the training data ``ds`` (see the module docstring).
+
+    Args:
+        ds: The training data.
+        variables: The forecast variables the run reads.
+        channel_dims: The dims folded into channels.
+        static: The static fields the run reads.
+    """
     spatial = spatial_dims(ds[variables[0]], channel_dims)
     dims = [*spatial, *(d for d in channel_dims if d in ds.dims), "lead_time"]
     coords = {d: coordinate_record(_labels(ds, d), size=ds.sizes[d]) for d in dims if d in ds.dims}
@@ -52,6 +71,7 @@ def data_record(
         "spatial": spatial,
         "coords": coords,
         "time": time,
+        "units": {name: units_of(ds[name]) for name in (*variables, *static)},
     }
 
 
@@ -60,18 +80,35 @@ class Aligned:
     """Data on a run's grid, and the positions that put it there.
 
     Attributes:
-        data: The data, reordered to the run's labels and spatial dim order.
+        data: The data, reordered to the run's labels and spatial dim order, in the run's
+            units.
         positions: Per reordered dim, the positions in the original data of the run's
             labels.
+        conversions: Per converted variable, the conversion from the data's units to the
+            run's.
     """
 
     data: xr.Dataset
     positions: dict[str, np.ndarray]
+    conversions: dict[str, Conversion] = field(default_factory=dict)
 
     def restore(self, result: xr.DataArray, dims: Sequence[Hashable]) -> xr.DataArray:
         """``result`` (on :attr:`data`'s order) back on the original data's order and ``dims``."""
         back = {d: np.argsort(p) for d, p in self.positions.items() if d in result.dims}
         return result.isel(back).transpose(*dims)
+
+    def in_data_units(
+        self, name: str, result: xr.DataArray, *, difference: bool = False
+    ) -> xr.DataArray:
+        """``result`` for variable ``name``, in the run's units, in the data's own units.
+
+        Args:
+            name: The variable ``result`` is a forecast of.
+            result: Values in the run's units.
+            difference: ``result`` is a spread (a standard deviation): scaled, not shifted.
+        """
+        found = self.conversions.get(name)
+        return result if found is None else found.back(result, difference=difference)
 
 
 def align_to_run(
@@ -88,6 +125,8 @@ def align_to_run(
     Raises:
         LabelMismatch: A dim the run recorded is missing from ``ds``, or its labels are
             not the run's (lead times: not among the run's).
+        sciml.datasets.cf.UnitsMismatch: A variable in units that do not convert to those
+            the run recorded (both named).
     """
     sides = (f"the run in {run} (--run-dir)", data)
     positions: dict[str, np.ndarray] = {}
@@ -110,4 +149,7 @@ def align_to_run(
             positions[dim] = found
     aligned = ds.isel(positions) if positions else ds
     spatial = [d for d in record["spatial"] if d in aligned.dims]
-    return Aligned(aligned.transpose(..., *spatial), positions)
+    converted, conversions = conform_units(
+        aligned, record.get("units", {}), what=data, reference=sides[0]
+    )
+    return Aligned(converted.transpose(..., *spatial), positions, conversions)

@@ -26,14 +26,17 @@ from sciml.cli_args import (
 from sciml.training.config import TrainConfig
 
 __all__ = [
+    "DATA_KEY",
     "DEEP_MODELS",
     "LOSS_SCALES",
+    "MISSING",
     "MODELS",
     "SPREAD_LOSSES",
     "add_sweep_arguments",
     "check_sweep",
     "config_from_record",
     "config_record",
+    "run_records",
     "sweep_runs",
     "train_field",
 ]
@@ -48,8 +51,17 @@ MODELS = ("emos", *DEEP_MODELS)
 #: ``"none"``: the plain mean CRPS in normalised units (:mod:`.postprocess.loss_scale`).
 LOSS_SCALES = ("raw-crps", "none")
 
+#: What a post-processing run does with points missing (NaN) in a forecast, its truth or a
+#: static field: ``"refuse"`` the data before anything is written, or ``"mask"`` them
+#: (left out of the loss and the scores, predicted as missing).
+MISSING = ("refuse", "mask")
+
 #: The spread predictor's losses against the full ensemble's spread (:mod:`sciml.weather.spread`).
 SPREAD_LOSSES = ("l1", "mse", "log_l1", "crps")
+
+#: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in a run's
+#: configuration.
+DATA_KEY = "data"
 
 #: :class:`TrainConfig` fields that change how a run shows and stops, not what it computes:
 #: a run record leaves them out, so a resumed run may change them.
@@ -80,11 +92,54 @@ def config_record(config: object) -> dict[str, Any]:
     return record
 
 
+def run_records(
+    configs: Sequence[Any], data: dict[str, Any], run_dirs: Sequence[Path], kind: Any
+) -> list[dict[str, Any]]:
+    """Each run's record: its configuration (:func:`config_record`) and ``data``'s record.
+
+    A folder that holds a record from before runs recorded the data's units and the
+    missing-value policy (``missing``) gets a record without them, as long as the policy
+    is the one those runs had (``"refuse"``): such a run resumes as it was recorded.
+
+    Args:
+        configs: The runs' configurations.
+        data: What the data decided (:func:`sciml.weather.grid.data_record`).
+        run_dirs: The runs' folders.
+        kind: Their :class:`~sciml.training.run_record.RecordKind`.
+
+    Raises:
+        sciml.training.run_record.RunRecordError: A folder's record is damaged, or of
+            another kind or format.
+    """
+    from sciml.training.run_record import read_run_record
+
+    records = []
+    for config, run_dir in zip(configs, run_dirs, strict=True):
+        record = config_record(config) | {DATA_KEY: data}
+        try:
+            saved = read_run_record(run_dir, kind)
+        except FileNotFoundError:
+            saved = None
+        if saved is not None and "missing" not in saved and record.get("missing") == "refuse":
+            del record["missing"]
+        if saved is not None and "units" not in saved.get(DATA_KEY, {}):
+            record[DATA_KEY] = {key: value for key, value in data.items() if key != "units"}
+        records.append(record)
+    return records
+
+
 def config_from_record(config: type[_Config], record: dict[str, Any], where: str) -> _Config:
     """The ``config`` dataclass of a record written by :func:`config_record`.
 
+    Args:
+        config: The configuration's dataclass.
+        record: The record's configuration.
+        where: The record's file (in its run folder), for messages.
+
     Raises:
-        ValueError: The record's fields are not ``config``'s (a run of another format).
+        ValueError: The record's fields are not ``config``'s (a run of another format), or
+            a value ``config`` refuses (a record edited by hand): the file and ``--run-dir``
+            named.
     """
     expected = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
     if set(record) != expected:
@@ -93,7 +148,15 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
             f"unknown {sorted(set(record) - expected)}); this version of sciml cannot rebuild it"
         )
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
-    return config(**values | {"train": TrainConfig(tensorboard=False, **record["train"])})
+    try:
+        loop = TrainConfig(tensorboard=False, **record["train"])
+        return config(**values | {"train": loop})
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"{where}, the run record of --run-dir {Path(where).parent}, holds a value this "
+            f"version of sciml refuses ({err}); it was edited or damaged: restore the file "
+            "as the run wrote it, or retrain in a new --run-dir"
+        ) from None
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from sciml.datasets.cf import valid_times
 from sciml.weather import metrics
 from sciml.weather.metrics.alignment import Dim
 
@@ -63,7 +64,7 @@ def at_valid_time(
         raise ValueError(
             f"observations already have {lead_dim!r}: they are on the forecasts' start times"
         )
-    valid = forecasts[time_dim] + forecasts[lead_dim]
+    valid = valid_times(forecasts[time_dim], forecasts[lead_dim])
     known = np.isin(valid.values, observations[time_dim].values)
     if not known.all():
         absent = np.unique(valid.values[~known])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sciml.cli_args import not_an_option, option, positive_float, positive_int
 from sciml.training.checks import is_count, is_fraction, is_names, is_rate, require
 from sciml.training.config import TrainConfig
-from sciml.weather.options import LOSS_SCALES, MODELS, train_field
+from sciml.weather.options import LOSS_SCALES, MISSING, MODELS, train_field
 
 __all__ = ["DEFAULT_EPOCHS", "PostprocessConfig"]
 
@@ -42,6 +42,10 @@ class PostprocessConfig:
             divided by the raw full ensemble's on the training dates, so every row counts
             alike: :mod:`sciml.weather.postprocess.loss_scale`) or ``"none"`` (the plain mean
             CRPS). EMOS fits every row on its own, where a row's constant scale moves nothing.
+        missing: Points missing (NaN) in a forecast, its truth or a static field:
+            ``"refuse"`` the data before anything is written, or ``"mask"`` them: left out
+            of the loss (the deep models see the channel's mean there) and of the EMOS
+            fit, predicted as missing wherever a member is missing.
         static: Static fields for the deep models (``None``: every field without sample
             dims; EMOS uses none).
         channel_dims: Dims folded into channels.
@@ -80,6 +84,14 @@ class PostprocessConfig:
             choices=LOSS_SCALES,
         ),
     )
+    missing: str = field(
+        default="refuse",
+        metadata=option(
+            "points missing (NaN) in a forecast, truth or static field: refuse the data "
+            "before anything is written, or mask them (left out of the loss and the scores)",
+            choices=MISSING,
+        ),
+    )
     static: tuple[str, ...] | None = field(default=None, metadata=not_an_option())
     channel_dims: tuple[str, ...] = field(default=("level",), metadata=not_an_option())
     grid: tuple[int, ...] = field(default=(), metadata=not_an_option())
@@ -108,6 +120,7 @@ class PostprocessConfig:
         require(self, "train", isinstance(self.train, TrainConfig), "a TrainConfig")
         require(self, "lr", is_rate(self.lr), "a finite number > 0")
         require(self, "loss_scale", self.loss_scale in LOSS_SCALES, f"one of {LOSS_SCALES}")
+        require(self, "missing", self.missing in MISSING, f"one of {MISSING}")
         require(
             self,
             "static",

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from sciml.datasets.cf import conform_units, units_of
 from sciml.progress import phase
 from sciml.weather import metrics
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
@@ -241,8 +242,15 @@ def score_runs(
     runs = _name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
     variables = list(dict.fromkeys(v for run in runs for v in run.config.variables or ()))
     _check_data(test, variables, data)
-    if climate is not None:
+    if climate is not None:  # in the test data's units
         _check_data(climate, variables, "the climate data (--climate)")
+        names = [name for var in variables for name in (var, f"{var}_truth")]
+        climate, _ = conform_units(
+            climate,
+            {name: units_of(test[name]) for name in names},
+            what="the climate data (--climate)",
+            reference=data,
+        )
     full = test.sizes["member"]
     larger = [str(run.path) for run in runs if run.config.members > full]
     if larger:

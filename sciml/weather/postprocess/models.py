@@ -79,10 +79,14 @@ def member_mean_sd(members: Tensor, *, dim: int = 1) -> tuple[Tensor, Tensor]:
     ``Tensor.std`` to a float32 rounding or two, and far faster on the CPU, whose ``std``
     over a middle dim of a few members was the slowest op of a post-processor's step
     (``torch.profiler`` of a step of ``benchmarks/weather_fused_sweeps.py``'s models).
+    Where the members are identical (a masked point, a feature every member's ReLU
+    zeroes) the deviation is 0 with a zero gradient: ``sqrt``'s infinite slope at 0 times
+    the zero slope of the squares would be NaN.
     """
     mean = members.mean(dim, keepdim=True)
     variance = (members - mean).square().sum(dim) / (members.shape[dim] - 1)
-    return mean.squeeze(dim), variance.sqrt()
+    spread = variance > 0
+    return mean.squeeze(dim), torch.where(spread, variance.where(spread, 1.0).sqrt(), 0.0)
 
 
 def residual_gaussian(mean: Tensor, sd: Tensor, out: Tensor) -> tuple[Tensor, Tensor]:
@@ -247,6 +251,8 @@ def gaussian_crps_loss(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
 
     With ``batch["crps_scale"]`` (:mod:`sciml.weather.postprocess.loss_scale`) each
     channel's CRPS is divided by its scale before the mean: the CRPS relative to the raw ensemble.
+    With ``batch["mask"]`` (missing values masked: :class:`~sciml.weather.dataset.EnsembleDataset`)
+    the mean is over the points it marks only.
     ``model`` is a :class:`GaussianPostProcessor`, or a data-parallel wrapper of one.
     """
     mu, sigma = model(batch["members"], batch.get("static"), batch.get("lead_time"))
@@ -256,4 +262,8 @@ def gaussian_crps_loss(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     score = crps_gaussian_loss(batch["truth"], mu, sigma, reduction="none")
     if "crps_scale" in batch:
         score = score / batch["crps_scale"]
+    if "mask" in batch:
+        mask = batch["mask"]
+        mean = torch.where(mask, score, 0.0).sum() / mask.sum().clamp(min=1)
+        return mean + inner.regularisation()
     return score.mean() + inner.regularisation()

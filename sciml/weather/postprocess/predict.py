@@ -4,9 +4,10 @@
 (:func:`sciml.weather.postprocess.train.read_run`),
 puts the data on the grid the run was trained on (:func:`sciml.weather.grid.align_to_run`:
 latitudes, longitude convention, levels and dim order aligned by label, another grid
-refused) and returns, for every variable of the run, ``(mu, sigma)`` on the data's own
-dims, order and coordinates, in the data's units (the deep models' normalised outputs are
-scaled back with the run's channel statistics). Each variable keeps its own dims: a
+refused; data in other units that convert to the run's are converted, others refused)
+and returns, for every variable of the run, ``(mu, sigma)`` on the data's own dims, order
+and coordinates, in the data's own units (the deep models' normalised outputs are scaled
+back with the run's channel statistics, then converted back). Each variable keeps its own dims: a
 surface field beside levelled ones has no ``level`` in its forecast. :func:`combine_seeds`
 makes one forecast of several runs' (a seed ensemble).
 """
@@ -21,6 +22,7 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader
 
+from sciml.weather.data import refuse_missing
 from sciml.weather.grid import align_to_run
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import emos_predict, unpack_coefficients
@@ -41,6 +43,14 @@ def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -
     from sciml.weather.dataset import EnsembleDataset
 
     _, stats = read_run(run_dir)
+    if config.missing == "refuse":
+        variables = config.variables or ()
+        refuse_missing(
+            test,
+            [*variables, *(config.static or ())],
+            advice=f"the run in {run_dir} (--run-dir) was trained with --missing refuse: fill "
+            "them, or use a run trained with --missing mask",
+        )
     model = load_postprocessor(run_dir)
     data = EnsembleDataset(
         test,
@@ -49,6 +59,7 @@ def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -
         stats=stats,
         channel_dims=config.channel_dims,
         static=config.static or (),
+        missing=config.missing,  # type: ignore[arg-type]
     )
     parts: list[tuple[torch.Tensor, torch.Tensor]] = []
     with torch.no_grad():
@@ -122,6 +133,8 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
         FileNotFoundError: Not a run folder, or its model file is missing.
         sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
             on, or with levels or lead times it never saw (both sides named).
+        sciml.datasets.cf.UnitsMismatch: A variable of ``test`` in units that do not
+            convert to the run's (both named).
         ValueError: An EMOS run whose ``emos.nc`` has the older layout (refit it) or
             whose variables have other channel dims in ``test`` than in training.
         KeyError: A variable of the run is missing from ``test``.
@@ -134,10 +147,18 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
     else:
         forecast = _deep_forecast(run_dir, config, aligned.data)
     own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables or ()}
-    return {
-        var: (aligned.restore(mu, own[var]), aligned.restore(sigma, own[var]))
+    out = {
+        var: (
+            aligned.restore(aligned.in_data_units(var, mu), own[var]),
+            aligned.restore(aligned.in_data_units(var, sigma, difference=True), own[var]),
+        )
         for var, (mu, sigma) in forecast.items()
     }
+    if config.missing == "mask":  # missing wherever a member the run reads is missing
+        for var, pair in out.items():
+            present = test[var].isel(member=slice(config.members)).notnull().all("member")
+            out[var] = (pair[0].where(present), pair[1].where(present))
+    return out
 
 
 def _emos_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:

@@ -46,14 +46,15 @@ from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
-from sciml.weather.data import in_memory
+from sciml.weather.data import in_memory, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (
+    DATA_KEY,
     DEEP_MODELS,
     MODELS,
     check_sweep,
     config_from_record,
-    config_record,
+    run_records,
 )
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
@@ -97,8 +98,6 @@ _CHANGES = {
 RUN_RECORD = RecordKind(
     "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
 )
-#: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in the file.
-DATA_KEY = "data"
 SAMPLE_DIMS = ("time", "lead_time")
 
 
@@ -121,9 +120,16 @@ def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[st
 
 
 def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
-    """Variables without members and sample dims (e.g. ``topography``)."""
+    """Fields on the grid without members and sample dims (e.g. ``topography``).
+
+    A variable off the grid (a scalar ``crs``, bounds) is no static field.
+    """
     varying = {member_dim, *SAMPLE_DIMS}
-    return [str(name) for name, var in ds.data_vars.items() if not varying & set(var.dims)]
+    return [
+        str(name)
+        for name, var in ds.data_vars.items()
+        if not varying & set(var.dims) and {"lat", "lon"} <= set(var.dims)
+    ]
 
 
 def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
@@ -196,6 +202,14 @@ def train_postprocessors(
     check_sweep(configs, run_dirs)
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
+    chosen = list(first.variables or ())
+    if first.missing == "refuse":
+        refuse_missing(
+            ds,
+            [*chosen, *(f"{var}_truth" for var in chosen), *(first.static or ())],
+            advice="give --missing mask (PostprocessConfig.missing='mask') to leave missing "
+            "points out of the loss and the scores, or fill them first",
+        )
     emos = first.model == "emos"
     if len(configs) > 1 and emos:
         raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
@@ -204,10 +218,9 @@ def train_postprocessors(
         train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
     else:
         train, val = split_validation(ds, validation=first.validation)
-    chosen = list(first.variables or ())
     channel_dims = first.channel_dims
-    data = data_record(ds, chosen, channel_dims=channel_dims)
-    records = [config_record(config) | {DATA_KEY: data} for config in configs]
+    data = data_record(ds, chosen, channel_dims=channel_dims, static=first.static or ())
+    records = run_records(configs, data, run_paths, RUN_RECORD)
     wants_scale = not emos and first.loss_scale != "none"
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
@@ -345,6 +358,7 @@ def _train_deep(
             channel_dims=config.channel_dims,
             static=config.static or (),
             crps_scale=scale,
+            missing=config.missing,  # type: ignore[arg-type]
         )
 
     models: list[torch.nn.Module] = []
@@ -418,6 +432,7 @@ def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
     run_dir = Path(run_dir)
     raw = read_run_record(run_dir, RUN_RECORD)
     raw.pop(DATA_KEY, None)
+    raw.setdefault("missing", "refuse")  # a run recorded before the policy refused them
     config = config_from_record(PostprocessConfig, raw, str(run_dir / RUN_CONFIG))
     return config, NormStats.from_json(run_dir / "stats.json")
 

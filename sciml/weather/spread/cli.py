@@ -14,12 +14,13 @@ __all__ = ["register_spread"]
 def _cmd_train(args: argparse.Namespace) -> int:
     from sciml.distributed import init_distributed, print0
     from sciml.training import EXIT_REQUEUE
-    from sciml.weather.data import open_ensemble
+    from sciml.weather.data import asked_for, open_ensemble
     from sciml.weather.spread.train import train_spreads
 
     with init_distributed() as ctx:
         configs, folders = sweep_runs(args, SpreadConfig)
-        statuses = train_spreads(open_ensemble(args.data), configs, folders, device=ctx.device)
+        data = open_ensemble(args.data, checked=asked_for(args.variables))
+        statuses = train_spreads(data, configs, folders, device=ctx.device)
         for config, status, folder in zip(configs, statuses, folders, strict=True):
             print0(
                 f"spread from {config.members} members, {config.history} lead time(s), "

@@ -15,7 +15,7 @@ from typing import Any
 
 from sciml.datasets.channels import NormStats
 from sciml.training.run_record import RecordKind, read_run_record
-from sciml.weather.options import config_from_record
+from sciml.weather.options import DATA_KEY, config_from_record
 from sciml.weather.spread.options import SpreadConfig
 
 __all__ = [
@@ -35,8 +35,6 @@ RUN_CONFIG = "spread_run.json"
 #: (2: a free log-residual on the sample spread; 1: periodic dims padded by ``2**depth``
 #: points and cropped): other networks.
 SPREAD_VERSION = 6
-#: Key of the training data's record in the configuration.
-DATA_KEY = "data"
 _CHANGES = {
     1: "periodic dims now wrap exactly, another network",
     2: "the head now keeps the k members' own part of the full spread, another network",

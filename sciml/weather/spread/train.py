@@ -30,13 +30,13 @@ from torch.utils.data import DataLoader
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
-from sciml.weather.data import in_memory
+from sciml.weather.data import in_memory, refuse_missing
 from sciml.weather.grid import align_to_run, data_record
-from sciml.weather.options import check_sweep, config_record
+from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
 from sciml.weather.postprocess.train import fit_runs, forecast_variables, split_validation
-from sciml.weather.spread.config import DATA_KEY, SPREAD_RECORD, read_spread_data, read_spread_run
+from sciml.weather.spread.config import SPREAD_RECORD, read_spread_data, read_spread_run
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import SpreadPredictor, spread_loss
 from sciml.weather.spread.options import SpreadConfig
@@ -102,10 +102,15 @@ def train_spreads(
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
     chosen = list(first.variables or ())
+    refuse_missing(
+        ds,
+        [*chosen, *(f"{var}_truth" for var in chosen)],
+        advice="a spread run does not mask missing values: fill them first",
+    )
     train, val = split_validation(ds, validation=first.validation)
     run_paths = [Path(run_dir) for run_dir in run_dirs]
     data = data_record(ds, chosen, channel_dims=("level",))
-    records = [config_record(config) | {DATA_KEY: data} for config in configs]
+    records = run_records(configs, data, run_paths, SPREAD_RECORD)
 
     def prepare() -> NormStats:
         """Check the folders, then write what they lack (rank 0): nothing before the checks."""
@@ -266,7 +271,8 @@ def predict_spread(
     for v, var in enumerate(config.variables or ()):
         picked = sd[:, v * config.levels : (v + 1) * config.levels]
         truth = on_grid[f"{var}_truth"]
+        spread = labelled_like_truth(picked, truth, own=["level"])
         out[var] = aligned.restore(
-            labelled_like_truth(picked, truth, own=["level"]), test[f"{var}_truth"].dims
+            aligned.in_data_units(var, spread, difference=True), test[f"{var}_truth"].dims
         )
     return out
