@@ -171,10 +171,11 @@ def _rows_of_image(frame: gpd.GeoDataFrame, path: Path, like: Any) -> gpd.GeoDat
             f"{like}); the boxes of another image are not burned into this one: give the "
             "image the annotations were drawn on, or the annotations of this image"
         )
+    images = len(counts) + int((names == image).any())
     warnings.warn(
-        f"{path}: column {column!r} names {len(counts) + 1} images; using the "
-        f"{int((~other).sum())} of {len(frame)} rows for {image!r} (the image given), "
-        f"leaving out those of {listed}",
+        f"{path}: column {column!r} names {images} image(s); using the "
+        f"{int((~other).sum())} of {len(frame)} rows for {image!r} (the image given) or "
+        f"for no image, leaving out those of {listed}",
         stacklevel=3,
     )
     return frame[~other].reset_index(drop=True)

@@ -54,7 +54,9 @@ def test_a_file_of_several_images_keeps_this_images_rows(
     mixed.loc[40:, "image_path"] = "OSBS_030.tif"
     mixed.loc[:10, "image_path"] = f"/data/neon/{IMAGE}"  # a path: compared by its file name
     mixed.to_csv(csv, index=False)
-    with pytest.warns(UserWarning, match=r"names 2 images; using the 40 of 61 rows for 'OSBS_029"):
+    with pytest.warns(
+        UserWarning, match=r"names 2 image\(s\); using the 40 of 61 rows for 'OSBS_029"
+    ):
         assert _labels(csv, out) == 0
     assert "tree labels (40 trees" in capsys.readouterr().out
     own = load_trees(sample_path("osbs_crowns"), crs="pixel", like=sample_path("osbs_image"))
