@@ -12,12 +12,19 @@ import xarray as xr
 
 from sciml.cli import main
 from sciml.datasets.cf import UnitsMismatch, conversion
+from sciml.training import TrainConfig
 from sciml.weather.data import open_ensemble
 from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss, member_mean_sd
 from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.train import train_postprocessor
+from sciml.weather.spread.options import SpreadConfig
+from sciml.weather.spread.train import predict_spread, train_spread
 from tests.file_digests import digests
 
+#: One quiet epoch of the loop.
+LOOP = TrainConfig(epochs=1, progress=False, tensorboard=False)
 #: Kelvin at 0 degrees Celsius.
 ZERO_C = 273.15
 
@@ -62,9 +69,18 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *paths: Path) 
 
 @pytest.fixture(scope="module")
 def kelvin_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """An EMOS run trained on kelvin, and test files in kelvin, degrees Celsius and metres."""
+    """EMOS, MLP and spread runs trained on kelvin, and test files in kelvin, degrees Celsius
+    and metres."""
     folder = tmp_path_factory.mktemp("units")
-    _ensemble(seed=0).to_netcdf(folder / "train.nc")
+    train = _ensemble(seed=0)
+    train.to_netcdf(folder / "train.nc")
+    _celsius(train).to_netcdf(folder / "train_celsius.nc")
+    train_postprocessor(
+        train, PostprocessConfig(model="mlp", members=2, train=LOOP), folder / "mlp"
+    )
+    train_spread(
+        train, SpreadConfig(members=2, base_channels=4, depth=1, train=LOOP), folder / "spread"
+    )
     test = _ensemble(seed=1)
     test.to_netcdf(folder / "kelvin.nc")
     _celsius(test).to_netcdf(folder / "celsius.nc")
@@ -102,6 +118,36 @@ def test_data_in_celsius_get_the_scores_of_the_same_data_in_kelvin(
         assert celsius["rmse"] == pytest.approx(kelvin["rmse"], abs=bound, rel=0)
 
 
+def test_climate_data_and_observations_are_converted_to_the_forecasts_units(
+    kelvin_run: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, run = kelvin_run["folder"], kelvin_run["run"]
+    tables = []
+    for climate in ("train.nc", "train_celsius.nc"):
+        out = folder / f"climate-{climate}.json"
+        argv = ["weather", "evaluate", str(folder / "kelvin.nc"), "--run-dir", str(run)]
+        assert main([*argv, "--json", str(out), "--climate", str(folder / climate)]) == 0
+        tables.append(json.loads(out.read_text()))
+    bound = 16 * np.finfo(np.float64).eps * 300.0
+    for kelvin, celsius in zip(*tables, strict=True):
+        assert celsius["crps_extreme"] == pytest.approx(kelvin["crps_extreme"], abs=bound, rel=0)
+    # observations every day of the forecasts' valid times
+    test = _ensemble(seed=1)
+    daily = np.datetime64("2000-02-20") + np.arange(12) * np.timedelta64(1, "D")
+    field = test["psi_truth"].isel(lead_time=0, time=0, drop=True)
+    values = field + xr.DataArray(np.arange(12.0), coords={"time": daily})
+    observed = values.assign_attrs(units="K").to_dataset(name="psi")
+    scored = []
+    celsius = observed.assign(psi=(observed["psi"] - ZERO_C).assign_attrs(units="degC"))
+    for name, observations in (("obs_k", observed), ("obs_c", celsius)):
+        observations.to_netcdf(folder / f"{name}.nc")
+        capsys.readouterr()
+        argv = ["weather", "score", str(folder / "kelvin.nc"), "--variable", "psi"]
+        assert main([*argv, "--observations", str(folder / f"{name}.nc")]) == 0
+        scored.append(capsys.readouterr().out.split("\n", 1)[1])
+    assert scored[0] == scored[1]
+
+
 def test_predictions_are_in_the_data_s_own_units(kelvin_run: dict[str, Path]) -> None:
     folder, run = kelvin_run["folder"], kelvin_run["run"]
     with (
@@ -114,6 +160,22 @@ def test_predictions_are_in_the_data_s_own_units(kelvin_run: dict[str, Path]) ->
     np.testing.assert_allclose(mu_c.values + ZERO_C, mu_k.values, atol=bound, rtol=0)
     np.testing.assert_allclose(sigma_c.values, sigma_k.values, atol=bound, rtol=0)
     assert mu_c.attrs["units"] == "degC"
+    # the deep models read float32: the converted inputs round to the same float32 values
+    # or to neighbours, so their outputs (about 300 K) agree to a few float32 roundings
+    deep = 8 * 2.0**-24 * 300.0
+    with (
+        xr.open_dataset(folder / "kelvin.nc") as kelvin,
+        xr.open_dataset(folder / "celsius.nc") as celsius,
+    ):
+        (mu_k, sigma_k), (mu_c, sigma_c) = (
+            predict_run(folder / "mlp", data.load())["psi"] for data in (kelvin, celsius)
+        )
+        spread_k, spread_c = (
+            predict_spread(folder / "spread", data.load())["psi"] for data in (kelvin, celsius)
+        )
+    np.testing.assert_allclose(mu_c.values + ZERO_C, mu_k.values, atol=deep, rtol=0)
+    np.testing.assert_allclose(sigma_c.values, sigma_k.values, atol=deep, rtol=0)
+    np.testing.assert_allclose(spread_c.values, spread_k.values, atol=deep, rtol=0)
 
 
 def test_units_that_do_not_convert_are_refused_naming_both(
