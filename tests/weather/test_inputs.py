@@ -365,3 +365,21 @@ def test_a_run_recorded_before_units_resumes_and_reads_data_as_before(
     assert digests(run / "weather_run.json") == before
     with xr.open_dataset(folder / "metres.nc") as metres:  # no units recorded: none compared
         assert set(predict_run(run, metres.load())) == {"psi"}
+
+
+def test_a_static_field_the_run_reads_is_asked_of_the_data_naming_both(
+    kelvin_run: dict[str, Path],
+) -> None:
+    run = kelvin_run["folder"] / "mlp"
+    with pytest.raises(KeyError, match=rf"lack \['topography'\], which the run in {run}"):
+        predict_run(run, _ensemble(seed=1).drop_vars("topography"))
+
+
+def test_files_in_other_units_are_combined_in_the_first_file_s(tmp_path: Path) -> None:
+    ds = _ensemble(dates=4)
+    ds.isel(time=slice(2)).to_netcdf(tmp_path / "a.nc")
+    _celsius(ds.isel(time=slice(2, None))).to_netcdf(tmp_path / "b.nc")
+    opened = open_ensemble([tmp_path / "a.nc", tmp_path / "b.nc"])
+    assert opened["psi"].attrs["units"] == "K"
+    bound = 4 * np.finfo(np.float64).eps * 300.0
+    np.testing.assert_allclose(opened["psi"], ds["psi"], atol=bound, rtol=0)

@@ -137,10 +137,21 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
             convert to the run's (both named).
         ValueError: An EMOS run whose ``emos.nc`` has the older layout (refit it) or
             whose variables have other channel dims in ``test`` than in training.
-        KeyError: A variable of the run is missing from ``test``.
+        KeyError: A variable or static field of the run is missing from ``test`` (both
+            named).
     """
     run_dir = Path(run_dir)
     config, _ = read_run(run_dir)
+    absent = [
+        name
+        for name in (*(config.variables or ()), *(config.static or ()))
+        if name not in test.data_vars
+    ]
+    if absent:
+        raise KeyError(
+            f"{data} lack {absent}, which the run in {run_dir} (--run-dir) reads; they have "
+            f"{sorted(map(str, test.data_vars))}"
+        )
     aligned = align_to_run(test, read_data_record(run_dir), run=str(run_dir), data=data)
     if config.model == "emos":
         forecast = _emos_forecast(run_dir, config, aligned.data)
