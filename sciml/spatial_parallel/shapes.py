@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import OrderedDict, defaultdict
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -61,10 +61,15 @@ def marked_global(x: torch.Tensor) -> Shape | None:
 def meta_copy(model: nn.Module) -> nn.Module:
     """A copy of ``model`` whose parameters and buffers live on the ``meta`` device.
 
-    Nothing is copied: the memo maps each tensor to an empty meta tensor first.
+    Nothing is copied: the memo maps each tensor to an empty meta tensor first,
+    but for 0-dim buffers, copied as they are: a batch norm with ``momentum=None``
+    reads its count of batches as a Python number.
     """
     memo: dict[int, Any] = {}
     for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.dim() == 0:  # a count the forward reads as a number (num_batches_tracked)
+            memo[id(tensor)] = tensor.detach().clone()
+            continue
         meta = torch.empty_like(tensor, device="meta")
         if isinstance(tensor, nn.Parameter):
             meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
@@ -179,10 +184,18 @@ class ShapeTrace:
 
     def _trace(self, args: list[Any], kwargs: dict[str, Any]) -> Trace | None:
         self._recording, self._outputs = {}, {}
+        empty = any(_empty_batch(a) for a in [*args, *kwargs.values()])
         try:
             with torch.no_grad():
-                output = self.meta(*args, **kwargs)
+                output = self.meta(
+                    *_one_sample(args),
+                    **dict(zip(kwargs, _one_sample(kwargs.values()), strict=True)),
+                )
             shapes = [None if t is None else tuple(t.shape) for t in _tensors(output)]
+            if empty:
+                outputs = {k: [_no_sample(s) for s in v] for k, v in self._outputs.items()}
+                inputs = {k: [_no_sample(s) for s in v] for k, v in self._recording.items()}
+                return inputs, [_no_sample(s) for s in shapes], outputs
             return self._recording, shapes, self._outputs
         except Exception as err:  # noqa: BLE001 - any failure: the layers ask the other ranks
             warnings.warn(
@@ -231,9 +244,38 @@ class ShapeTrace:
         if input_shape is None:
             return None
         layer = self.meta.get_submodule(name)
+        (meta,) = _one_sample([torch.empty(input_shape, dtype=dtype, device="meta")])
         with torch.no_grad():
-            output = layer(torch.empty(input_shape, dtype=dtype, device="meta"))
-        return tuple(output.shape) if isinstance(output, torch.Tensor) else None
+            output = layer(meta)
+        if not isinstance(output, torch.Tensor):
+            return None
+        return _no_sample(tuple(output.shape)) if input_shape[0] == 0 else tuple(output.shape)
+
+
+def _empty_batch(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 5 and value.shape[0] == 0
+
+
+def _one_sample(values: Any) -> list[Any]:
+    """``values`` with each empty 5-D batch made one sample.
+
+    Torch's meta kernels refuse some empty batches (``upsample_nearest3d``); the
+    layers' shapes do not depend on the batch size, so the trace runs on one
+    sample and :func:`_no_sample` gives the shapes back their empty batch.
+    """
+    return [
+        torch.empty((1, *v.shape[1:]), dtype=v.dtype, device="meta") if _empty_batch(v) else v
+        for v in values
+    ]
+
+
+@overload
+def _no_sample(shape: Shape) -> Shape: ...
+@overload
+def _no_sample(shape: None) -> None: ...
+def _no_sample(shape: Shape | None) -> Shape | None:
+    """A 5-D shape traced on one sample, with its empty batch back."""
+    return (0, *shape[1:]) if shape is not None and len(shape) == 5 else shape
 
 
 def _split_shape(value: Any, meta: Any) -> Shape | None:

@@ -28,7 +28,11 @@ def test_meta_copy_shares_no_storage_and_keeps_structure() -> None:
     model = nn.Sequential(nn.Conv3d(2, 3, 3), nn.BatchNorm3d(3))
     meta = meta_copy(model)
     assert [n for n, _ in meta.named_parameters()] == [n for n, _ in model.named_parameters()]
-    assert all(t.is_meta for t in [*meta.parameters(), *meta.buffers()])
+    # 0-dim buffers (num_batches_tracked, read as a number) are copies, the rest meta
+    tensors = [*meta.parameters(), *meta.buffers()]
+    assert all(t.is_meta for t in tensors if t.dim())
+    originals = {t.data_ptr() for t in model.buffers()}
+    assert all(t.data_ptr() not in originals for t in tensors if not t.dim())
     assert all(not t.is_meta for t in [*model.parameters(), *model.buffers()])
     assert meta(torch.empty(1, 2, 5, 5, 5, device="meta")).shape == (1, 3, 3, 3, 3)
 

@@ -93,8 +93,10 @@ class SpatialBatchNorm3d(_NormLayer, nn.BatchNorm3d):
         self.num_batches_tracked.add_(1)
         if count == 0:
             return  # torch.nn.BatchNorm3d leaves the statistics of an empty batch alone
-        # momentum=None: the cumulative average, its factor kept on the device (no sync)
-        factor = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum
+        # momentum=None: the cumulative average, its factor kept on the device (no sync) and
+        # in the statistics' dtype (1 / an integer tensor is float32: 1/3 off by 1e-8)
+        count_so_far = self.num_batches_tracked.to(self.running_mean.dtype)
+        factor = 1.0 / count_so_far if self.momentum is None else self.momentum
         unbiased = var * (count / (count - 1))
         for running, value in ((self.running_mean, mean), (self.running_var, unbiased)):
             running.mul_(1 - factor).add_(value.to(running.dtype) * factor)
