@@ -85,6 +85,22 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.Tanhshrink,
 )
 
+#: Layers whose forward is torch ops on the block: computed as on the global tensor by the
+#: split blocks (``F.pad``, ``softmax``), or refused there naming the op.
+FUNCTIONAL: tuple[type[nn.Module], ...] = (
+    nn.ConstantPad3d,
+    nn.ZeroPad3d,
+    nn.ReplicationPad3d,
+    nn.ReflectionPad3d,
+    nn.CircularPad3d,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.Softmin,
+)
+
+#: Containers: no computation of their own (an empty one included).
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+
 #: Dense layers, valid only on replicated tensors (after global pooling or flatten).
 REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear)
 
@@ -106,7 +122,7 @@ def supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
             f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space while its "
             f"parameters are uninitialised; run one forward pass on one device first"
         )
-    tables = (*SWAPS, *ELEMENTWISE, *REPLICATED)
+    tables = (*SWAPS, *ELEMENTWISE, *FUNCTIONAL, *REPLICATED)
     base = next((cls for cls in kind.__mro__ if cls in tables), None)
     if base is None or base is kind:
         return base
@@ -355,19 +371,22 @@ def parallelize(
             if isinstance(layer, SpatialConv3d | SpatialMaxPool3d | SpatialAvgPool3d):
                 layer.overlap = overlap
             return layer
-        if base in ELEMENTWISE:
+        if base in ELEMENTWISE or base in FUNCTIONAL:
             return module
         if base in REPLICATED:
             replicated.add(prefix)
             module.register_forward_pre_hook(_dense_guard(name, mesh))
             return module
         children = list(module.named_children())
-        if not children and (
-            list(module.parameters(recurse=False)) or kind.__module__.startswith("torch.nn")
+        if (
+            not children
+            and not isinstance(module, CONTAINERS)
+            and (list(module.parameters(recurse=False)) or kind.__module__.startswith("torch.nn"))
         ):
             raise ValueError(
                 f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space. "
-                f"Supported: {sorted(k.__name__ for k in SWAPS)}, elementwise activations, and "
+                f"Supported: {sorted(k.__name__ for k in SWAPS)}, elementwise activations, "
+                f"{sorted(k.__name__ for k in FUNCTIONAL)} (their torch ops on the blocks), and "
                 f"{sorted(k.__name__ for k in REPLICATED)} after global pooling"
             )
         for child, sub in children:

@@ -83,6 +83,17 @@ CASES: dict[str, Any] = {
     "partial_then_whole": lambda m, y: m.head(y.sum(2, keepdim=True).mean((2, 3, 4))),
     "partial_output": lambda m, y: y.nansum(3, keepdim=True),
     "in_place": _in_place_ops,
+    # MONAI VNet's input block: along channels only, and along split dims (copies joined)
+    "repeat_channels": lambda m, y: y.repeat(1, 2, 1, 1, 1) * 0.5,
+    "repeat_split_dims": lambda m, y: y.repeat(1, 1, 2, 1, 3),
+    "repeat_new_dim": lambda m, y: y.repeat(2, 1, 1, 1, 1, 1).sum(0),
+    # a plain tensor made for the global shape, each rank using its block of it
+    "positional_encoding": lambda m, y: (
+        y
+        + torch.arange(y.shape[2], dtype=y.dtype).view(1, 1, -1, 1, 1).expand_as(y)
+        + torch.linspace(-1, 1, y.shape[3], dtype=y.dtype)[:, None].expand_as(y) * m.scale[0]
+    ),
+    "constant_pad_module": lambda m, y: m.pad(y),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -125,6 +136,8 @@ class UserModule(nn.Module):
         if "m.fc" in source:
             self.pool = nn.AdaptiveAvgPool3d(1)
             self.fc = nn.Linear(3, 3)
+        if "m.pad" in source:
+            self.pad = nn.ConstantPad3d((1, 0, 2, 1, 0, 3), 0.25)
         if "m.scale" in source:
             self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 3))
 

@@ -1,6 +1,6 @@
 """Ops that move elements between dims or positions of a split block.
 
-``pad``, ``cat``/``stack``, slicing, ``view``/``reshape``/``flatten`` and
+``pad``, ``cat``/``stack``, ``repeat``, ``expand``, slicing, ``view``/``reshape``/``flatten`` and
 friends, ``permute``/``transpose``, ``interpolate`` (nearest) and ops along
 one unsplit dim (``softmax``, ``cumsum``, ``split`` ...): each is computed
 as on the global tensor where the result has a block layout (re-partitioned
@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.redistribute import redistribute
 from sciml.spatial_parallel.split.tensor import (
     Handler,
@@ -25,8 +26,10 @@ from sciml.spatial_parallel.split.tensor import (
     Split,
     SplitContext,
     SplitTensor,
+    is_replicated_value,
     local_shape,
     refuse,
+    split_use,
     tensors_in,
     unwrap,
     wrap_split,
@@ -458,11 +461,32 @@ def _interpolate(
 
 def _expand(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     x = args[0]
-    assert isinstance(x, SplitTensor)
+    if not isinstance(x, SplitTensor):  # plain.expand_as(block): this rank's block of it
+        other = args[1] if len(args) > 1 else kwargs["other"]
+        plain = split_use(x, ctx) if is_replicated_value(x) else x
+        full = plain.expand(other._gshape)
+        for dim, axis in other._split:
+            lo, hi = ctx.bounds(other._gshape[dim], axis)
+            full = full.narrow(dim, lo, hi - lo)
+        return wrap_split(full, ctx, other._gshape, other._split)
     gout = tuple(_global_result(func, args, kwargs).shape)
     shift = len(gout) - len(x._gshape)
     split = tuple((d + shift, a) for d, a in x._split)
     return wrap_split(unwrap(x).expand(ctx.local_shape(gout, split)), ctx, gout, split)
+
+
+def _repeat(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``repeat``: copies along a split dim concatenated globally, the rest on the block."""
+    x = args[0]
+    repeats = list(bind(func, args, kwargs).arguments["repeats"])
+    shift = len(repeats) - len(x._gshape)
+    for dim, _ in x._split:
+        if repeats[dim + shift] > 1:
+            x = _cat(ctx, torch.cat, ([x] * repeats[dim + shift], dim), {})
+            repeats[dim + shift] = 1
+    gout = tuple(r * s for r, s in zip(repeats, (1,) * shift + x._gshape, strict=True))
+    split = tuple((d + shift, a) for d, a in x._split)
+    return wrap_split(unwrap(x).repeat(repeats), ctx, gout, split)
 
 
 _RESHAPES = (
@@ -519,6 +543,7 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "interpolate": _interpolate,
     "upsample": _interpolate,
     "expand": _expand,
+    "repeat": _repeat,
     "expand_as": _expand,
     "broadcast_to": _expand,
 }
