@@ -5,9 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import xarray as xr
 
 from sciml.cli import main
+from sciml.spatial_parallel.testing import error_bound
 from sciml.training import TrainConfig
 from sciml.training.run_dir import LabelMismatch, RunLock
 from sciml.weather.postprocess.config import PostprocessConfig
@@ -136,13 +138,43 @@ def test_data_on_other_labels_are_refused_naming_both_sides(
     assert f"the run in {runs[model]} (--run-dir)" in str(caught.value)
 
 
-def test_fewer_lead_times_are_predicted_for_the_ones_there(runs: dict[str, Path]) -> None:
+def _in_float64(run: Path, test: xr.Dataset, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The run's predictions with its model in float64 (the inputs cast on the way in)."""
+    import sciml.weather.postprocess.predict as predict
+
+    load = predict.load_postprocessor
+
+    def double(run_dir: Path) -> torch.nn.Module:
+        model = load(run_dir).double()
+        forward = model.forward
+        model.forward = lambda *xs: forward(*(x if x is None else x.double() for x in xs))
+        return model
+
+    with monkeypatch.context() as patch:
+        patch.setattr(predict, "load_postprocessor", double)
+        return _predict(run, test)
+
+
+def test_fewer_lead_times_are_predicted_for_the_ones_there(
+    runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lead time kept gets its own prediction, to the float32 rounding of the batch shape.
+
+    A batch of another shape may round otherwise (oneDNN picks kernels by shape):
+    each side is compared with the float64 model, and the part may be off by
+    FACTOR times the whole's float32 error plus a floor of a few roundings.
+    """
     test = _ensemble(2, seed=1)
     last = test.isel(lead_time=[1])
     for model in ("mixed", "emos"):
         whole, part = _predict(runs[model], test), _predict(runs[model], last)
+        exact = _in_float64(runs[model], test, monkeypatch)
         for name, predicted in part.items():
-            np.testing.assert_array_equal(predicted.values, whole[name].isel(lead_time=[1]))
+            expected = exact[name].isel(lead_time=[1]).values
+            scale = np.abs(expected).max()
+            whole_error = np.abs(whole[name].isel(lead_time=[1]).values - expected).max() / scale
+            bound = error_bound(whole_error, dtype=torch.float32, size=expected.size)
+            assert np.abs(predicted.values - expected).max() / scale <= bound, name
 
 
 def test_the_command_line_names_the_run_folder_and_the_test_file(
