@@ -1,7 +1,8 @@
 """Dask-backed xarray data as torch datasets.
 
-Samples, channels and their statistics, sampling and seeding, store checks, and
-the bundled samples by name.
+Samples, channels and their statistics, sampling and seeding, store checks, the CF
+conventions of inputs (units and calendars: :mod:`sciml.datasets.cf`), and the bundled
+samples by name.
 """
 
 from typing import TYPE_CHECKING
