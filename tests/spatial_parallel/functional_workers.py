@@ -94,6 +94,7 @@ CASES: dict[str, Any] = {
         + torch.linspace(-1, 1, y.shape[3], dtype=y.dtype)[:, None].expand_as(y) * m.scale[0]
     ),
     "constant_pad_module": lambda m, y: m.pad(y),
+    "plain_type_as_block": lambda m, y: y * torch.ones(3, 1, 1, 1).type_as(y),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -115,6 +116,12 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "reshape_mixing": (lambda m, y: y.flatten(2), "flatten"),
     "dropout": (lambda m, y: F.dropout(y, 0.5), "dropout"),
     "index_tensor": (lambda m, y: y[:, :, torch.tensor([0, 2])], "__getitem__"),
+    # a plain tensor shaped or indexed by a block: no global meaning (was a bare assertion)
+    "plain_view_as_block": (
+        lambda m, y: y + torch.ones(y.numel(), dtype=y.dtype).view_as(y),
+        "view_as",
+    ),
+    "plain_indexed_by_block": (lambda m, y: torch.arange(4.0)[(y > 0).long()], "__getitem__"),
 }
 
 

@@ -22,6 +22,7 @@ from sciml.spatial_parallel.split.tensor import (
     SplitOpError,
     SplitTensor,
     aten_name,
+    first_split,
     is_replicated_value,
     local_shape,
     map_tensors,
@@ -104,6 +105,14 @@ SAME_LAYOUT = frozenset(
         "double",
         "half",
         "bfloat16",
+        "long",
+        "int",
+        "short",
+        "char",
+        "byte",
+        "bool",
+        "cfloat",
+        "cdouble",
         "type",
         "type_as",
         "cpu",
@@ -247,12 +256,6 @@ def _max_min(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
     return split_ops.reduce(ctx, func, args, kwargs)
 
 
-def _first(args: tuple[Any, ...]) -> SplitTensor:
-    first = args[0]
-    assert isinstance(first, SplitTensor)
-    return first
-
-
 def _refused(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     split = next(t for t in tensors_in(args + tuple(kwargs.values())) if isinstance(t, SplitTensor))
     raise refuse(
@@ -269,30 +272,30 @@ def _plain(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
 
 
 def _shape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return torch.Size(_first(args)._gshape)
+    return torch.Size(first_split(func, args, kwargs)._gshape)
 
 
 def _size(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    shape = torch.Size(_first(args)._gshape)
+    shape = torch.Size(first_split(func, args, kwargs)._gshape)
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     return shape if dim is None else shape[dim]
 
 
 def _numel(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return math.prod(_first(args)._gshape)
+    return math.prod(first_split(func, args, kwargs)._gshape)
 
 
 def _len(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _first(args)._gshape[0]
+    return first_split(func, args, kwargs)._gshape[0]
 
 
 def _repr(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return SplitTensor.__repr__(_first(args))
+    return SplitTensor.__repr__(first_split(func, args, kwargs))
 
 
 def _new(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``x.new_zeros(x.shape)``: a block of the new global tensor; any other size: plain."""
-    x = _first(args)
+    x = first_split(func, args, kwargs)
     size = args[1] if len(args) > 1 else kwargs.pop("size")
     size = tuple(size) if isinstance(size, Sequence) else tuple(args[1:])
     rest = args[2:] if len(args) > 1 and isinstance(args[1], Sequence) else ()
@@ -305,7 +308,9 @@ def _new(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, 
 def _same_layout(
     ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    x = _first(args)
+    if not isinstance(args[0], SplitTensor):  # plain.type_as(block): the block is an option
+        return func(*map_tensors(args, unwrap), **kwargs)
+    x = args[0]
     out = func(*map_tensors(args, unwrap), **kwargs)
     if out is x or not isinstance(out, torch.Tensor):
         return out
@@ -325,7 +330,7 @@ def _dropout(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
 def _random(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     raise refuse(
         func,
-        _first(args)._split,
+        first_split(func, args, kwargs)._split,
         "each rank would draw its own random values, not its block of the global draw; use "
         "the nn.Dropout/nn.Dropout3d modules (parallelize draws their global mask) or draw "
         "the global tensor and shard it",

@@ -26,6 +26,7 @@ from sciml.spatial_parallel.split.tensor import (
     Split,
     SplitContext,
     SplitTensor,
+    first_split,
     is_replicated_value,
     local_shape,
     refuse,
@@ -76,8 +77,7 @@ def _reshaped_split(gin: Shape, gout: Shape, split: Split) -> Split | None:
 
 
 def _reshape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    x = args[0]
-    assert isinstance(x, SplitTensor)
+    x = first_split(func, args, kwargs)
     gout = tuple(_global_result(func, args, kwargs).shape)
     split = _reshaped_split(x._gshape, gout, x._split)
     if split is None:
@@ -95,8 +95,7 @@ def _reshape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
 
 
 def _permute(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    x = args[0]
-    assert isinstance(x, SplitTensor)
+    x = first_split(func, args, kwargs)
     probe = torch.empty([2 + d for d in range(len(x._gshape))], device="meta")
     order = [s - 2 for s in _global_result(func, (probe, *args[1:]), kwargs).shape]
     split = tuple(sorted((order.index(d), a) for d, a in x._split))
@@ -221,8 +220,7 @@ def _stack(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
 
 # padding -------------------------------------------------------------------------------------
 def _pad(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    x = args[0]
-    assert isinstance(x, SplitTensor)
+    x = first_split(func, args, kwargs)
     pad = list(args[1] if len(args) > 1 else kwargs["pad"])
     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
     value = args[3] if len(args) > 3 else kwargs.get("value")
@@ -350,8 +348,7 @@ def _pad_circular(ctx: SplitContext, func: Any, x: SplitTensor, pad: list[int]) 
 
 # slicing -------------------------------------------------------------------------------------
 def _getitem(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    x, index = args[0], args[1]
-    assert isinstance(x, SplitTensor)
+    x, index = first_split(func, args, kwargs), args[1]
     items = list(index) if isinstance(index, tuple) else [index]
     if any(
         not isinstance(i, int | slice | type(None) | type(Ellipsis)) or isinstance(i, bool)
@@ -411,8 +408,7 @@ def _getitem(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
 def _interpolate(
     ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    x = args[0]
-    assert isinstance(x, SplitTensor)
+    x = first_split(func, args, kwargs)
     names = ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
     options = dict(zip(names, args[1:], strict=False)) | kwargs
     mode = options.get("mode", "nearest")

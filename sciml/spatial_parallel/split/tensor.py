@@ -189,6 +189,27 @@ def refuse(func: Any, split: Split, why: str) -> SplitOpError:
     )
 
 
+def first_split(func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Any:
+    """``args[0]``, the split block ``func`` acts on; refused if a split block is only an option.
+
+    Raises:
+        SplitOpError: If the first argument is not split (``plain.view_as(block)``,
+            ``plain[block]``), naming the op and the split block's dims.
+    """
+    first = args[0] if args else None
+    if isinstance(first, SplitTensor):
+        return first
+    values = (*args, *(kwargs or {}).values())
+    split = next(t for t in tensors_in(values) if isinstance(t, SplitTensor))
+    held = "a plain tensor" if isinstance(first, torch.Tensor) else type(first).__name__
+    raise refuse(
+        func,
+        split._split,
+        f"it acts on {held} and takes the split block only as an argument, which has no "
+        f"global meaning there; unshard() the block first, or shard the other tensor too",
+    )
+
+
 #: Why the compiler stops at split blocks (what ``torch.compile(..., fullgraph=True)`` reports).
 EAGER_REASON = (
     "sciml spatial_parallel: split blocks, and the parallel model's hooks that wrap them, run "
