@@ -99,26 +99,24 @@ def run_records(
 
     A folder that holds a record from before runs recorded the data's units and the
     missing-value policy (``missing``) gets a record without them, as long as the policy
-    is the one those runs had (``"refuse"``): such a run resumes as it was recorded.
+    is the one those runs had (``"refuse"``): such a run resumes as it was recorded. A
+    folder without a readable record gets the full record (the claim of the folder refuses
+    a damaged one, or one of another kind or format, in its own terms).
 
     Args:
         configs: The runs' configurations.
         data: What the data decided (:func:`sciml.weather.grid.data_record`).
         run_dirs: The runs' folders.
         kind: Their :class:`~sciml.training.run_record.RecordKind`.
-
-    Raises:
-        sciml.training.run_record.RunRecordError: A folder's record is damaged, or of
-            another kind or format.
     """
-    from sciml.training.run_record import read_run_record
+    from sciml.training.run_record import RunRecordError, read_run_record
 
     records = []
     for config, run_dir in zip(configs, run_dirs, strict=True):
         record = config_record(config) | {DATA_KEY: data}
         try:
             saved = read_run_record(run_dir, kind)
-        except FileNotFoundError:
+        except (FileNotFoundError, RunRecordError):
             saved = None
         if saved is not None and "missing" not in saved and record.get("missing") == "refuse":
             del record["missing"]
