@@ -6,16 +6,16 @@ ensemble weather post-processing (:mod:`sciml.weather`) and OSM road masks for
 tree segmentation (:mod:`sciml.geo`).
 """
 
-import contextlib
 from importlib.metadata import PackageNotFoundError, version
 
-# The eccodes wheels (imported by xarray's cfgrib backend the first time any file
-# is opened) bundle libraries that clash with pyproj's: with eccodes loaded first,
-# a process that later imports pyproj (geopandas, rasterio, sciml.geo) aborts at
-# exit with "double free or corruption". Loading pyproj first avoids it; without
-# pyproj (a machine with torch and numpy alone) there is nothing to clash with.
-with contextlib.suppress(ImportError):
-    import pyproj  # noqa: F401
+# xarray's cfgrib backend, imported by the first open_dataset without engine=, makes
+# eckit's PROJ global (ecCodes' wheels); a pyproj loaded after it aborts at exit with
+# "double free or corruption" (issue 40). pyproj is loaded here, before any geo module
+# needs it, bound to its own libproj: see sciml._native, and the eckitlib pin in
+# pyproject.toml for a pyproj that a script imports itself.
+from sciml._native import load_pyproj
+
+load_pyproj()
 
 #: The distribution that installs the ``sciml`` package (the name ``sciml`` is taken on PyPI).
 DISTRIBUTION = "sciml-workflows"
