@@ -42,7 +42,13 @@ from sciml.spatial_parallel.split.hooks import (
     wrap_inputs,
     wrap_output,
 )
-from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, eager
+from sciml.spatial_parallel.split.tensor import (
+    SplitContext,
+    SplitTensor,
+    eager,
+    split_names,
+    wrap_split,
+)
 
 #: Layers replaced by their spatially parallel version.
 SWAPS: dict[type[nn.Module], Any] = {
@@ -157,16 +163,16 @@ def gradient_sync(model: nn.Module) -> GradientSync:
 
 def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
     def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-        if (
-            mesh.spatial_size > 1
-            and args
-            and isinstance(args[0], torch.Tensor)
-            and args[0].dim() == 5
-        ):
-            raise ValueError(
-                f"parallelize: layer '{name}' ({type(module).__name__}) received a split "
-                f"(N, C, D, H, W) block; dense layers only work after global pooling or Flatten"
-            )
+        if mesh.spatial_size > 1 and args and isinstance(args[0], torch.Tensor):
+            x = args[0]
+            if x.dim() == 5 or isinstance(x, SplitTensor):
+                what = (
+                    "(N, C, D, H, W)" if x.dim() == 5 else f"{x.dim()}-D (split along a token dim)"
+                )
+                raise ValueError(
+                    f"parallelize: layer '{name}' ({type(module).__name__}) received a split "
+                    f"{what} block; dense layers only work after global pooling or Flatten"
+                )
 
     return hook
 
@@ -209,6 +215,30 @@ def _check_arguments(
             )
 
 
+def _other_layout(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[Any, Any] | None:
+    """``(global shape, split)`` of an input block not laid out as a volume, if the layer takes it.
+
+    A block permuted channels last or reshaped to tokens keeps its own split dims
+    through the layers that act on unsplit dims alone (``LayerNorm`` over the
+    last dims, ``PReLU``): their output is wrapped as their input.
+
+    Raises:
+        ValueError: If another split layer (a convolution, a pool) gets such a block.
+    """
+    x = args[0] if args else None
+    if not isinstance(x, SplitTensor):
+        return None
+    if len(x._gshape) == 5 and all(d == a + 2 for d, a in x._split):  # a volume
+        return None
+    if not isinstance(module, SpatialLayerNorm | SpatialPReLU):
+        raise ValueError(
+            f"{module._label()}: received a block of the global {x._gshape} split along "
+            f"{split_names(x._split)}, not an (N, C, D, H, W) volume split along D, H, W; "
+            f"permute it back to (N, C, D, H, W) before this layer"
+        )
+    return x._gshape, x._split
+
+
 def _trace_shapes(
     model: nn.Module, original: nn.Module, ctx: SplitContext, input_shape: Any
 ) -> ShapeTrace:
@@ -221,6 +251,7 @@ def _trace_shapes(
     names = [name for name, m in model.named_modules() if isinstance(m, SpatialLayer)]
     shape = None if input_shape is None else tuple(input_shape)
     trace = ShapeTrace(meta_copy(original), names, ctx.mesh, input_shape=shape)
+    layouts: dict[str, tuple[Any, Any] | None] = {}
 
     @eager
     def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -245,6 +276,8 @@ def _trace_shapes(
             if traced is None and ctx.mesh.data == 1 and args and isinstance(args[0], SplitTensor):
                 traced = args[0]._gshape  # untraced: the block knows its global shape
             module._traced = traced
+            layout = layouts[name] = _other_layout(module, args)
+            module._split_known = None if layout is None else {d for d, _ in layout[1]}
             return unwrap_inputs(args)
 
         @eager
@@ -252,6 +285,9 @@ def _trace_shapes(
             if not (trace.inside and ctx.enabled):  # called on its own: plain in, plain out
                 return output
             assert isinstance(module, SpatialLayer)
+            layout = layouts[name]
+            if layout is not None:  # channels last, tokens: the block's own layout
+                return wrap_split(output, ctx, *layout)
             dtype = args[0].dtype if args and isinstance(args[0], torch.Tensor) else None
             return wrap_output(output, trace.output(name, module._traced, dtype), ctx)
 

@@ -95,6 +95,11 @@ CASES: dict[str, Any] = {
     ),
     "constant_pad_module": lambda m, y: m.pad(y),
     "plain_type_as_block": lambda m, y: y * torch.ones(3, 1, 1, 1).type_as(y),
+    # channels last through a LayerNorm: its output keeps the block's own layout (it was
+    # wrapped as a volume's, split along the wrong dims)
+    "channels_last_layer_norm": lambda m, y: (
+        lambda z: z * z.mean(1, keepdim=True) + z.amax((1, 2, 3), keepdim=True)
+    )(m.norm(y.permute(0, 2, 3, 4, 1))).permute(0, 4, 1, 2, 3),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -143,6 +148,8 @@ class UserModule(nn.Module):
         if "m.fc" in source:
             self.pool = nn.AdaptiveAvgPool3d(1)
             self.fc = nn.Linear(3, 3)
+        if "m.norm" in source:
+            self.norm = nn.LayerNorm(3)
         if "m.pad" in source:
             self.pad = nn.ConstantPad3d((1, 0, 2, 1, 0, 3), 0.25)
         if "m.scale" in source:

@@ -57,6 +57,9 @@ class SpatialLayer:
         #: The global shape of the current call's input, from the model's shape trace
         #: (set before each call by :func:`~sciml.spatial_parallel.parallelize`), or None.
         self._traced: tuple[int, ...] | None = None
+        #: The split dims of an input block laid out otherwise than ``(N, C, D, H, W)``
+        #: split along D, H, W (channels last, tokens), from the block itself; else None.
+        self._split_known: set[int] | None = None
 
     @classmethod
     def from_module(cls, module: nn.Module, mesh: SpatialMesh, *, name: str = "") -> Self:

@@ -65,8 +65,11 @@ class _EitherSide(SpatialLayer):
     def _split_dims(self, x: torch.Tensor) -> set[int] | None:
         """The dims (after the batch) along which ``x`` is a block of a larger tensor.
 
-        From the model's shape trace; ``None`` outside a traced forward pass.
+        From the block's own layout when it is not a volume's, else from the model's
+        shape trace; ``None`` outside a traced forward pass.
         """
+        if self._split_known is not None:
+            return self._split_known
         if self._traced is None:
             return None
         if len(self._traced) != x.dim():

@@ -82,3 +82,35 @@ def test_networks_once_refused_or_flagged_pass_check_parallel(name: str) -> None
     for rank, (result,) in enumerate(spawn(run, 2, dict(depth=2), [case], timeout=600)):
         assert isinstance(result, Comparison), (name, result)
         assert result.ok, (name, rank, result.failures())
+
+
+def unetr_refusal(mesh_kwargs: dict[str, int]) -> str:
+    """The error UNETR's forward pass on split blocks ends in (``'no error'`` if none)."""
+    from monai.networks.nets import UNETR
+
+    from sciml.spatial_parallel import SpatialMesh, parallelize, shard
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    torch.manual_seed(0)
+    model = UNETR(
+        in_channels=1,
+        out_channels=2,
+        img_size=(16, 16, 16),
+        feature_size=4,
+        hidden_size=12,
+        mlp_dim=24,
+        num_heads=2,
+    ).double()
+    try:
+        parallelize(model, mesh)(shard(torch.randn(1, 1, 16, 16, 16, dtype=torch.float64), mesh))
+    except ValueError as err:  # SplitOpError is one
+        return str(err)
+    return "no error"
+
+
+def test_unetr_is_refused_naming_the_layer_on_every_rank() -> None:
+    """Its one patch token, split over two ranks, reached a LayerNorm, left it as a plain
+    tensor and crashed one rank in a reshape and the other in gloo."""
+    pytest.importorskip("einops")
+    for message in spawn(unetr_refusal, 2, dict(depth=2), timeout=300):
+        assert "vit.patch_embedding" in message and "split along" in message, message
