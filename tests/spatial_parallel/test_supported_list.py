@@ -1,0 +1,32 @@
+"""The README's "Which model code works" names every layer and reduction the code computes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sciml.spatial_parallel.parallelize import FUNCTIONAL, SWAPS
+from sciml.spatial_parallel.split.layout import HANDLERS
+from sciml.spatial_parallel.split.ops import REDUCTIONS
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def _paragraph() -> str:
+    text = README.read_text()
+    start = text.index("**Which model code works.**")
+    return text[start : text.index("```", start)]
+
+
+def test_every_swapped_and_passed_layer_is_named() -> None:
+    named = set(re.findall(r"`(\w+)`", _paragraph()))
+    missing = {cls.__name__ for cls in [*SWAPS, *FUNCTIONAL]} - named
+    assert not missing, missing
+
+
+def test_every_computed_reduction_and_layout_op_is_named() -> None:
+    named = set(re.findall(r"`(?:\w+\.)?(\w+)", _paragraph()))
+    aliases = {"linalg_vector_norm", "concat", "concatenate", "getitem", "upsample"}
+    layout = {"cat", "stack", "pad", "interpolate", "repeat", "expand_as"}
+    missing = (REDUCTIONS | (layout & set(HANDLERS))) - named - aliases
+    assert not missing, missing
