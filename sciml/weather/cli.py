@@ -98,6 +98,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         climate=climate,
         extreme_fraction=args.extreme_fraction,
         data=f"the test data ({', '.join(test_data)})",
+        block_dates=args.block_dates,
     )
     summary = evaluation.table[[c for c in SUMMARY if c in evaluation.table]]
     print(describe(evaluation))
@@ -176,6 +177,16 @@ def _register_train(sub: Subparsers) -> None:
     train.set_defaults(func=_cmd_train)
 
 
+def _block_dates(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of start dates >= 0, got {text!r}")
+    return value
+
+
 def _register_evaluate(sub: Subparsers) -> None:
     evaluate = sub.add_parser(
         "evaluate",
@@ -205,6 +216,15 @@ def _register_evaluate(sub: Subparsers) -> None:
         type=positive_float,
         default=0.05,
         help="share of each row's points (largest |anomaly| of the truth) that are extreme",
+    )
+    evaluate.add_argument(
+        "--block-dates",
+        type=_block_dates,
+        metavar="N",
+        help="start dates read, predicted and scored at a time (the same scores; memory set "
+        "by the block); default: about 32 MiB of ensemble in float64 per block; 0: the whole "
+        "file at once. The extremes' climates use a scratch folder in TMPDIR of about the "
+        "ensembles' size",
     )
     evaluate.add_argument("--json", help="also write the table as JSON here")
     evaluate.add_argument("--csv", help="also write the table as CSV here")

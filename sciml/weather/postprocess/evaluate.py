@@ -23,6 +23,11 @@ Both extreme-event scores need climates, per lead time and grid point: given ``c
 (e.g. the training data) its start dates define them, else the test data's own start
 dates do (a coarse climate for a small test set; :attr:`Evaluation.climate` says which).
 
+The test data are read a block of start dates at a time (``block_dates``, ``sciml weather
+evaluate --block-dates``; :mod:`~sciml.weather.postprocess.evaluate_blocks`): the same
+scores, to the rounding of sums taken in another order, in memory set by the block, not by
+the file; ``block_dates=0`` holds the whole file.
+
 Rows ``raw_M`` (every member of the test data) and ``raw_k`` (the first ``k``, for each
 ``k`` the runs use) are always included. A run's row is named ``<model>_<k>``; runs whose
 configurations differ only by the seed are one model: each seed keeps its row
@@ -55,6 +60,7 @@ from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_e
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
 from sciml.weather.options import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
+from sciml.weather.postprocess.evaluate_blocks import auto_block_dates, score_blocks
 from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
 from sciml.weather.postprocess.train import read_run
 
@@ -216,6 +222,7 @@ def score_runs(
     climate: xr.Dataset | None = None,
     extreme_fraction: float = 0.05,
     data: str = "the test data",
+    block_dates: int | None = None,
 ) -> Evaluation:
     """The score table and histograms (module docstring) of runs and raw ensembles on ``test``.
 
@@ -227,6 +234,11 @@ def score_runs(
             test data).
         extreme_fraction: Share of each row's points that count as extreme events.
         data: How error messages name ``test`` (e.g. the file).
+        block_dates: Start dates read, predicted and scored at a time
+            (:mod:`~sciml.weather.postprocess.evaluate_blocks`; the same scores in memory
+            set by the block); None: as many as
+            :data:`~sciml.weather.postprocess.evaluate_blocks.BLOCK_BYTES` allows; 0: the
+            whole file at once.
 
     Raises:
         ValueError: Runs of other variables than ``test`` (or ``climate``) holds, runs of
@@ -256,6 +268,43 @@ def score_runs(
     if larger:
         raise ValueError(f"runs {larger} use more members than the test data have ({full})")
     keep = ["lead_time", *{d for run in runs for d in run.config.channel_dims}]
+    reference = test if climate is None else climate
+    if block_dates is None:
+        block_dates = auto_block_dates(test, variables)
+    if block_dates < 0:
+        raise ValueError(f"block_dates must be >= 0 (0: the whole file), got {block_dates}")
+    if block_dates:
+        rows, histograms = score_blocks(
+            runs,
+            test,
+            variables=variables,
+            keep=keep,
+            reference=reference,
+            extreme_fraction=extreme_fraction,
+            block=block_dates,
+            data=data,
+        )
+    else:
+        rows, histograms = _score_whole(
+            runs, test, variables, keep, reference, extreme_fraction, data
+        )
+    table = _with_skills(pd.DataFrame(rows), keep, full)
+    return Evaluation(
+        _with_seeds(table, runs), histograms, "test" if climate is None else "climate"
+    )
+
+
+def _score_whole(
+    runs: list[_Run],
+    test: xr.Dataset,
+    variables: list[str],
+    keep: list[str],
+    reference: xr.Dataset,
+    extreme_fraction: float,
+    data: str,
+) -> tuple[list[dict], dict[str, dict[str, xr.DataArray]]]:
+    """The rows and histograms with the whole test file in memory (``block_dates=0``)."""
+    full = test.sizes["member"]
     forecasts = []
     for number, run in enumerate(runs, start=1):
         with phase(logger, f"predicting {run.name} ({number}/{len(runs)} runs, {run.path})"):
@@ -263,7 +312,6 @@ def score_runs(
     scored = list(zip(runs, forecasts, strict=True)) + _combined(runs, forecasts)
     rows: list[dict] = []
     histograms: dict[str, dict[str, xr.DataArray]] = {}
-    reference = test if climate is None else climate
     for number, var in enumerate(variables, start=1):
         where = f"{var} ({number}/{len(variables)} variables)"
         with phase(logger, f"{where}: reading it and its extreme events"):
@@ -285,10 +333,7 @@ def score_runs(
             if var in (run.config.variables or ()):
                 with phase(logger, f"{where}: scoring {run.name}"):
                     rows += _model_rows(run, var, forecast[var], target, histograms)
-    table = _with_skills(pd.DataFrame(rows), keep, full)
-    return Evaluation(
-        _with_seeds(table, runs), histograms, "test" if climate is None else "climate"
-    )
+    return rows, histograms
 
 
 def _raw_rows(
@@ -364,6 +409,13 @@ def evaluate_runs(
     *,
     climate: xr.Dataset | None = None,
     extreme_fraction: float = 0.05,
+    block_dates: int | None = None,
 ) -> pd.DataFrame:
     """The score table of :func:`score_runs` (see the module docstring)."""
-    return score_runs(run_dirs, test, climate=climate, extreme_fraction=extreme_fraction).table
+    return score_runs(
+        run_dirs,
+        test,
+        climate=climate,
+        extreme_fraction=extreme_fraction,
+        block_dates=block_dates,
+    ).table

@@ -54,11 +54,8 @@ def test_evaluate_writes_every_output_in_seconds(
     started = [line[: -len(" ...")] for line in shown.err.splitlines() if line.endswith(" ...")]
     psi = "psi (1/1 variables)"
     assert started == [
-        f"predicting emos_2 (1/1 runs, {files['emos']})",
-        f"{psi}: reading it and its extreme events",
-        f"{psi}: scoring raw_4",
-        f"{psi}: scoring raw_2",
-        f"{psi}: scoring emos_2",
+        f"{psi}: its climates and extreme events (1 block of 2 dates)",
+        "block 1/1 (dates 1-2 of 2): predicting emos_2, scoring",
         f"drawing 4 figures into {tmp_path}",
     ]
     done = [line.split(": done in ")[0] for line in shown.err.splitlines() if ": done in " in line]
@@ -108,6 +105,24 @@ def test_evaluate_rejects_bad_options_before_writing(
     assert main([*argv, *extra, "--json", str(out / "s.json"), "--figures", str(out)]) == 1
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_blocks_of_dates_write_the_whole_files_scores(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["weather", "evaluate", str(files["test"]), "--run-dir", str(files["emos"])]
+    tables = {}
+    for block in ("0", "1"):
+        out = tmp_path / f"{block}.json"
+        assert main([*argv, "--block-dates", block, "--json", str(out)]) == 0
+        tables[block] = pd.DataFrame(json.loads(out.read_text()))
+    assert "block 2/2 (dates 2-2 of 2)" in capsys.readouterr().err
+    pd.testing.assert_frame_equal(tables["1"], tables["0"], rtol=1e-12)
+    for bad in ("-1", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--block-dates", bad])
+        assert exit_info.value.code == 2
+        assert "a number of start dates >= 0" in capsys.readouterr().err
 
 
 def test_evaluate_rejects_a_fraction_of_zero_in_argparse(
