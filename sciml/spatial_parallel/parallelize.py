@@ -396,7 +396,15 @@ def parallelize(
     original, model = model, copy.deepcopy(model)
     replicated: set[str] = set()
 
+    converted: dict[int, nn.Module] = {}
+
     def convert(module: nn.Module, prefix: str) -> nn.Module:
+        """``module`` split, once: a module shared by two names stays shared (MONAI's MLP)."""
+        if id(module) not in converted:
+            converted[id(module)] = convert_once(module, prefix)
+        return converted[id(module)]
+
+    def convert_once(module: nn.Module, prefix: str) -> nn.Module:
         name = prefix or type(module).__name__
         kind = type(module)
         if isinstance(module, SpatialLayer):
@@ -413,7 +421,8 @@ def parallelize(
             replicated.add(prefix)
             module.register_forward_pre_hook(_dense_guard(name, mesh))
             return module
-        children = list(module.named_children())
+        # every name, a module shared by two included (named_children() gives it once)
+        children = [(n, m) for n, m in module._modules.items() if m is not None]
         if (
             not children
             and not isinstance(module, CONTAINERS)

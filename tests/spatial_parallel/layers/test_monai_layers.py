@@ -84,33 +84,46 @@ def test_networks_once_refused_or_flagged_pass_check_parallel(name: str) -> None
         assert result.ok, (name, rank, result.failures())
 
 
-def unetr_refusal(mesh_kwargs: dict[str, int]) -> str:
-    """The error UNETR's forward pass on split blocks ends in (``'no error'`` if none)."""
-    from monai.networks.nets import UNETR
+#: MONAI's transformers, small: ``(constructor keywords, input shape)``.
+TRANSFORMERS: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
+    "UNETR": (
+        dict(img_size=(16, 16, 16), feature_size=4, hidden_size=12, mlp_dim=24, num_heads=2),
+        (1, 1, 16, 16, 16),
+    ),
+    "SwinUNETR": (
+        dict(feature_size=12, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1)),
+        (1, 1, 32, 32, 32),
+    ),
+}
+
+
+def transformer_refusal(mesh_kwargs: dict[str, int], name: str) -> str:
+    """The error a MONAI transformer's forward pass on split blocks ends in (or 'no error')."""
+    import monai.networks.nets
 
     from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 
     mesh = SpatialMesh(**mesh_kwargs)
     torch.manual_seed(0)
-    model = UNETR(
-        in_channels=1,
-        out_channels=2,
-        img_size=(16, 16, 16),
-        feature_size=4,
-        hidden_size=12,
-        mlp_dim=24,
-        num_heads=2,
-    ).double()
+    kwargs, shape = TRANSFORMERS[name]
+    model = getattr(monai.networks.nets, name)(in_channels=1, out_channels=2, **kwargs)
     try:
-        parallelize(model, mesh)(shard(torch.randn(1, 1, 16, 16, 16, dtype=torch.float64), mesh))
+        parallelize(model.double(), mesh)(shard(torch.randn(shape, dtype=torch.float64), mesh))
     except ValueError as err:  # SplitOpError is one
         return str(err)
     return "no error"
 
 
-def test_unetr_is_refused_naming_the_layer_on_every_rank() -> None:
-    """Its one patch token, split over two ranks, reached a LayerNorm, left it as a plain
-    tensor and crashed one rank in a reshape and the other in gloo."""
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [("UNETR", "vit.patch_embedding"), ("SwinUNETR", "F.layer_norm at")],
+)
+def test_transformers_are_refused_naming_the_layer_or_op_on_every_rank(
+    name: str, named: str
+) -> None:
+    """UNETR's one patch token, split over two ranks, reached a LayerNorm, left it as a plain
+    tensor and crashed one rank in a reshape and the other in gloo; SwinUNETR's MLP shares
+    one dropout under two names, which the shape trace met as a bare KeyError."""
     pytest.importorskip("einops")
-    for message in spawn(unetr_refusal, 2, dict(depth=2), timeout=300):
-        assert "vit.patch_embedding" in message and "split along" in message, message
+    for message in spawn(transformer_refusal, 2, dict(depth=2), name, timeout=300):
+        assert named in message and "split along" in message, message
