@@ -47,6 +47,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         by=args.by,
         member_dim=args.member_dim,
         lat_weights=args.lat_weights,
+        block_dates=args.block_dates,
     )
     table = scores_table(scores)
     print(
@@ -262,6 +263,13 @@ def register(subparsers: Subparsers) -> None:
         help="dimensions to keep (none given: lead_time if present)",
     )
     score.add_argument("--lat-weights", action="store_true", help="cos-latitude weighting")
+    score.add_argument(
+        "--block-dates",
+        type=_block_dates,
+        metavar="N",
+        help="start dates read and scored at a time (the same scores; memory set by the "
+        "block); default: about 32 MiB of ensemble in float64 per block; 0: all at once",
+    )
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)
     _register_split(sub)

@@ -24,7 +24,8 @@ import xarray as xr
 
 from sciml.datasets.cf import valid_times
 from sciml.weather import metrics
-from sciml.weather.metrics.alignment import Dim
+from sciml.weather.blocks import auto_block_dates, date_blocks
+from sciml.weather.metrics.alignment import Dim, _check_weights
 
 __all__ = [
     "at_valid_time",
@@ -180,6 +181,7 @@ def score_ensemble(
     by: Sequence[Hashable] | None = None,
     member_dim: str = "member",
     lat_weights: bool = False,
+    block_dates: int | None = None,
 ) -> xr.Dataset:
     """Score one variable of an ensemble dataset (what ``sciml weather score`` prints).
 
@@ -196,6 +198,11 @@ def score_ensemble(
             over the others.
         member_dim: Name of the member dimension.
         lat_weights: Weight the averages by cos(latitude).
+        block_dates: Start dates (``time``) read and scored at a time: each score keeps its
+            weighted sums and weights over the blocks, so memory is set by the block (the
+            same scores, to the rounding of sums in another order); None: about
+            :data:`~sciml.weather.blocks.BLOCK_BYTES` of ensemble per block; 0: the whole
+            data at once (also when they have no ``time``).
 
     Returns:
         :func:`score_summary`'s (or :func:`leave_one_out_scores`') variables, computed,
@@ -219,7 +226,15 @@ def score_ensemble(
     dims = [d for d in ensemble.dims if d not in (*keep, member_dim)]
     weights = metrics.latitude_weights(ensemble) if lat_weights else None
     truth, against = _verifying_values(forecasts, variable, observations)
-    if truth is None:
+    if block_dates is None:
+        block_dates = auto_block_dates(forecasts, [variable])
+    if block_dates < 0:
+        raise ValueError(f"block_dates must be >= 0 (0: the whole data), got {block_dates}")
+    if block_dates and "time" in ensemble.dims:
+        scores = _score_blocks(
+            ensemble, truth, member_dim=member_dim, dims=dims, weights=weights, block=block_dates
+        )
+    elif truth is None:
         scores = leave_one_out_scores(ensemble, member_dim=member_dim, dim=dims, weights=weights)
     else:
         if "lead_time" in ensemble.dims and "lead_time" not in truth.dims:
@@ -228,6 +243,120 @@ def score_ensemble(
     scores = scores.compute()
     scores.attrs = {"verified_against": against, "averaged_over": [str(d) for d in dims]}
     return scores
+
+
+def _sums(values: xr.DataArray, dims: list[Hashable], weights: xr.DataArray | None) -> xr.Dataset:
+    """The weighted sum of ``values`` over ``dims`` and the sum of the weights of its valid points.
+
+    Their ratio is :func:`~sciml.weather.metrics.alignment.reduce_over`'s mean (xarray's
+    ``mean`` or ``weighted().mean``).
+    """
+    if weights is None:
+        return xr.Dataset({"sum": values.sum(dims), "weight": values.count(dims)}).load()
+    weights = _check_weights(values, dims, weights)  # as reduce_over checks them
+    total = (values.fillna(0) * weights).sum(dims)
+    return xr.Dataset({"sum": total, "weight": (values.notnull() * weights).sum(dims)}).load()
+
+
+def _summary_sums(
+    observations: xr.DataArray,
+    forecasts: xr.DataArray,
+    member_dim: str,
+    dims: list[Hashable],
+    weights: xr.DataArray | None,
+) -> dict[str, xr.Dataset]:
+    """Sums of the per-point fields whose means make :func:`score_summary`'s scores."""
+    from sciml.weather.metrics.dispersion import _squared_mean_error
+
+    valid = observations.notnull()
+    error2 = _squared_mean_error(observations, forecasts, member_dim)
+    variance = forecasts.astype(np.float64).var(member_dim, ddof=1)
+    fields = {
+        "crps": metrics.crps_ensemble(observations, forecasts, member_dim=member_dim, dim=[]),
+        "crps_fair": metrics.crps_ensemble(
+            observations, forecasts, member_dim=member_dim, dim=[], fair=True
+        ),
+        "spread": forecasts.where(valid).astype(np.float64).var(member_dim, ddof=1),
+        "error2": error2,
+        "variance": variance.where(error2.notnull()),
+    }
+    return {name: _sums(field, dims, weights) for name, field in fields.items()}
+
+
+def _add(
+    total: dict[str, xr.Dataset] | None, part: dict[str, xr.Dataset], dims: list[Hashable]
+) -> dict[str, xr.Dataset]:
+    """Sums of the blocks so far and of one more (joined along ``time`` when it is kept)."""
+    if total is None:
+        return part
+    if "time" in dims:
+        return {name: total[name] + part[name] for name in total}
+    return {name: xr.concat([total[name], part[name]], "time") for name in total}
+
+
+def _mean(sums: xr.Dataset) -> xr.DataArray:
+    valid = sums["weight"] != 0
+    return sums["sum"].where(valid) / sums["weight"].where(valid)
+
+
+def _summary(sums: dict[str, xr.Dataset], members: int) -> xr.Dataset:
+    """:func:`score_summary`'s scores from the sums of its fields."""
+    error2 = _mean(sums["error2"])
+    raw = (_mean(sums["variance"]) / error2) ** 0.5
+    return xr.Dataset(
+        {
+            "crps": _mean(sums["crps"]),
+            "crps_fair": _mean(sums["crps_fair"]),
+            "spread": _mean(sums["spread"]) ** 0.5,
+            "rmse": error2**0.5,
+            "spread_skill": raw * np.sqrt((members + 1) / members),
+            "spread_skill_raw": raw,
+        }
+    )
+
+
+def _score_blocks(
+    ensemble: xr.DataArray,
+    truth: xr.DataArray | None,
+    *,
+    member_dim: str,
+    dims: list[Hashable],
+    weights: xr.DataArray | None,
+    block: int,
+) -> xr.Dataset:
+    """:func:`score_summary` (or :func:`leave_one_out_scores`) a block of start dates at a time."""
+    members = ensemble.sizes[member_dim]
+    if truth is None and members < 3:
+        raise ValueError(f"leave-one-out scoring needs at least 3 members, got {members}")
+    verifying = [None] if truth is not None else list(range(members))
+    totals: list[dict[str, xr.Dataset] | None] = [None] * len(verifying)
+    for part in date_blocks(ensemble.sizes["time"], block):
+        chunk = ensemble.isel(time=part).load()
+        if truth is not None:
+            observed = truth
+            if "lead_time" in chunk.dims and "lead_time" not in observed.dims:
+                observed = at_valid_time(observed, chunk)
+            elif "time" in observed.dims:
+                observed = observed.sel(time=chunk["time"])
+            pairs = [(observed.load(), chunk)]
+        else:
+            pairs = [
+                (chunk.isel({member_dim: k}, drop=True), chunk.drop_isel({member_dim: k}))
+                for k in verifying
+            ]
+        for index, (obs, ens) in enumerate(pairs):
+            sums = _summary_sums(obs, ens, member_dim, dims, weights)
+            totals[index] = _add(totals[index], sums, dims)
+        del chunk, pairs
+    if truth is not None:
+        assert totals[0] is not None
+        return _summary(totals[0], members)
+    parts = [_summary(t, members - 1) for t in totals if t is not None]
+    stacked = xr.concat(parts, dim="_verifying_member")
+    pooled = stacked[["crps", "crps_fair"]].mean("_verifying_member")
+    pooled["spread"] = np.sqrt((stacked["spread"] ** 2).mean("_verifying_member"))
+    pooled["rmse"] = np.sqrt((stacked["rmse"] ** 2).mean("_verifying_member"))
+    return pooled
 
 
 def _verifying_values(

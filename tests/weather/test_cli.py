@@ -41,6 +41,14 @@ def test_cli_toy_and_score(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "against psi_truth" in text and "crps_fair" in text
     rows = json.loads(report.read_text())
     assert len(rows) == 2 and {"crps", "spread_skill", "lead_time"} <= set(rows[0])
+    for block in ("0", "1"):  # all dates at once, one at a time: the same scores
+        argv = ["weather", "score", str(out), "--variable", "psi", "--block-dates", block]
+        assert main([*argv, "--json", str(tmp_path / f"{block}.json")]) == 0
+        again = json.loads((tmp_path / f"{block}.json").read_text())
+        assert [r["lead_time"] for r in again] == [r["lead_time"] for r in rows]
+        for name in ("crps", "crps_fair", "spread", "rmse", "spread_skill"):
+            assert [r[name] for r in again] == pytest.approx([r[name] for r in rows], rel=1e-12)
+    capsys.readouterr()
     assert main(["weather", "score", str(ERA5), "--variable", "z", "--by", "level"]) == 0
     assert "each member against the others" in capsys.readouterr().out
     assert main(["weather", "score", str(ERA5), "--variable", "z", "--by", "step"]) == 1

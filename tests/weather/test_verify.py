@@ -1,5 +1,9 @@
 """Score summaries, leave-one-out scoring and scoring against observations at valid time."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -65,3 +69,107 @@ def test_score_ensemble_against_observations_at_valid_time() -> None:
         at_valid_time(obs.isel(time=slice(0, 3)), fc)
     with pytest.raises(ValueError, match="missing \\['lead_time'\\]"):
         metrics.crps_ensemble(obs.isel(time=slice(0, 3)), fc)
+
+
+def _forecasts_with_truth(rng: np.random.Generator) -> xr.Dataset:
+    """5 members, 7 start dates, 2 lead times, 4 x 3 points; missing values and ties."""
+    shape = (5, 7, 2, 4, 3)
+    members = np.round(rng.standard_normal(shape) * 4) / 4  # ties with the truth
+    truth = np.round(rng.standard_normal(shape[1:]) * 4) / 4
+    members[rng.random(shape) < 0.05] = np.nan
+    truth[rng.random(shape[1:]) < 0.05] = np.nan
+    dims = ("member", "time", "lead_time", "lat", "lon")
+    coords = {
+        "time": np.datetime64("2000-01-01", "ns") + np.arange(7) * np.timedelta64(1, "D"),
+        "lead_time": np.arange(2) * np.timedelta64(1, "D"),
+        "lat": [-40.0, 0.0, 30.0, 60.0],
+    }
+    return xr.Dataset(
+        {"t": (dims, members, {"units": "K"}), "t_truth": (dims[1:], truth, {"units": "K"})},
+        coords=coords,
+    )
+
+
+@pytest.mark.parametrize("block", [1, 3, 100])
+@pytest.mark.parametrize("against", ["truth", "observations", "members"])
+@pytest.mark.parametrize(("by", "lat_weights"), [(None, False), (None, True), (["time"], True)])
+def test_blocks_of_dates_score_as_the_whole_data(
+    block: int, against: str, by: list[str] | None, lat_weights: bool
+) -> None:
+    """Each score's weighted sums over the blocks: the whole data's, to summation rounding."""
+    rng = np.random.default_rng(5)
+    data = _forecasts_with_truth(rng)
+    observations = None
+    if against == "observations":  # by valid time: 8 days
+        days = np.datetime64("2000-01-01", "ns") + np.arange(8) * np.timedelta64(1, "D")
+        values = rng.standard_normal((8, 4, 3))
+        observations = xr.Dataset(
+            {"t": (("time", "lat", "lon"), values, {"units": "K"})},
+            coords={"time": days, "lat": data["lat"]},
+        )
+    if against == "members":
+        data = data.drop_vars("t_truth")
+    kwargs = {"observations": observations, "by": by, "lat_weights": lat_weights}
+    whole = score_ensemble(data, "t", block_dates=0, **kwargs)
+    blocks = score_ensemble(data, "t", block_dates=block, **kwargs)
+    assert blocks.attrs == whole.attrs
+    assert list(blocks.data_vars) == list(whole.data_vars)
+    for name, expected in whole.data_vars.items():
+        got = blocks[name]
+        assert got.dims == expected.dims, name
+        xr.testing.assert_equal(got.isnull(), expected.isnull())
+        np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=name)
+    assert whole["crps"].notnull().any()
+
+
+_PEAK = """
+import sys, tracemalloc
+from pathlib import Path
+import numpy as np, xarray as xr
+from sciml.weather.verify import score_ensemble
+
+def ensemble(dates):
+    rng = np.random.default_rng(dates)
+    shape = (10, dates, 2, 24, 48)
+    dims = ("member", "time", "lead_time", "lat", "lon")
+    coords = {
+        "time": np.datetime64("2000-01-01") + np.arange(dates) * np.timedelta64(1, "D"),
+        "lead_time": np.arange(2) * np.timedelta64(1, "D"),
+        "lat": np.linspace(-60, 60, 24),
+    }
+    members = rng.standard_normal(shape, dtype=np.float32)
+    truth = rng.standard_normal(shape[1:], dtype=np.float32)
+    data = {"t": (dims, members, {"units": "K"}), "t_truth": (dims[1:], truth, {"units": "K"})}
+    return xr.Dataset(data, coords=coords)
+
+peaks = []
+for dates in (6, 24):
+    path = Path(sys.argv[1]) / f"{dates}.nc"
+    ensemble(dates).to_netcdf(path)
+    with xr.open_dataset(path, chunks={}) as data:  # one Dask chunk: the whole file
+        for observations in (True, False):
+            data = data if observations else data.drop_vars("t_truth")
+            score_ensemble(data, "t", block_dates=2, lat_weights=True)  # imports, caches
+            tracemalloc.start()
+            score_ensemble(data, "t", block_dates=2, lat_weights=True)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+print(*peaks)
+"""
+
+
+def test_peak_memory_follows_the_block_not_the_file(tmp_path: Path) -> None:
+    """Against the truth and member against members: 4x the dates, about the same peak.
+
+    Measured in a fresh interpreter (tracemalloc counts every thread of its process).
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    truth, members, truth4, members4 = map(int, done.stdout.split())
+    assert truth4 < 1.3 * truth, f"peaks {truth / 1e6:.2f} and {truth4 / 1e6:.2f} MB"
+    assert members4 < 1.3 * members, f"peaks {members / 1e6:.2f} and {members4 / 1e6:.2f} MB"

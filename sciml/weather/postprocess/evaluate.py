@@ -56,11 +56,12 @@ import xarray as xr
 from sciml.datasets.cf import conform_units, units_of
 from sciml.progress import phase
 from sciml.weather import metrics
+from sciml.weather.blocks import auto_block_dates
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
 from sciml.weather.options import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.evaluate_blocks import auto_block_dates, score_blocks
+from sciml.weather.postprocess.evaluate_blocks import score_blocks
 from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
 from sciml.weather.postprocess.train import read_run
 
@@ -237,7 +238,7 @@ def score_runs(
         block_dates: Start dates read, predicted and scored at a time
             (:mod:`~sciml.weather.postprocess.evaluate_blocks`; the same scores in memory
             set by the block); None: as many as
-            :data:`~sciml.weather.postprocess.evaluate_blocks.BLOCK_BYTES` allows; 0: the
+            :data:`~sciml.weather.blocks.BLOCK_BYTES` allows; 0: the
             whole file at once.
 
     Raises:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ import xarray as xr
 
 from sciml.progress import phase
 from sciml.weather import metrics
+from sciml.weather.blocks import date_blocks
 from sciml.weather.metrics.alignment import align_to
 from sciml.weather.metrics.kernels import efi_array
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
@@ -50,24 +51,7 @@ from sciml.weather.postprocess.predict import Forecast, predict_run
 if TYPE_CHECKING:
     from sciml.weather.postprocess.evaluate import _Run
 
-__all__ = ["BLOCK_BYTES", "auto_block_dates", "date_blocks", "score_blocks"]
-
-#: Default size of a block: the float64 bytes of every scored variable's ensemble for the
-#: block's start dates (the scoring holds a few times this).
-BLOCK_BYTES = 32 * 2**20
-
-
-def auto_block_dates(test: xr.Dataset, variables: Sequence[str], budget: int = BLOCK_BYTES) -> int:
-    """The start dates per block whose ensembles take about ``budget`` bytes in float64."""
-    per_date = sum(8 * test[var].size // max(test.sizes["time"], 1) for var in variables)
-    return max(1, budget // max(per_date, 1))
-
-
-def date_blocks(dates: int, size: int) -> list[slice]:
-    """``time`` slices of at most ``size`` start dates covering ``dates``."""
-    if size < 1:
-        raise ValueError(f"a block needs at least one start date, got {size}")
-    return [slice(start, min(start + size, dates)) for start in range(0, dates, size)]
+__all__ = ["score_blocks"]
 
 
 def _undated(values: xr.DataArray) -> xr.DataArray:

@@ -10,9 +10,10 @@ import pytest
 import xarray as xr
 
 from sciml.training import TrainConfig
+from sciml.weather.blocks import auto_block_dates, date_blocks
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import SCORES, score_runs
-from sciml.weather.postprocess.evaluate_blocks import _Largest, auto_block_dates, date_blocks
+from sciml.weather.postprocess.evaluate_blocks import _Largest
 from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble
 
