@@ -95,10 +95,10 @@ def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, ...], subprocess.CompletedProcess]:
     """The exit and output of each order this session runs, in fresh interpreters side by side."""
-    wanted = {
+    wanted = {  # this module's orders in the session (another module may have an "order")
         item.callspec.params["order"]
         for item in request.session.items
-        if hasattr(item, "callspec") and "order" in item.callspec.params
+        if item.path == request.path and hasattr(item, "callspec")
     }
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
 
