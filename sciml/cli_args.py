@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
@@ -24,6 +25,7 @@ __all__ = [
     "Register",
     "Subparsers",
     "add_config_arguments",
+    "byte_size",
     "comma_list",
     "config_from_args",
     "finite_float",
@@ -69,6 +71,39 @@ positive_float = _number(float, lambda v: v > 0, "a finite number > 0")
 non_negative_float = _number(float, lambda v: v >= 0, "a finite number >= 0")
 finite_float = _number(float, lambda v: True, "a finite number")
 fraction = _number(float, lambda v: 0 < v < 1, "a fraction between 0 and 1, exclusive")
+
+
+_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_BYTE_UNITS |= {f"{prefix}ib": 2 ** (10 * power) for power, prefix in enumerate("kmgt", 1)}
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: a size in bytes with its unit (``512MiB``, ``2GiB``, ``1.5GB``), or 0.
+
+    Units: B, kB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (of 1024); the prefix
+    may be of either case, the ``B`` is upper case (``2Gb`` would be gigabits). A plain
+    ``0`` needs no unit.
+
+    Raises:
+        argparse.ArgumentTypeError: No unit, an unknown unit, bits, or a negative size.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if match and float(match.group(1)) == 0 and not match.group(2):
+        return 0
+    unit = match.group(2) if match else ""
+    if unit.endswith("b"):
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes (B), got {text!r}: a lower-case b means bits; write "
+            "e.g. 512MiB or 2GiB"
+        )
+    if not match or unit.lower() not in _BYTE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a size with its unit, such as 512MiB, 2GiB or 1.5GB (or 0), got {text!r}"
+        )
+    value = float(match.group(1)) * _BYTE_UNITS[unit.lower()]
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite size, got {text!r}")
+    return round(value)
 
 
 def comma_list(item: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch
 
 from sciml.distributed import check_replica
 
-__all__ = ["epoch_batches", "epoch_seed", "seed_everything"]
+__all__ = ["chunk_order", "epoch_batches", "epoch_seed", "seed_everything"]
 
 #: Multiplier of the run's seed for each stream of random numbers of an epoch.
 _STREAMS = {"order": 1_000_003, "workers": 7919}
@@ -50,6 +51,35 @@ def epoch_seed(seed: int, epoch: int, *, stream: Literal["order", "workers"] = "
     return seed * _STREAMS[stream] + epoch
 
 
+def chunk_order(bounds: Sequence[int], *, buffer: int, seed: int, epoch: int) -> list[int]:
+    """One epoch's order of samples stored in chunks: each chunk's samples read in one stretch.
+
+    The chunks (chunk ``c`` holds samples ``bounds[c]`` to ``bounds[c + 1] - 1``) come in a
+    random order, ``buffer`` at a time; the samples of those ``buffer`` chunks are shuffled
+    among themselves before the next chunks' come. A reader that holds ``buffer`` chunks
+    (and reads the next ones ahead) decompresses each chunk once per epoch. The order
+    depends only on ``(seed, epoch)``, ``bounds`` and ``buffer``.
+
+    Raises:
+        ValueError: ``bounds`` that do not rise from 0, or ``buffer`` < 1.
+    """
+    edges = np.asarray(bounds, dtype=np.int64)
+    if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or np.any(np.diff(edges) <= 0):
+        raise ValueError(
+            f"chunk bounds must rise strictly from 0 (chunk c holds samples bounds[c] to "
+            f"bounds[c + 1] - 1), got {list(bounds)[:8]}"
+        )
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+        raise ValueError(f"buffer must be a number of chunks >= 1, got {buffer!r}")
+    rng = np.random.default_rng(epoch_seed(seed, epoch))
+    chunks = rng.permutation(edges.size - 1)
+    order: list[int] = []
+    for start in range(0, chunks.size, buffer):
+        window = [np.arange(edges[c], edges[c + 1]) for c in chunks[start : start + buffer]]
+        order += rng.permutation(np.concatenate(window)).tolist()
+    return order
+
+
 def epoch_batches(
     n: int,
     batch_size: int,
@@ -59,17 +89,31 @@ def epoch_batches(
     shuffle: bool = True,
     drop_last: bool = False,
     replica: tuple[int, int] = (0, 1),
+    chunks: Sequence[int] | None = None,
+    buffer: int = 1,
 ) -> list[list[int]]:
     """Sample indices of one epoch, split into batches, for one data-parallel replica.
 
-    The order depends only on ``(seed, epoch)``. As with ``DistributedSampler``,
-    the permutation is padded by repeating its start so that every replica
-    gets the same number of samples, and replica ``r`` of ``R`` takes every
-    ``R``-th index starting at ``r``.
+    The order depends only on ``(seed, epoch)`` (and on ``chunks`` and ``buffer``, when
+    given). As with ``DistributedSampler``, the permutation is padded by repeating its
+    start so that every replica gets the same number of samples, and replica ``r`` of
+    ``R`` takes every ``R``-th index starting at ``r``.
+
+    Args:
+        n: The number of samples.
+        batch_size: Samples per batch.
+        epoch: The epoch (>= 0).
+        seed: The run's seed (>= 0).
+        shuffle: Shuffle the samples (else in their order).
+        drop_last: Drop the last batch when it is smaller.
+        replica: ``(index, count)`` of this data-parallel replica.
+        chunks: The bounds of the chunks the samples are stored in (``None``: a plain
+            permutation): a shuffled epoch follows them (:func:`chunk_order`).
+        buffer: Chunks shuffled together (with ``chunks``).
 
     Raises:
-        ValueError: If ``n`` is 0, ``batch_size`` < 1, or ``replica`` is not a
-            valid ``(index, count)``.
+        ValueError: If ``n`` is 0, ``batch_size`` < 1, ``replica`` is not a
+            valid ``(index, count)``, or ``chunks`` do not end at ``n``.
     """
     if n == 0:
         raise ValueError("the training dataset is empty")
@@ -78,7 +122,11 @@ def epoch_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     index, replicas = check_replica(replica)
-    if shuffle:
+    if chunks is not None and (len(chunks) < 2 or chunks[-1] != n):
+        raise ValueError(f"the chunk bounds end at {list(chunks)[-1:]}, not at the {n} samples")
+    if shuffle and chunks is not None:
+        order = chunk_order(chunks, buffer=buffer, seed=seed, epoch=epoch)
+    elif shuffle:
         generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
         order = torch.randperm(n, generator=generator).tolist()
     else:

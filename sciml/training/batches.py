@@ -154,6 +154,10 @@ class EpochLoader:
     ) -> None:
         """Build the loader; workers start at the first epoch."""
         self.seed = config.seed
+        # a dataset read chunk by chunk reads ahead what it is told comes next
+        # (sciml.datasets.chunked); only here, where the batches are read
+        plan = getattr(dataset, "plan", None) if config.num_workers == 0 else None
+        self._plan: Callable[[list[int] | None], None] | None = plan
         self.sampler = _IndexBatches()
         self.loader: DataLoader[Any] = DataLoader(
             _SeededReads(dataset),
@@ -195,6 +199,8 @@ class EpochLoader:
         return self._take(len(batches))
 
     def _queue(self, batches: Sequence[list[int]], *, epoch: int, first: int) -> None:
+        if self._plan is not None:
+            self._plan([index for batch in batches for index in batch])
         self.sampler.queue.extend(
             [(batch_seed(self.seed, epoch, first + k), index) for index in batch]
             for k, batch in enumerate(batches)
@@ -216,6 +222,8 @@ class EpochLoader:
         self.sampler.queue.clear()
         self._iterator = None
         self._ahead = None
+        if self._plan is not None:
+            self._plan(None)
 
     def close(self) -> None:
         """Stop the worker processes now; a later :meth:`epoch` starts new ones.

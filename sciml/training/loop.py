@@ -237,6 +237,8 @@ class _Trainer:
     def epoch_parts(self, epoch: int) -> list[list[list[int]]]:
         """The index batches of ``epoch`` for this replica, each split into micro-batches."""
         s = self.s
+        # a dataset stored in chunks (sciml.datasets.chunked) is read in an order that follows them
+        layout = getattr(s.train_dataset, "chunk_layout", None)
         batches = epoch_batches(
             dataset_length("train_dataset", s.train_dataset),
             s.config.batch_size,
@@ -245,6 +247,8 @@ class _Trainer:
             shuffle=s.config.shuffle,
             drop_last=s.config.drop_last,
             replica=s.replica,
+            chunks=None if layout is None else layout.bounds,
+            buffer=1 if layout is None else layout.buffer,
         )
         return [micro_batches(batch, s.config.micro_batches) for batch in batches]
 

@@ -11,7 +11,7 @@ from sciml.cli_args import (
     positive_float,
     runs_and_test_data,
 )
-from sciml.weather.options import add_sweep_arguments, sweep_runs
+from sciml.weather.options import add_memory_limit, add_sweep_arguments, sweep_runs
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.spread.cli import register_spread
 from sciml.weather.toy.cli import register_toy
@@ -74,6 +74,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             configs,
             folders,
             device=ctx.device,
+            memory_limit=args.memory_limit,
         )
         for run, status, folder in zip(configs, statuses, folders, strict=True):
             print0(f"{run.model} on {run.members} members: {status}, run folder {folder}")
@@ -174,8 +175,37 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, PostprocessConfig)
     add_sweep_arguments(train)
+    add_memory_limit(
+        train,
+        larger="larger ones streamed a chunk of the file at a time, read ahead (the run "
+        "folder's reads.json keeps the path)",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
+
+
+def _cmd_rechunk(args: argparse.Namespace) -> int:
+    from sciml.weather.store import write_training_store
+
+    out = write_training_store(args.data, args.out, overwrite=args.overwrite)
+    print(f"wrote {out} (one start date per chunk, with its manifest)")
+    return 0
+
+
+def _register_rechunk(sub: Subparsers) -> None:
+    rechunk = sub.add_parser(
+        "rechunk",
+        help="convert ensemble files once to a Zarr training store (one start date per chunk)",
+        description="For files whose chunks do not serve training (a chunk of many start "
+        "dates, far larger than the trainers' shuffle buffer; GRIB; many files): the data "
+        "as 'sciml weather train' opens them, written to a Zarr store with one start date per "
+        "chunk (the layout of ECMWF's anemoi-datasets) and a manifest of its files, checked "
+        "whenever the store is opened. Each chunk of the input is read once.",
+    )
+    rechunk.add_argument("data", nargs="+", help="ensemble file(s): netCDF, Zarr or GRIB")
+    rechunk.add_argument("out", help="the Zarr store to write, e.g. train.zarr")
+    rechunk.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    rechunk.set_defaults(func=_cmd_rechunk)
 
 
 def _block_dates(text: str) -> int:
@@ -273,6 +303,7 @@ def register(subparsers: Subparsers) -> None:
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)
     _register_split(sub)
+    _register_rechunk(sub)
     _register_train(sub)
     _register_evaluate(sub)
     register_spread(sub)

@@ -27,14 +27,19 @@ statistics (those of the forecasts: :func:`~sciml.datasets.channels.compute_stat
 split), the spread is divided by the same standard deviations, the static fields are
 standardised by their own. Reads go through :class:`sciml.datasets.xarray_dataset.XarrayDataset`: a
 batch is one vectorised selection and one compute per part.
+
+:class:`StreamedEnsemble` serves the same samples from data larger than memory, a chunk
+of start dates at a time, read ahead while the steps run
+(:mod:`sciml.datasets.chunked`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
+import dask
 import numpy as np
 import pandas as pd
 import torch
@@ -42,9 +47,10 @@ import xarray as xr
 from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats, normalise
+from sciml.datasets.chunked import ChunkStream, common_bounds
 from sciml.datasets.xarray_dataset import XarrayDataset
 
-__all__ = ["EnsembleDataset"]
+__all__ = ["SHUFFLE_BYTES", "EnsembleDataset", "StreamedEnsemble", "date_bounds"]
 
 Sample = dict[str, torch.Tensor]
 
@@ -232,10 +238,13 @@ class EnsembleDataset(Dataset[Sample]):
 
     def __getitems__(self, indices: list[int]) -> list[Sample]:
         """A batch of samples, each part read in one go."""
+        return self.read(indices, self._member_indices(len(indices)))
+
+    def read(self, indices: list[int], chosen: torch.Tensor) -> list[Sample]:
+        """The samples at ``indices`` with the members ``chosen`` (one row per sample)."""
         if any(not -len(self) <= i < len(self) for i in indices):
             raise IndexError(f"sample index out of range for {len(self)} samples: {indices}")
         flat = [i % len(self) for i in indices]
-        chosen = self._member_indices(len(flat))
         rows = (torch.tensor(flat)[:, None] * self._size + chosen).reshape(-1).tolist()
         ensemble = torch.stack(self._ensemble.__getitems__(rows))
         ensemble = ensemble.reshape(len(flat), self.members, *ensemble.shape[1:])
@@ -267,3 +276,121 @@ class EnsembleDataset(Dataset[Sample]):
     def __getitem__(self, index: int) -> Sample:
         """Sample ``index``."""
         return self.__getitems__([index])[0]
+
+
+#: Decoded bytes of the chunks whose samples a streamed epoch shuffles together (about
+#: twice this is held: the chunks in use and those read ahead).
+SHUFFLE_BYTES = 2**28
+
+
+def date_bounds(ds: xr.Dataset, names: Sequence[str]) -> tuple[int, ...]:
+    """Bounds along ``time`` of the chunks of ``names``: each part whole chunks of every one.
+
+    A variable not chunked (in memory) is one chunk.
+    """
+    count = ds.sizes["time"]
+    found = []
+    for name in names:
+        var = ds[name]
+        if "time" not in var.dims:
+            continue
+        sizes = (count,) if var.chunks is None else var.chunks[var.dims.index("time")]
+        found.append(tuple(np.cumsum((0, *sizes)).tolist()))
+    return common_bounds(found or [(0, count)])
+
+
+class StreamedEnsemble(ChunkStream):
+    """The samples of :class:`EnsembleDataset`, read a chunk of start dates at a time.
+
+    For data larger than memory: the samples of the chunks of ``time`` the file is
+    stored in (those common to the forecasts and their truths) are read whole, a chunk
+    once per epoch, ahead of the steps (:class:`sciml.datasets.chunked.ChunkStream`);
+    :func:`sciml.training.fit` draws an order that follows the chunks
+    (:func:`sciml.datasets.sampling.chunk_order`: as many chunks shuffled together as
+    hold ``buffer_bytes``). In that order the samples are those of an
+    :class:`EnsembleDataset` of the same data in memory, bit for bit, members drawn alike.
+
+    Args:
+        ds: The data, lazy (Dask-backed); ``time`` and ``lead_time`` index the samples.
+        variables: Forecast variables, in channel order.
+        buffer_bytes: Decoded bytes of the chunks shuffled together.
+        workers: Threads that read chunks ahead.
+        **options: :class:`EnsembleDataset`'s options; ``stats`` must be given.
+
+    Raises:
+        ValueError: As :class:`EnsembleDataset`; ``stats`` not given, or samples not
+            indexed by ``time`` first.
+    """
+
+    def __init__(
+        self,
+        ds: xr.Dataset,
+        variables: Sequence[str],
+        *,
+        buffer_bytes: int = SHUFFLE_BYTES,
+        workers: int = 2,
+        **options: Any,
+    ) -> None:
+        """Find the chunks; nothing is read until a sample is (arguments: see the class)."""
+        if not isinstance(options.get("stats"), NormStats):
+            raise ValueError("StreamedEnsemble needs the channels' statistics (stats=NormStats)")
+        if tuple(options.get("sample_dims", ("time", "lead_time")))[0] != "time":
+            raise ValueError("StreamedEnsemble reads chunks of start dates: time indexes samples")
+        variables = list(variables)
+        self.template = EnsembleDataset(ds, variables, **options)
+        names = [*variables, *(f"{v}_truth" for v in variables)]
+        kept = ds[[*names, *options.get("static", ())]]
+        dates = date_bounds(kept, names)
+        per_date = len(self.template) // ds.sizes["time"]
+        date_bytes = sum(kept[n].nbytes for n in names) / ds.sizes["time"]
+        #: Start-date bounds of the chunks read whole.
+        self.dates = dates
+        #: Decoded bytes of the largest chunk.
+        self.chunk_bytes = int(max(np.diff(dates)) * date_bytes)
+        self.buffer_bytes = buffer_bytes
+        buffer = min(max(1, buffer_bytes // max(self.chunk_bytes, 1)), len(dates) - 1)
+
+        def load(chunk: int) -> EnsembleDataset:
+            part = kept.isel(time=slice(dates[chunk], dates[chunk + 1]))
+            with dask.config.set(scheduler="synchronous"):  # this thread is the parallelism
+                return EnsembleDataset(part.compute(), variables, **options)
+
+        super().__init__([d * per_date for d in dates], load, buffer=buffer, workers=workers)
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """Channel names, as :class:`EnsembleDataset`'s."""
+        return self.template.channels
+
+    @property
+    def static(self) -> torch.Tensor | None:
+        """The static fields, as :class:`EnsembleDataset`'s."""
+        return self.template.static
+
+    def describe(self) -> str:
+        """How the samples are read, for the run's status line."""
+        chunks, layout = len(self.dates) - 1, self.chunk_layout
+        dates = int(max(np.diff(self.dates)))
+        line = (
+            f"{chunks} chunk(s) of up to {dates} start date(s) ({self.chunk_bytes / 2**20:.3g} "
+            f"MiB decoded), {layout.buffer} shuffled together and read ahead"
+        )
+        if layout.buffer == 1 and chunks > 1 and self.chunk_bytes > 2 * self.buffer_bytes:
+            line += (
+                f"; a chunk is larger than the shuffle buffer ({self.buffer_bytes / 2**20:.3g} "
+                "MiB): samples are shuffled within one chunk at a time. Convert the data once "
+                "to a training store of one start date per chunk: sciml weather rechunk IN "
+                "OUT.zarr"
+            )
+        return line
+
+    def __getitems__(self, indices: list[int]) -> list[Sample]:
+        """A batch of samples in the order of ``indices``, members drawn as in memory."""
+        chosen = self.template._member_indices(len(indices))
+        out: list[Any] = [None] * len(indices)
+        for data, positions, local in self.parts(indices):
+            samples = data.read(local.tolist(), chosen[torch.from_numpy(positions)])
+            for position, sample in zip(positions.tolist(), samples, strict=True):
+                sample["index"] = torch.tensor(indices[position])
+                out[position] = sample
+        return out

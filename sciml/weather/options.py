@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sciml.cli_args import (
+    byte_size,
     comma_list,
     nested,
     non_negative_int,
@@ -32,6 +33,7 @@ __all__ = [
     "MISSING",
     "MODELS",
     "SPREAD_LOSSES",
+    "add_memory_limit",
     "add_sweep_arguments",
     "check_sweep",
     "config_from_record",
@@ -155,6 +157,26 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
             f"version of sciml refuses ({err}); it was edited or damaged: restore the file "
             "as the run wrote it, or retrain in a new --run-dir"
         ) from None
+
+
+def add_memory_limit(parser: argparse.ArgumentParser, *, larger: str) -> None:
+    """``--memory-limit`` on a training command: data up to it are read into memory.
+
+    A runtime option (not part of the run's record): a resumed run may change it.
+
+    Args:
+        parser: The command's parser.
+        larger: What the command does with larger data.
+    """
+    parser.add_argument(
+        "--memory-limit",
+        type=byte_size,
+        default="1GiB",
+        metavar="SIZE",
+        help=f"training (and validation) dates up to this size are read into memory, {larger} "
+        "(e.g. 512MiB, 2GiB; 0: always stream); the run says which path it took and why; a "
+        "resumed run may change it",
+    )
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

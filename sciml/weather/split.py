@@ -18,6 +18,7 @@ import xarray as xr
 
 from sciml.io_utils import atomic_path
 from sciml.weather.data import split_by_time, split_start_dates
+from sciml.weather.store import netcdf_encoding
 
 __all__ = ["SPLITS", "split_dataset", "write_splits"]
 
@@ -114,5 +115,5 @@ def write_splits(
     with contextlib.ExitStack() as stack:
         for name, part in parts.items():
             tmp = stack.enter_context(atomic_path(outputs[name], suffix=".nc"))
-            part.to_netcdf(tmp, encoding={var: {"zlib": True, "complevel": 4} for var in part})
+            part.to_netcdf(tmp, encoding=netcdf_encoding(part))  # one start date per chunk
     return outputs

@@ -15,8 +15,9 @@ COMMANDS = [
     pytest.param(("weather", "spread", "train"), SpreadConfig, {}, id="weather spread train"),
 ]
 #: What a command adds by hand: the data, the run folder, the progress bar (how a run
-#: shows, not what it computes) and a sweep's seeds (how many runs, each with one seed).
-BY_HAND = {"help", "data", "run_dir", "quiet", "seeds"}
+#: shows, not what it computes), a sweep's seeds (how many runs, each with one seed) and
+#: the memory limit (how the data are read, a runtime option).
+BY_HAND = {"help", "data", "run_dir", "quiet", "seeds", "memory_limit"}
 #: Options of each command that take a sweep's comma-separated values (a tuple of one
 #: by default).
 SWEPT = {("weather", "train"): {"lr"}, ("weather", "spread", "train"): {"lr"}}

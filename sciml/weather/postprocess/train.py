@@ -30,6 +30,8 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -43,10 +45,10 @@ from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_path
+from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
-from sciml.weather.data import in_memory, refuse_missing
+from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (
     DATA_KEY,
@@ -99,6 +101,11 @@ RUN_RECORD = RecordKind(
     "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
 )
 SAMPLE_DIMS = ("time", "lead_time")
+#: The run folder's record of the memory limit and of how the data were read (a runtime
+#: record, written at every start of the run).
+READS = "reads.json"
+#: Says which path the data take (in memory or streamed) and why (``INFO``).
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -153,6 +160,7 @@ def train_postprocessor(
     run_dir: Path | str,
     *,
     device: torch.device | str | None = None,
+    memory_limit: int = IN_MEMORY_BYTES,
 ) -> str:
     """Train ``config.model`` (one of :data:`MODELS`) on ``ds``; return the run's status.
 
@@ -167,6 +175,12 @@ def train_postprocessor(
             (variables, static fields, member choice, grid, periodic longitudes).
         run_dir: The run folder.
         device: Where a deep model trains (default: the CPU).
+        memory_limit: Bytes of training (or validation) dates a deep model reads into
+            memory; larger ones are streamed, a chunk of the file at a time in an order
+            that follows the chunks (:class:`~sciml.weather.dataset.StreamedEnsemble`);
+            0: always stream. A runtime option: a resumed run may change it (the order of
+            its samples then follows the path it takes). The run says which path it
+            took, and why, and keeps it in ``reads.json``.
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -176,7 +190,9 @@ def train_postprocessor(
             ``config.grid`` or ``config.periodic`` set by hand (the data decide them), or
             a run folder that holds another configuration.
     """
-    return train_postprocessors(ds, [config], [run_dir], device=device)[0]
+    return train_postprocessors(ds, [config], [run_dir], device=device, memory_limit=memory_limit)[
+        0
+    ]
 
 
 def train_postprocessors(
@@ -185,6 +201,7 @@ def train_postprocessors(
     run_dirs: Sequence[Path | str],
     *,
     device: torch.device | str | None = None,
+    memory_limit: int = IN_MEMORY_BYTES,
 ) -> list[str]:
     """Train one run per configuration at once (a seed or learning-rate sweep); their statuses.
 
@@ -260,7 +277,9 @@ def train_postprocessors(
     stats, scale = on_rank0(prepare)
     if val is None:
         return ["completed"]
-    return _train_deep(train, val, configs, stats, scale, run_paths, torch.device(device or "cpu"))
+    return _train_deep(
+        train, val, configs, stats, scale, run_paths, torch.device(device or "cpu"), memory_limit
+    )
 
 
 def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
@@ -341,36 +360,73 @@ def _train_deep(
     scale: xr.DataArray | None,
     run_dirs: Sequence[Path],
     device: torch.device,
+    memory_limit: int,
 ) -> list[str]:
     from sciml.datasets.sampling import seed_everything
-    from sciml.weather.dataset import EnsembleDataset
     from sciml.weather.postprocess.models import gaussian_crps_loss
 
     config = configs[0]
-
-    def dataset(part: xr.Dataset, choice: str) -> EnsembleDataset:
-        return EnsembleDataset(
-            part,
-            list(config.variables or ()),
-            members=config.members,
-            choice=choice,  # type: ignore[arg-type]
-            stats=stats,
-            channel_dims=config.channel_dims,
-            static=config.static or (),
-            crps_scale=scale,
-            missing=config.missing,  # type: ignore[arg-type]
-        )
+    options = {
+        "members": config.members,
+        "stats": stats,
+        "channel_dims": config.channel_dims,
+        "static": config.static or (),
+        "crps_scale": scale,
+        "missing": config.missing,
+        "choice": config.choice,
+    }
 
     models: list[torch.nn.Module] = []
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
         models.append(_build(run, len(stats.channels)).to(device))
-    train, val = (
-        in_memory(train, what="the training dates"),
-        in_memory(val, what="the validation dates"),
+    variables = list(config.variables or ())
+    train_set, train_path = _samples(
+        train, variables, what="the training dates", limit=memory_limit, **options
     )
-    train_set, val_set = dataset(train, config.choice or "first"), dataset(val, "first")
+    val_set, val_path = _samples(
+        val,
+        variables,
+        what="the validation dates",
+        limit=memory_limit,
+        **options | {"choice": "first"},
+    )
+    on_rank0(lambda: _record_reads(run_dirs, memory_limit, [train_path, val_path]))
     return fit_runs(models, configs, train_set, val_set, gaussian_crps_loss, run_dirs, device)
+
+
+def _samples(
+    part: xr.Dataset, variables: list[str], *, what: str, limit: int, **options: Any
+) -> tuple[Dataset[Any], dict[str, str]]:
+    """The samples of ``part``, in memory or streamed (:func:`~sciml.weather.data.read_path`).
+
+    Returns:
+        The dataset, and the path it takes and why (as ``reads.json`` keeps them).
+    """
+    from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
+
+    options["choice"] = options["choice"] or "first"
+    stream, why = read_path(part, what=what, limit=limit)
+    if not stream:
+        logger.info(why)
+        return EnsembleDataset(in_memory(part, what=what, limit=limit), variables, **options), {
+            "path": "memory",
+            "why": why,
+        }
+    streamed = StreamedEnsemble(part, variables, **options)
+    why = f"{why}: {streamed.describe()}"
+    logger.info(why)
+    return streamed, {"path": "stream", "why": why}
+
+
+def _record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str]]) -> None:
+    """Keep the memory limit and the paths the data took in each run's ``reads.json``.
+
+    A runtime record: a resumed run writes its own (the limit may change on a resume).
+    """
+    record = {"memory_limit": limit, "train": paths[0], "validation": paths[1]}
+    for run_dir in run_dirs:
+        atomic_write_text(run_dir / READS, json.dumps(record, indent=1) + "\n")
 
 
 def fit_runs(

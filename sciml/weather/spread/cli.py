@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sciml.cli_args import Subparsers, add_config_arguments
-from sciml.weather.options import add_sweep_arguments, sweep_runs
+from sciml.weather.options import add_memory_limit, add_sweep_arguments, sweep_runs
 from sciml.weather.spread.options import SpreadConfig
 
 __all__ = ["register_spread"]
@@ -20,7 +20,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     with init_distributed() as ctx:
         configs, folders = sweep_runs(args, SpreadConfig)
         data = open_ensemble(args.data, checked=asked_for(args.variables))
-        statuses = train_spreads(data, configs, folders, device=ctx.device)
+        statuses = train_spreads(
+            data, configs, folders, device=ctx.device, memory_limit=args.memory_limit
+        )
         for config, status, folder in zip(configs, statuses, folders, strict=True):
             print0(
                 f"spread from {config.members} members, {config.history} lead time(s), "
@@ -64,6 +66,7 @@ def _add_train(sub: Subparsers) -> None:
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, SpreadConfig)
     add_sweep_arguments(train)
+    add_memory_limit(train, larger="larger ones read a batch at a time")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -18,6 +18,7 @@ the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
@@ -30,7 +31,7 @@ from torch.utils.data import DataLoader
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
-from sciml.weather.data import in_memory, refuse_missing
+from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
@@ -43,6 +44,9 @@ from sciml.weather.spread.options import SpreadConfig
 
 __all__ = ["load_spread_model", "predict_spread", "train_spread", "train_spreads"]
 
+#: Says whether the data are read into memory, and why (``INFO``).
+logger = logging.getLogger(__name__)
+
 
 def train_spread(
     ds: xr.Dataset,
@@ -50,6 +54,7 @@ def train_spread(
     run_dir: Path | str,
     *,
     device: torch.device | str | None = None,
+    memory_limit: int = IN_MEMORY_BYTES,
 ) -> str:
     """Train a :class:`~sciml.weather.spread.model.SpreadPredictor` on ``ds``; return the status.
 
@@ -66,6 +71,9 @@ def train_spread(
             (variables, periodic dims, ensemble size, lead times, levels).
         run_dir: The run folder.
         device: Where the model trains (default: the CPU).
+        memory_limit: Bytes of training (or validation) dates read into memory; larger
+            ones (or all, with 0) are read a batch at a time, as the file is chunked (a
+            runtime option; the run says which path it took).
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -76,7 +84,7 @@ def train_spread(
             or a run folder that holds another configuration; raised before anything is
             written.
     """
-    return train_spreads(ds, [config], [run_dir], device=device)[0]
+    return train_spreads(ds, [config], [run_dir], device=device, memory_limit=memory_limit)[0]
 
 
 def train_spreads(
@@ -85,6 +93,7 @@ def train_spreads(
     run_dirs: Sequence[Path | str],
     *,
     device: torch.device | str | None = None,
+    memory_limit: int = IN_MEMORY_BYTES,
 ) -> list[str]:
     """Train one spread run per configuration at once (a seed or learning-rate sweep).
 
@@ -128,7 +137,7 @@ def train_spreads(
             return stats
 
     stats = on_rank0(prepare)
-    return _fit(train, val, configs, stats, run_paths, device=target)
+    return _fit(train, val, configs, stats, run_paths, device=target, memory_limit=memory_limit)
 
 
 def _resolved(ds: xr.Dataset, config: SpreadConfig) -> SpreadConfig:
@@ -183,6 +192,7 @@ def _fit(
     run_dirs: Sequence[Path],
     *,
     device: torch.device,
+    memory_limit: int,
 ) -> list[str]:
     from sciml.datasets.sampling import seed_everything
 
@@ -203,10 +213,12 @@ def _fit(
         seed_everything(run.train.seed)
         models.append(run.build().to(device))
     loss = partial(spread_loss, loss=config.loss)  # type: ignore[arg-type]
-    train, val = (
-        in_memory(train, what="the training dates"),
-        in_memory(val, what="the validation dates"),
-    )
+    parts = []
+    for part, what in ((train, "the training dates"), (val, "the validation dates")):
+        stream, why = read_path(part, what=what, limit=memory_limit)
+        logger.info(why if not stream else f"{why} (a batch at a time, as the file is chunked)")
+        parts.append(part if stream else in_memory(part, what=what, limit=memory_limit))
+    train, val = parts
     train_set, val_set = dataset(train, config.choice), dataset(val, "first")
     return fit_runs(models, configs, train_set, val_set, loss, run_dirs, device)
 

@@ -18,6 +18,7 @@ import xarray as xr
 
 from sciml.distributed import PreemptionFlag
 from sciml.io_utils import atomic_path, atomic_write_bytes, atomic_write_text
+from sciml.weather.store import netcdf_encoding
 from sciml.weather.toy.qg import QGParams, topography_pattern
 from sciml.weather.toy.settings import ToySettings
 
@@ -37,6 +38,9 @@ Generate = Callable[[Batches, OnBatch, Callable[[], bool]], xr.Dataset | None]
 def write_ensemble(ds: xr.Dataset, path: Path | str, *, dtype: str = "float32") -> Path:
     """Write an ensemble dataset to netCDF atomically and compressed; return the path.
 
+    One start date per chunk (:func:`sciml.weather.store.netcdf_encoding`): a training
+    sample decompresses its own date only.
+
     Args:
         ds: Dataset (e.g. from :func:`sciml.weather.toy.ensemble.generate_ensemble`).
         path: Output path.
@@ -44,9 +48,8 @@ def write_ensemble(ds: xr.Dataset, path: Path | str, *, dtype: str = "float32") 
             size; ``"float64"`` keeps the model's precision).
     """
     path = Path(path)
-    encoding = {name: {"zlib": True, "complevel": 4, "dtype": dtype} for name in ds.data_vars}
     with atomic_path(path, suffix=".nc") as tmp:
-        ds.to_netcdf(tmp, encoding=encoding)
+        ds.to_netcdf(tmp, encoding=netcdf_encoding(ds, dtype=dtype))
     return path
 
 
