@@ -231,7 +231,8 @@ def _climate(
         for part in date_blocks(test_dates, block):
             ensemble.append(_points(_undated(test[var].isel(time=part)).load(), points))
     assert total is not None and count is not None
-    climatology = align_to(test[truth_name], total / count, ("truth", "climate truth"))
+    climatology = total.where(count > 0) / count.where(count > 0)  # NaN where none, as mean
+    climatology = align_to(test[truth_name], climatology, ("truth", "climate truth"))
     efi = _Slabs(scratch, f"{var}_efi", points.size, slab)
     for index in range(len(climate.slices)):
         sample = climate.slab(index)  # (dates, members, points)
