@@ -95,6 +95,15 @@ CASES: dict[str, Any] = {
     ),
     "constant_pad_module": lambda m, y: m.pad(y),
     "plain_type_as_block": lambda m, y: y * torch.ones(3, 1, 1, 1).type_as(y),
+    # along split dims: softmax over the whole dim, scans across ranks, flips and rolls
+    "softmax_split_dims": lambda m, y: (
+        y.softmax(2) + F.log_softmax(y, dim=3) * 0.1 + F.softmin(y, -3)
+    ),
+    "cumsum_split_dims": lambda m, y: y.cumsum(2) * 0.1 + torch.cumsum(y, dim=3),
+    "cumprod_split_dim": lambda m, y: (0.2 * y + 1).cumprod(2),
+    "flip_roll_split_dims": lambda m, y: (
+        y.flip(2) + torch.flip(y, (2, 3)) + y.roll(3, 2) + torch.roll(y, (-2, 1), (3, 1))
+    ),
     # channels last through a LayerNorm: its output keeps the block's own layout (it was
     # wrapped as a volume's, split along the wrong dims)
     "channels_last_layer_norm": lambda m, y: (
@@ -112,7 +121,7 @@ ONE_AXIS_CASES: dict[str, Any] = {
 #: Forward code that cannot be computed on blocks: it must be refused by name.
 REFUSED: dict[str, tuple[Any, str]] = {
     "conv_functional": (lambda m, y: F.conv3d(y, m.conv.weight, padding=1), "conv3d"),
-    "cumsum_split": (lambda m, y: y.cumsum(2), "cumsum"),
+    "argmax_split": (lambda m, y: y.argmax(2), "argmax"),
     "pad_circular_twice": (
         lambda m, y: F.pad(y, (0, 0, 0, 0, 8, 0), mode="circular"),
         "F.pad",
@@ -132,7 +141,13 @@ REFUSED: dict[str, tuple[Any, str]] = {
 
 #: Cases invariant to a shift of the convolution's output: its bias has a zero
 #: gradient in exact arithmetic (rounding noise on both sides), so it has none.
-SHIFT_INVARIANT = ("keepdim_standardise", "var_unbiased_false", "partial_standardise", "in_place")
+SHIFT_INVARIANT = (
+    "keepdim_standardise",
+    "var_unbiased_false",
+    "partial_standardise",
+    "in_place",
+    "softmax_split_dims",
+)
 
 
 class UserModule(nn.Module):

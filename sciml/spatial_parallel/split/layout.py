@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.redistribute import redistribute
 from sciml.spatial_parallel.split.tensor import (
@@ -117,6 +118,8 @@ def _along(position: int, default: Any, *, names: tuple[str, ...] = ("dim",)) ->
             raise refuse(func, first._split, "without a dim it acts on the flattened tensor")
         dims = {d % ndim for d in ([value] if isinstance(value, int) else value)}
         crossed = dims & {d for d, _ in first._split}
+        if crossed and str(func.__name__) in ALONG_SPLIT and args and args[0] is first:
+            return along_split(ctx, func, args, kwargs, value)
         if crossed:
             raise refuse(
                 func,
