@@ -99,6 +99,12 @@ CASES: dict[str, Any] = {
     "softmax_split_dims": lambda m, y: (
         y.softmax(2) + F.log_softmax(y, dim=3) * 0.1 + F.softmin(y, -3)
     ),
+    # trilinear interpolate: the split Upsample's halo reads, scale and size, corners both ways
+    "trilinear_scale": lambda m, y: F.interpolate(y, scale_factor=2, mode="trilinear"),
+    "trilinear_size_corners": lambda m, y: F.interpolate(
+        y, size=(9, 11, 7), mode="trilinear", align_corners=True
+    ),
+    "trilinear_down": lambda m, y: F.interpolate(y, scale_factor=0.6, mode="trilinear"),
     "cumsum_split_dims": lambda m, y: y.cumsum(2) * 0.1 + torch.cumsum(y, dim=3),
     "cumprod_split_dim": lambda m, y: (0.2 * y + 1).cumprod(2),
     "flip_roll_split_dims": lambda m, y: (
@@ -126,7 +132,7 @@ REFUSED: dict[str, tuple[Any, str]] = {
         lambda m, y: F.pad(y, (0, 0, 0, 0, 8, 0), mode="circular"),
         "F.pad",
     ),
-    "trilinear": (lambda m, y: F.interpolate(y, scale_factor=2, mode="trilinear"), "interpolate"),
+    "area": (lambda m, y: F.interpolate(y, scale_factor=0.5, mode="area"), "interpolate"),
     "reshape_mixing": (lambda m, y: y.flatten(2), "flatten"),
     "dropout": (lambda m, y: F.dropout(y, 0.5), "dropout"),
     "index_tensor": (lambda m, y: y[:, :, torch.tensor([0, 2])], "__getitem__"),

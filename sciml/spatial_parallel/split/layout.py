@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
@@ -415,12 +417,14 @@ def _interpolate(
     names = ("size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
     options = dict(zip(names, args[1:], strict=False)) | kwargs
     mode = options.get("mode", "nearest")
+    if mode == "trilinear" and not options.get("antialias"):
+        return _trilinear(ctx, func, x, options)
     if mode not in ("nearest", "nearest-exact"):
         raise refuse(
             func,
             x._split,
-            f"mode={mode!r} reads across block edges; use nn.Upsample (parallelize swaps it "
-            f"for its halo-exchanging version) or mode='nearest'",
+            f"mode={mode!r} is not computed on blocks; use nn.Upsample (parallelize swaps it "
+            f"for its halo-exchanging version), mode='trilinear' or mode='nearest'",
         )
     gout = tuple(_global_result(func, args, kwargs).shape)
     spatial = len(x._gshape) - 2
@@ -456,6 +460,32 @@ def _interpolate(
         out = out.index_select(dim, (source[lo:hi] - a).to(out.device))
         out = _move(ctx, out, dim, axis, tuple(pieces), gout[dim])
     return wrap_split(out, ctx, gout, x._split)
+
+
+def _trilinear(ctx: SplitContext, func: Any, x: SplitTensor, options: dict[str, Any]) -> Any:
+    """Trilinear ``interpolate`` of a volume block: the split ``Upsample`` layer's halo reads."""
+    if len(x._gshape) != 5 or any(d != a + 2 for d, a in x._split):
+        raise refuse(func, x._split, "trilinear interpolation takes an (N, C, D, H, W) volume")
+    key = tuple(
+        repr(options.get(k))
+        for k in ("size", "scale_factor", "align_corners", "recompute_scale_factor")
+    )
+    layer = ctx.helpers.get(key)
+    if layer is None:
+        upsample = nn.Upsample(
+            size=options.get("size"),
+            scale_factor=options.get("scale_factor"),
+            mode="trilinear",
+            align_corners=options.get("align_corners"),
+            recompute_scale_factor=options.get("recompute_scale_factor"),
+        )
+        layer = ctx.helpers[key] = SpatialUpsample.from_module(
+            upsample, ctx.mesh, name="F.interpolate"
+        )
+    layer._traced = x._gshape
+    out = layer(unwrap(x))
+    sizes = [size for size, _ in layer._sizes(x._gshape[2:])]
+    return wrap_split(out, ctx, (*x._gshape[:2], *sizes), x._split)
 
 
 def _expand(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

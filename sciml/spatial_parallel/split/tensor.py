@@ -85,6 +85,8 @@ class SplitContext:
     averaged: frozenset[int] = field(default_factory=frozenset)
     enabled: bool = True
     _local_shapes: dict[tuple[Shape, Split], Shape] = field(default_factory=dict, repr=False)
+    #: Split layers the blocks' functional ops run through (trilinear ``interpolate``), by options.
+    helpers: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def bounds(self, size: int, axis: int) -> tuple[int, int]:
         """This rank's ``[lo, hi)`` of a global ``size`` split along mesh ``axis``."""
