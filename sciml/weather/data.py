@@ -26,6 +26,8 @@ The rest of the contract of an ensemble input (the README's "Inputs"):
 * calendars: ``time`` may be in any CF calendar (cftime dates for ``noleap``, ``360_day``,
   ``julian``, ...), compared and split in its own; files in different calendars are
   refused (:func:`check_calendars`);
+* emptiness: a field with no values along a dim (0 members, dates, levels, points) is
+  refused naming the file and the dim;
 * missing values (NaN, CF's ``_FillValue``): a command refuses them before writing
   anything (:func:`refuse_missing`) unless it masks them (``sciml weather train
   --missing mask``).
@@ -346,6 +348,12 @@ def open_ensemble(
                 raise ValueError(
                     f"{path}: variable {name!r} has dimensions {var.dims}; expected 'lat' and "
                     "'lon' (or 'latitude'/'longitude') among them"
+                )
+            empty = [str(dim) for dim in var.dims if var.sizes[dim] == 0]
+            if empty:
+                raise ValueError(
+                    f"{path}: variable {name!r} has no values along {empty} (sizes "
+                    f"{dict(var.sizes)}); the file is empty there: write or select it again"
                 )
         _check_monotonic(ds, str(path))
         datasets.append(ds)
