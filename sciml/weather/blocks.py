@@ -18,7 +18,9 @@ __all__ = ["BLOCK_BYTES", "auto_block_dates", "date_blocks"]
 BLOCK_BYTES = 32 * 2**20
 
 
-def auto_block_dates(data: xr.Dataset, variables: Sequence[str], budget: int = BLOCK_BYTES) -> int:
+def auto_block_dates(
+    data: xr.Dataset, variables: Sequence[str], *, budget: int = BLOCK_BYTES
+) -> int:
     """The start dates per block whose ensembles take about ``budget`` bytes in float64."""
     dates = max(data.sizes.get("time", 1), 1)
     per_date = sum(8 * data[var].size // dates for var in variables)
