@@ -105,6 +105,7 @@ CASES: dict[str, Any] = {
         y, size=(9, 11, 7), mode="trilinear", align_corners=True
     ),
     "trilinear_down": lambda m, y: F.interpolate(y, scale_factor=0.6, mode="trilinear"),
+    "adaptive_avg_pool": lambda m, y: F.adaptive_avg_pool3d(y, (3, 2, 4)) * 2,
     "cumsum_split_dims": lambda m, y: y.cumsum(2) * 0.1 + torch.cumsum(y, dim=3),
     "cumprod_split_dim": lambda m, y: (0.2 * y + 1).cumprod(2),
     "flip_roll_split_dims": lambda m, y: (

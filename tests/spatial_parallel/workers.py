@@ -76,7 +76,6 @@ def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
     mesh = SpatialMesh(**mesh_kwargs)
     conv2d = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Sequential(nn.Conv2d(2, 2, 3)))
     catch("conv2d", lambda: parallelize(conv2d, mesh))
-    catch("adaptive", lambda: parallelize(nn.AdaptiveAvgPool3d(2), mesh))
     catch("bilinear", lambda: parallelize(nn.Upsample(scale_factor=2, mode="bilinear"), mesh))
     dense = parallelize(nn.Sequential(nn.Conv3d(1, 2, 1), nn.Linear(4, 2)), mesh)
     catch("linear_on_split", lambda: dense(shard(torch.randn(1, 1, 8, 4, 4), mesh)))
@@ -217,7 +216,6 @@ def option_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         "no_size": nn.Upsample(),
         "area": nn.Upsample(scale_factor=2, mode="area"),
         "adaptive_max": nn.AdaptiveMaxPool3d(1),
-        "adaptive_none": nn.AdaptiveAvgPool3d((1, None, 1)),
         "flatten_batch": nn.Flatten(0),
         "lazy": nn.LazyConv3d(2, 3),
     }

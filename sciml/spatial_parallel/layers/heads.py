@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.halo.collectives import gather_replicated, replicated_sum
+from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.base import REPLICATED_TAG, SpatialLayer
 
 
@@ -140,23 +141,26 @@ class SpatialLayerNorm(_EitherSide, nn.LayerNorm):
 
 
 class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
-    """Global average pooling (``output_size=1``) of a split volume.
+    """Adaptive average pooling of a split volume.
 
-    The result is replicated on every spatial rank.
+    Global pooling (``output_size=1``) gives a tensor replicated on every
+    spatial rank; any other size a volume split as the input
+    (:func:`~sciml.spatial_parallel.layers.adaptive.adaptive_avg_pool`).
     """
 
-    def _check(self) -> None:
-        size = self.output_size
-        sizes = size if isinstance(size, tuple | list) else (size,) * 3
-        if any(s != 1 for s in sizes):
-            raise ValueError(
-                f"{self._label()}: only output_size=1 (global pooling) can be split in space, "
-                f"got output_size={size!r}"
-            )
+    def _output(self, size: tuple[int, ...]) -> tuple[int, ...]:
+        """The global output ``(D, H, W)`` for a global input ``size`` (``None`` keeps a dim)."""
+        out = self.output_size
+        sizes = out if isinstance(out, tuple | list) else (out,) * 3
+        return tuple(n if s is None else int(s) for s, n in zip(sizes, size, strict=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Average each channel over the global volume."""
+        """Average each channel over the global volume, or over each bin of it."""
         self._check_input(x)
+        shape = tuple(self._global_shape(x))
+        output = self._output(shape)
+        if output != (1, 1, 1):
+            return adaptive_avg_pool(self.mesh, x, shape, output)
         size, total = math.prod(x.shape[2:]), math.prod(self._global_shape(x))
         if size:  # the operator's own mean (its dtype under autocast), times the block's share
             local = F.adaptive_avg_pool3d(x, 1) * (size / total)

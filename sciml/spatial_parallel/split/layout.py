@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
@@ -488,6 +489,18 @@ def _trilinear(ctx: SplitContext, func: Any, x: SplitTensor, options: dict[str, 
     return wrap_split(out, ctx, (*x._gshape[:2], *sizes), x._split)
 
 
+def _adaptive_avg_pool(
+    ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``F.adaptive_avg_pool3d`` of a volume block to any size, split as the input."""
+    x = first_split(func, args, kwargs)
+    if len(x._gshape) != 5 or any(d != a + 2 for d, a in x._split):
+        raise refuse(func, x._split, "adaptive pooling takes an (N, C, D, H, W) volume")
+    gout = tuple(_global_result(func, args, kwargs).shape)
+    out = adaptive_avg_pool(ctx.mesh, unwrap(x), x._gshape[2:], gout[2:])
+    return wrap_split(out, ctx, gout, x._split)
+
+
 def _expand(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     x = args[0]
     if not isinstance(x, SplitTensor):  # plain.expand_as(block): this rank's block of it
@@ -572,6 +585,7 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "interpolate": _interpolate,
     "upsample": _interpolate,
     "expand": _expand,
+    "adaptive_avg_pool3d": _adaptive_avg_pool,
     "repeat": _repeat,
     "expand_as": _expand,
     "broadcast_to": _expand,

@@ -31,6 +31,8 @@ COMPUTED = (
     "Upsample(size=12)[empty]",
     "ConstantPad3d[0:train]",
     "ReplicationPad3d[0:train]",
+    "AdaptiveAvgPool3d[2:train]",  # output_size (3, 4, 5)
+    "AdaptiveAvgPool3d[3:train]",  # output_size (None, 4, 5)
 )
 
 
