@@ -407,6 +407,8 @@ def score_blocks(
     ks = sorted({full, *(run.config.members for run in runs)}, reverse=True)
     blocks = date_blocks(test.sizes["time"], block)
     size = min(block, test.sizes["time"])
+    for run in runs:  # a run refuses the data (grid, units, missing values) before any pass
+        _loaded(predict_run(run.path, test.isel(time=slice(0, 1)), data=data))
     with tempfile.TemporaryDirectory(prefix="sciml-evaluate-") as folder:
         climates: dict[str, _Climate] = {}
         for number, var in enumerate(variables, start=1):

@@ -1,5 +1,6 @@
 """Block-wise evaluation: the whole-file scores, a block of start dates at a time."""
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import xarray as xr
 
 from sciml.training import TrainConfig
+from sciml.training.run_dir import LabelMismatch
 from sciml.weather.blocks import auto_block_dates, date_blocks
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import SCORES, score_runs
@@ -192,3 +194,13 @@ def test_peak_memory_follows_the_block_not_the_file(tmp_path: Path) -> None:
     assert large < 1.3 * small, (
         f"peaks {small / 1e6:.2f} and {large / 1e6:.2f} MB, a block {block / 1e6:.2f} MB"
     )
+
+
+def test_data_a_run_refuses_are_refused_before_the_climates_are_read(
+    data: tuple[xr.Dataset, xr.Dataset], runs: list, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another grid is refused by the first date's prediction, not after passes over the file."""
+    other = data[1].assign_coords(lat=[11.0, 21.0, 31.0])
+    with caplog.at_level(logging.INFO), pytest.raises(LabelMismatch, match="lat"):
+        score_runs(runs, other, block_dates=2)
+    assert not [r for r in caplog.records if "climates" in r.getMessage()]
