@@ -356,6 +356,9 @@ def open_ensemble(
                     f"{dict(var.sizes)}); the file is empty there: write or select it again"
                 )
         _check_monotonic(ds, str(path))
+        for var in ds.data_vars.values():
+            # errors name the file of a variable (Zarr stores record no source themselves)
+            var.encoding.setdefault("source", str(path))
         datasets.append(ds)
     _check_same_grid(datasets, files)
     datasets = _conform_units(datasets, files)
@@ -377,6 +380,10 @@ def open_ensemble(
             )
     _check_monotonic(combined, "combined files")
     combined = _select(combined, "level", levels, "levels")
+    if "member" in combined.coords and combined.sizes.get("member", 0) > 1:
+        # members by label: "the first k members" of a file stored in descending order are
+        # those of the same file stored ascending (raw_k and every run took others)
+        combined = combined.sortby("member")
     combined = _select(combined, "member", members, "members")
     if chunks is not None:
         combined = combined.chunk(chunks)
