@@ -43,14 +43,6 @@ def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -
     from sciml.weather.dataset import EnsembleDataset
 
     _, stats = read_run(run_dir)
-    if config.missing == "refuse":
-        variables = config.variables or ()
-        refuse_missing(
-            test,
-            [*variables, *(config.static or ())],
-            advice=f"the run in {run_dir} (--run-dir) was trained with --missing refuse: fill "
-            "them, or use a run trained with --missing mask",
-        )
     model = load_postprocessor(run_dir)
     data = EnsembleDataset(
         test,
@@ -151,6 +143,13 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
         raise KeyError(
             f"{data} lack {absent}, which the run in {run_dir} (--run-dir) reads; they have "
             f"{sorted(map(str, test.data_vars))}"
+        )
+    if config.missing == "refuse":  # every model: EMOS predicted NaN there, unsaid
+        refuse_missing(
+            test,
+            [*(config.variables or ()), *(config.static or ())],
+            advice=f"the run in {run_dir} (--run-dir) was trained with --missing refuse: fill "
+            "them, or use a run trained with --missing mask",
         )
     aligned = align_to_run(test, read_data_record(run_dir), run=str(run_dir), data=data)
     if config.model == "emos":
