@@ -245,11 +245,23 @@ class EnsembleDataset(Dataset[Sample]):
         if any(not -len(self) <= i < len(self) for i in indices):
             raise IndexError(f"sample index out of range for {len(self)} samples: {indices}")
         flat = [i % len(self) for i in indices]
+        return self.assemble(flat, *self.fetch(flat, chosen))
+
+    def fetch(
+        self, flat: list[int], chosen: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The normalised members ``chosen``, truth and spread of samples ``flat``, batched."""
         rows = (torch.tensor(flat)[:, None] * self._size + chosen).reshape(-1).tolist()
         ensemble = torch.stack(self._ensemble.__getitems__(rows))
-        ensemble = ensemble.reshape(len(flat), self.members, *ensemble.shape[1:])
+        ensemble = ensemble.reshape(len(flat), chosen.shape[1], *ensemble.shape[1:])
         truth = torch.stack(self._truth.__getitems__(flat))
         spread = torch.stack(self._spread.__getitems__(flat))
+        return ensemble, truth, spread
+
+    def assemble(
+        self, flat: list[int], ensemble: torch.Tensor, truth: torch.Tensor, spread: torch.Tensor
+    ) -> list[Sample]:
+        """The samples ``flat`` of what :meth:`fetch` read: masks, static fields, lead times."""
         mask = None
         if self.masked:
             mask = truth.isfinite() & ensemble.isfinite().all(dim=1)
@@ -337,9 +349,13 @@ class StreamedEnsemble(ChunkStream):
         if tuple(options.get("sample_dims", ("time", "lead_time")))[0] != "time":
             raise ValueError("StreamedEnsemble reads chunks of start dates: time indexes samples")
         variables = list(variables)
-        self.template = EnsembleDataset(ds, variables, **options)
         names = [*variables, *(f"{v}_truth" for v in variables)]
-        kept = ds[[*names, *options.get("static", ())]]
+        static = list(options.get("static", ()))
+        kept = ds[[*names, *static]]
+        # the static fields in memory, standardised as those of the data in memory are
+        self.template = EnsembleDataset(
+            ds.assign({name: ds[name].compute() for name in static}), variables, **options
+        )
         dates = date_bounds(kept, names)
         per_date = len(self.template) // ds.sizes["time"]
         date_bytes = sum(kept[n].nbytes for n in names) / ds.sizes["time"]
@@ -350,10 +366,12 @@ class StreamedEnsemble(ChunkStream):
         self.buffer_bytes = buffer_bytes
         buffer = min(max(1, buffer_bytes // max(self.chunk_bytes, 1)), len(dates) - 1)
 
-        def load(chunk: int) -> EnsembleDataset:
+        def load(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             part = kept.isel(time=slice(dates[chunk], dates[chunk + 1]))
             with dask.config.set(scheduler="synchronous"):  # this thread is the parallelism
-                return EnsembleDataset(part.compute(), variables, **options)
+                data = EnsembleDataset(part.compute(), variables, **options)
+            every = torch.arange(data._size).expand(len(data), -1)  # every member, normalised
+            return data.fetch(list(range(len(data))), every)
 
         super().__init__([d * per_date for d in dates], load, buffer=buffer, workers=workers)
 
@@ -387,10 +405,16 @@ class StreamedEnsemble(ChunkStream):
     def __getitems__(self, indices: list[int]) -> list[Sample]:
         """A batch of samples in the order of ``indices``, members drawn as in memory."""
         chosen = self.template._member_indices(len(indices))
-        out: list[Any] = [None] * len(indices)
-        for data, positions, local in self.parts(indices):
-            samples = data.read(local.tolist(), chosen[torch.from_numpy(positions)])
-            for position, sample in zip(positions.tolist(), samples, strict=True):
-                sample["index"] = torch.tensor(indices[position])
-                out[position] = sample
-        return out
+        parts = []
+        for (ensemble, truth, spread), positions, local in self.parts(indices):
+            at = torch.from_numpy(local)
+            picked = ensemble[at[:, None], chosen[torch.from_numpy(positions)]]
+            parts.append((torch.from_numpy(positions), picked, truth[at], spread[at]))
+        batch = []
+        for k in range(3):  # members, truth, spread in the order of indices
+            first = parts[0][k + 1]
+            whole = first.new_empty((len(indices), *first.shape[1:]))
+            for part in parts:
+                whole[part[0]] = part[k + 1]
+            batch.append(whole)
+        return self.template.assemble(list(indices), *batch)
