@@ -2,6 +2,11 @@
 
 Usage: python benchmarks/weather_streaming.py [--quick] [--dates N] [--out PATH]
 
+Measured on this 2-core machine (load average 11-14 from other work: the wall rates are
+noisy, the CPU seconds per sample are not), 352 MiB of data, 64 start dates: 0.060 CPU s
+per sample streamed from 48-date chunks, 0.071 from one-date chunks, 0.14 in memory, 1.08
+read lazily at random from 48-date chunks and 0.096 from one-date chunks.
+
 Writes one ensemble file (smooth fields plus noise, float32, zlib as the package writes
 them; a few hundred MB by default) twice: with the chunks of the netCDF library's defaults
 for such files (many start dates per chunk, here ``--chunk-dates``) and with one start
@@ -107,7 +112,7 @@ def train(data: Any, steps: int | None, batch: int, run_dir: Path, warm: int) ->
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     """Write the files, train each case, print the table and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small file (seconds)")
@@ -116,8 +121,8 @@ def main() -> None:
     parser.add_argument("--lazy-steps", type=positive_int, default=4, help="steps of lazy cases")
     parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--warm", type=positive_int, default=2, help="steps before timing")
-    parser.add_argument("--out", default="weather_streaming.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", default="runs/bench/weather_streaming.json", help="JSON report")
+    args = parser.parse_args(argv)
     dates = args.dates or (12 if args.quick else 64)
     lat, lon = (16, 32) if args.quick else (64, 128)
     rows = []
@@ -169,7 +174,8 @@ def main() -> None:
         for r in table.to_dict("records")
     ]
     write_report(args.out, "weather_streaming", records, dates=dates, grid=[lat, lon])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -273,3 +273,19 @@ def test_the_defaults_benchmark_selects_on_validation_and_tests_the_defaults(
     emos = next(row for row in test if row["model"] == "emos_3")
     assert emos["vs_emos"] == 0 and 0 < emos["vs_raw_full"] < 1
     assert {"pooled_3_seed0", "pooled_3_seed1", "pooled_3_combined"} <= {r["model"] for r in test}
+
+
+@pytest.mark.system
+def test_the_streaming_benchmark_runs_quick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every case on both layouts; a streamed chunk read once in its epoch."""
+    module = _benchmark(monkeypatch, "weather_streaming")
+    out = tmp_path / "streaming.json"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["case"] for row in rows] == ["stream", "lazy", "memory", "stream", "lazy"]
+    for row in rows:
+        assert row["samples_per_s"] > 0 and row["cpu_s_per_sample"] > 0, row
+        if row["case"] == "stream":
+            assert row["chunk_reads"] == 1, row
