@@ -35,6 +35,7 @@ of start dates at a time, read ahead while the steps run
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal
@@ -47,10 +48,10 @@ import xarray as xr
 from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats, normalise
-from sciml.datasets.chunked import ChunkStream, common_bounds
+from sciml.datasets.chunked import ChunkLayout, ChunkStream, common_bounds
 from sciml.datasets.xarray_dataset import XarrayDataset
 
-__all__ = ["SHUFFLE_BYTES", "EnsembleDataset", "StreamedEnsemble", "date_bounds"]
+__all__ = ["SHUFFLE_BYTES", "EnsembleDataset", "StreamedEnsemble", "chunk_layout", "date_bounds"]
 
 Sample = dict[str, torch.Tensor]
 
@@ -177,6 +178,9 @@ class EnsembleDataset(Dataset[Sample]):
                 raise ValueError(f"stats must be NormStats or 'compute', got {stats!r}")
             stats = compute_stats(ds, variables, channel_dims=channel_dims)
         self.masked = missing == "mask"
+        #: The chunks :func:`sciml.training.fit` orders the samples by (:func:`chunk_layout`;
+        #: ``None``: a plain permutation).
+        self.chunk_layout: ChunkLayout | None = None
         reader = partial(
             XarrayDataset, channel_dims=channel_dims, dtype=dtype, allow_nan=self.masked
         )
@@ -311,6 +315,32 @@ def date_bounds(ds: xr.Dataset, names: Sequence[str]) -> tuple[int, ...]:
     return common_bounds(found or [(0, count)])
 
 
+def _date_chunks(
+    ds: xr.Dataset, names: Sequence[str], buffer_bytes: int
+) -> tuple[tuple[int, ...], int, int]:
+    """The chunks' start-date bounds, the largest chunk's decoded bytes, the chunks buffered."""
+    dates = date_bounds(ds, names)
+    date_bytes = sum(ds[n].nbytes for n in names) / ds.sizes["time"]
+    chunk_bytes = int(max(np.diff(dates)) * date_bytes)
+    return dates, chunk_bytes, min(max(1, buffer_bytes // max(chunk_bytes, 1)), len(dates) - 1)
+
+
+def chunk_layout(
+    ds: xr.Dataset, variables: Sequence[str], *, buffer_bytes: int = SHUFFLE_BYTES
+) -> ChunkLayout:
+    """The layout :class:`StreamedEnsemble` gives the samples of ``ds`` (time, lead_time).
+
+    An :class:`EnsembleDataset` of the same data in memory given it
+    (``dataset.chunk_layout = chunk_layout(lazy, variables)``) is read by
+    :func:`sciml.training.fit` in the same order: the order does not depend on whether
+    the data are streamed.
+    """
+    names = [*variables, *(f"{v}_truth" for v in variables)]
+    dates, _, buffer = _date_chunks(ds, names, buffer_bytes)
+    per_date = math.prod(ds.sizes[d] for d in ("lead_time",) if d in ds.dims)
+    return ChunkLayout(tuple(d * per_date for d in dates), buffer)
+
+
 class StreamedEnsemble(ChunkStream):
     """The samples of :class:`EnsembleDataset`, read a chunk of start dates at a time.
 
@@ -356,15 +386,11 @@ class StreamedEnsemble(ChunkStream):
         self.template = EnsembleDataset(
             ds.assign({name: ds[name].compute() for name in static}), variables, **options
         )
-        dates = date_bounds(kept, names)
         per_date = len(self.template) // ds.sizes["time"]
-        date_bytes = sum(kept[n].nbytes for n in names) / ds.sizes["time"]
+        dates, self.chunk_bytes, buffer = _date_chunks(kept, names, buffer_bytes)
         #: Start-date bounds of the chunks read whole.
         self.dates = dates
-        #: Decoded bytes of the largest chunk.
-        self.chunk_bytes = int(max(np.diff(dates)) * date_bytes)
         self.buffer_bytes = buffer_bytes
-        buffer = min(max(1, buffer_bytes // max(self.chunk_bytes, 1)), len(dates) - 1)
 
         def load(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             part = kept.isel(time=slice(dates[chunk], dates[chunk + 1]))

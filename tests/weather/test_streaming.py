@@ -63,6 +63,26 @@ def test_streamed_samples_follow_the_common_chunks_and_equal_those_in_memory(
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
 
 
+def test_masked_missing_values_stream_as_in_memory(chunked: Path, tmp_path: Path) -> None:
+    ds = xr.open_dataset(chunked).load()
+    ds["psi"][1, 3, 0, 0, 2, 2] = np.nan
+    ds["q_truth"][5, 1, 1, 4, 4] = np.nan
+    ds.to_netcdf(tmp_path / "gaps.nc")
+    lazy = open_ensemble(tmp_path / "gaps.nc", chunks={"time": 3})
+    options = _options(lazy) | {"missing": "mask"}
+    streamed = StreamedEnsemble(lazy, VARIABLES, buffer_bytes=1, **options)
+    memory = EnsembleDataset(lazy.compute(), VARIABLES, **options)
+    indices = list(range(len(memory)))[::-1]
+    torch.manual_seed(2)
+    got = streamed.__getitems__(indices)
+    torch.manual_seed(2)
+    expected = memory.__getitems__(indices)
+    assert sum(int((~s["mask"]).sum()) for s in got) > 0
+    for a, b in zip(got, expected, strict=True):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+
+
 def test_streaming_trains_as_in_memory_in_the_same_order(chunked: Path, tmp_path: Path) -> None:
     ds = open_ensemble(chunked, chunks={"time": 2})
     options = _options(ds) | {"dtype": torch.float64}
@@ -91,6 +111,10 @@ def test_memory_limit_picks_the_path_and_the_run_keeps_it(chunked: Path, tmp_pat
         assert reads["train"]["path"] == path
         assert reads["memory_limit"] == {"0": 0, "1MiB": 2**20, "1kB": 1000}[limit]
         assert ("exceed" in reads["train"]["why"]) == (limit == "1kB")
+    # the same order on either path (the file's chunks): the limit changes no result
+    metrics = [pd.read_csv(tmp_path / limit / "metrics.csv") for limit in ("0", "1MiB", "1kB")]
+    for other in metrics[1:]:
+        pd.testing.assert_frame_equal(metrics[0], other, check_exact=True)
     # a runtime option, not the run's record: the same run goes on under another limit
     run = str(tmp_path / "0")
     assert main([*args, "--memory-limit", "1GiB", "--run-dir", run, str(chunked)]) == 0

@@ -178,9 +178,10 @@ def train_postprocessor(
         memory_limit: Bytes of training (or validation) dates a deep model reads into
             memory; larger ones are streamed, a chunk of the file at a time in an order
             that follows the chunks (:class:`~sciml.weather.dataset.StreamedEnsemble`);
-            0: always stream. A runtime option: a resumed run may change it (the order of
-            its samples then follows the path it takes). The run says which path it
-            took, and why, and keeps it in ``reads.json``.
+            0: always stream. Data read into memory are read in the order streaming
+            would take (:func:`~sciml.weather.dataset.chunk_layout`: the file's chunks),
+            so the limit changes no result, and a resumed run may change it. The run says
+            which path it took, and why, and keeps it in ``reads.json``.
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -403,16 +404,17 @@ def _samples(
     Returns:
         The dataset, and the path it takes and why (as ``reads.json`` keeps them).
     """
-    from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
+    from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble, chunk_layout
 
     options["choice"] = options["choice"] or "first"
     stream, why = read_path(part, what=what, limit=limit)
     if not stream:
         logger.info(why)
-        return EnsembleDataset(in_memory(part, what=what, limit=limit), variables, **options), {
-            "path": "memory",
-            "why": why,
-        }
+        lazy = any(var.chunks for var in part.variables.values())
+        layout = chunk_layout(part, variables) if lazy else None
+        data = EnsembleDataset(in_memory(part, what=what, limit=limit), variables, **options)
+        data.chunk_layout = layout  # the order streaming would take: the limit changes no result
+        return data, {"path": "memory", "why": why}
     streamed = StreamedEnsemble(part, variables, **options)
     why = f"{why}: {streamed.describe()}"
     logger.info(why)
