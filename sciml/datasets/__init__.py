@@ -1,8 +1,9 @@
 """Dask-backed xarray data as torch datasets.
 
-Samples, channels and their statistics, sampling and seeding, store checks, the CF
-conventions of inputs (units and calendars: :mod:`sciml.datasets.cf`), and the bundled
-samples by name.
+Samples, channels and their statistics, sampling and seeding, samples read a chunk at a
+time with read-ahead for data larger than memory (:mod:`sciml.datasets.chunked`), store
+checks, the CF conventions of inputs (units and calendars: :mod:`sciml.datasets.cf`), and
+the bundled samples by name.
 """
 
 from typing import TYPE_CHECKING
