@@ -51,7 +51,14 @@ def epoch_seed(seed: int, epoch: int, *, stream: Literal["order", "workers"] = "
     return seed * _STREAMS[stream] + epoch
 
 
-def chunk_order(bounds: Sequence[int], *, buffer: int, seed: int, epoch: int) -> list[int]:
+def chunk_order(
+    bounds: Sequence[int],
+    *,
+    buffer: int,
+    seed: int,
+    epoch: int,
+    replica: tuple[int, int] = (0, 1),
+) -> list[int]:
     """One epoch's order of samples stored in chunks: each chunk's samples read in one stretch.
 
     The chunks (chunk ``c`` holds samples ``bounds[c]`` to ``bounds[c + 1] - 1``) come in a
@@ -60,8 +67,16 @@ def chunk_order(bounds: Sequence[int], *, buffer: int, seed: int, epoch: int) ->
     (and reads the next ones ahead) decompresses each chunk once per epoch. The order
     depends only on ``(seed, epoch)``, ``bounds`` and ``buffer``.
 
+    Data-parallel replicas each take one stretch of the chunks in that random order (the
+    sequence padded by repeating its start, as ``DistributedSampler`` pads, so that every
+    replica gets the same number of samples), then shuffle their samples a window of
+    ``buffer`` chunks at a time: replica ``r`` of ``R`` reads about ``1/R`` of the chunks
+    (two neighbours share at most one), not a sliver of every chunk. One replica's order is
+    the whole epoch's.
+
     Raises:
-        ValueError: ``bounds`` that do not rise from 0, or ``buffer`` < 1.
+        ValueError: ``bounds`` that do not rise from 0, ``buffer`` < 1, or a ``replica``
+            that is not a valid ``(index, count)``.
     """
     edges = np.asarray(bounds, dtype=np.int64)
     if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or np.any(np.diff(edges) <= 0):
@@ -71,12 +86,22 @@ def chunk_order(bounds: Sequence[int], *, buffer: int, seed: int, epoch: int) ->
         )
     if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
         raise ValueError(f"buffer must be a number of chunks >= 1, got {buffer!r}")
+    index, replicas = check_replica(replica)
     rng = np.random.default_rng(epoch_seed(seed, epoch))
     chunks = rng.permutation(edges.size - 1)
+    samples = np.concatenate([np.arange(edges[c], edges[c + 1]) for c in chunks])
+    of_chunk = np.repeat(chunks, np.diff(edges)[chunks])
+    per_replica = math.ceil(samples.size / replicas)
+    padded = np.resize(np.arange(samples.size), per_replica * replicas)  # the start repeated
     order: list[int] = []
-    for start in range(0, chunks.size, buffer):
-        window = [np.arange(edges[c], edges[c + 1]) for c in chunks[start : start + buffer]]
-        order += rng.permutation(np.concatenate(window)).tolist()
+    for r in range(replicas):  # every replica's windows, so that each draws the same numbers
+        stretch = padded[r * per_replica : (r + 1) * per_replica]
+        piece_starts = np.flatnonzero(np.diff(of_chunk[stretch], prepend=-1) != 0)
+        window_starts = [*piece_starts[::buffer].tolist(), stretch.size]
+        for lo, hi in zip(window_starts[:-1], window_starts[1:], strict=True):
+            window = rng.permutation(samples[stretch[lo:hi]])
+            if r == index:
+                order += window.tolist()
     return order
 
 
@@ -97,7 +122,8 @@ def epoch_batches(
     The order depends only on ``(seed, epoch)`` (and on ``chunks`` and ``buffer``, when
     given). As with ``DistributedSampler``, the permutation is padded by repeating its
     start so that every replica gets the same number of samples, and replica ``r`` of
-    ``R`` takes every ``R``-th index starting at ``r``.
+    ``R`` takes every ``R``-th index starting at ``r``; a shuffled epoch of samples in
+    ``chunks`` gives each replica a stretch of the chunks instead (:func:`chunk_order`).
 
     Args:
         n: The number of samples.
@@ -125,15 +151,16 @@ def epoch_batches(
     if chunks is not None and (len(chunks) < 2 or chunks[-1] != n):
         raise ValueError(f"the chunk bounds end at {list(chunks)[-1:]}, not at the {n} samples")
     if shuffle and chunks is not None:
-        order = chunk_order(chunks, buffer=buffer, seed=seed, epoch=epoch)
-    elif shuffle:
-        generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
-        order = torch.randperm(n, generator=generator).tolist()
+        mine = chunk_order(chunks, buffer=buffer, seed=seed, epoch=epoch, replica=replica)
     else:
-        order = list(range(n))
-    per_replica = math.ceil(n / replicas)
-    order = (order * math.ceil(per_replica * replicas / n))[: per_replica * replicas]
-    mine = order[index::replicas]
+        if shuffle:
+            generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
+            order = torch.randperm(n, generator=generator).tolist()
+        else:
+            order = list(range(n))
+        per_replica = math.ceil(n / replicas)
+        order = (order * math.ceil(per_replica * replicas / n))[: per_replica * replicas]
+        mine = order[index::replicas]
     batches = [mine[i : i + batch_size] for i in range(0, len(mine), batch_size)]
     if drop_last and batches and len(batches[-1]) < batch_size:
         batches.pop()

@@ -10,6 +10,7 @@ import torch
 
 from sciml.datasets.chunked import ChunkStream, common_bounds
 from sciml.datasets.sampling import chunk_order, epoch_batches
+from sciml.distributed import spawn
 from sciml.training import TrainConfig, fit
 
 BOUNDS = (0, 5, 10, 12, 20, 30, 31, 40)
@@ -61,6 +62,30 @@ def test_chunk_order_visits_every_sample_once_a_window_of_chunks_at_a_time() -> 
     assert chunk_order(BOUNDS, buffer=3, seed=7, epoch=0) != chunk_order(
         BOUNDS, buffer=3, seed=7, epoch=1
     )
+
+
+@pytest.mark.parametrize("replicas", [2, 3, 4, 7, 45])
+def test_replicas_take_stretches_of_the_chunks_each_sample_once_between_them(
+    replicas: int,
+) -> None:
+    chunks = np.searchsorted(BOUNDS, np.arange(40), side="right") - 1
+    whole = chunk_order(BOUNDS, buffer=2, seed=7, epoch=3)
+    parts = [
+        chunk_order(BOUNDS, buffer=2, seed=7, epoch=3, replica=(r, replicas))
+        for r in range(replicas)
+    ]
+    assert {len(part) for part in parts} == {-(-40 // replicas)}  # padded as DistributedSampler
+    assert sorted({i for part in parts for i in part}) == list(range(40))
+    if replicas <= 40:  # no sample twice: the padding repeats the epoch's first samples only
+        counts = np.bincount(sum(parts, []), minlength=40)
+        assert counts.min() == 1 and counts.max() <= 2
+    # stretches of the chunks: neighbours share at most one, each padded sample adds one
+    reads = sum(len(set(chunks[part].tolist())) for part in parts)
+    padding = len(parts[0]) * replicas - 40
+    assert reads <= len(BOUNDS) - 1 + replicas - 1 + padding
+    assert chunk_order(BOUNDS, buffer=2, seed=7, epoch=3, replica=(0, 1)) == whole
+    batches = epoch_batches(40, 4, epoch=3, seed=7, chunks=BOUNDS, buffer=2, replica=(1, replicas))
+    assert sum(batches, []) == parts[1]
 
 
 def test_chunk_order_and_epoch_batches_refuse_bad_layouts() -> None:
@@ -169,3 +194,37 @@ def test_reads_out_of_plan_keep_the_chunks_held_bounded() -> None:
         batch = other[start : start + 4]
         assert [int(v) for v in stream.__getitems__(batch)] == batch
         assert len(stream._held) <= 4
+
+
+def _replica_reads(run_dir: str) -> tuple[list[int], dict[int, int]]:
+    """One data-parallel replica's samples and chunk reads over two epochs of ``fit``."""
+    stream = _Counted(2)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1).double())
+    seen: list[int] = []
+
+    def loss_fn(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        seen.extend(int(v) for v in batch)
+        return model(batch[:, None] / 40).square().mean()
+
+    config = TrainConfig(epochs=2, batch_size=4, progress=False, tensorboard=False)
+    fit(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        stream,
+        loss_fn,
+        run_dir=run_dir,
+        config=config,
+    )
+    return seen, dict(stream.loads)
+
+
+def test_data_parallel_replicas_read_their_own_chunks_once_per_epoch(tmp_path: Path) -> None:
+    (seen_0, loads_0), (seen_1, loads_1) = spawn(_replica_reads, 2, str(tmp_path))
+    for epoch in range(2):
+        mine = [seen[20 * epoch : 20 * (epoch + 1)] for seen in (seen_0, seen_1)]
+        assert sorted(mine[0] + mine[1]) == list(range(40))  # each sample once an epoch
+        for r in range(2):
+            assert mine[r] == chunk_order(BOUNDS, buffer=2, seed=0, epoch=epoch, replica=(r, 2))
+    for loads in (loads_0, loads_1):  # each chunk read at most once an epoch, about half each
+        assert set(loads.values()) <= {1, 2}
+    assert sum(loads_0.values()) + sum(loads_1.values()) <= 2 * (len(BOUNDS) - 1 + 1)
