@@ -175,11 +175,7 @@ def _register_train(sub: Subparsers) -> None:
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, PostprocessConfig)
     add_sweep_arguments(train)
-    add_memory_limit(
-        train,
-        larger="larger ones streamed a chunk of the file at a time, read ahead (the run "
-        "folder's reads.json keeps the path)",
-    )
+    add_memory_limit(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -36,7 +36,7 @@ of start dates at a time, read ahead while the steps run
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -444,3 +444,34 @@ class StreamedEnsemble(ChunkStream):
                 whole[part[0]] = part[k + 1]
             batch.append(whole)
         return self.template.assemble(list(indices), *batch)
+
+    def read_with(
+        self, indices: Sequence[int], needed: Callable[[int], Iterable[int]]
+    ) -> dict[int, Sample]:
+        """The samples ``needed(i)`` for each ``i`` of ``indices``, each read from i's chunk.
+
+        Only ``indices`` count as served (the chunks are dropped as the plan says), so a
+        sample that needs others of its chunk (earlier lead times of its start date, as
+        :class:`sciml.weather.spread.data.SpreadDataset` stacks them) reads no chunk twice.
+
+        Raises:
+            ValueError: Members drawn at random (``choice="random"``: draw them yourself).
+            IndexError: An index out of range, or a needed sample outside its index's chunk.
+        """
+        if self.template.choice != "first":
+            raise ValueError("read_with reads the first members (choice='first'), not random ones")
+        found: dict[int, Sample] = {}
+        for (ensemble, truth, spread), positions, local in self.parts(indices):
+            start = int(indices[positions[0]]) - int(local[0])
+            wanted = sorted({n - start for i in local.tolist() for n in needed(start + i)})
+            if not 0 <= wanted[0] <= wanted[-1] < len(ensemble):
+                raise IndexError(
+                    f"samples {[start + w for w in wanted]} are not all in the chunk of "
+                    f"samples {start} to {start + len(ensemble) - 1}"
+                )
+            at = torch.tensor(wanted, dtype=torch.long)
+            members = ensemble[at, : self.template.members]
+            flat = [start + w for w in wanted]
+            samples = self.template.assemble(flat, members, truth[at], spread[at])
+            found.update(zip(flat, samples, strict=True))
+        return found

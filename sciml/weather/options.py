@@ -159,22 +159,19 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
         ) from None
 
 
-def add_memory_limit(parser: argparse.ArgumentParser, *, larger: str) -> None:
+def add_memory_limit(parser: argparse.ArgumentParser) -> None:
     """``--memory-limit`` on a training command: data up to it are read into memory.
 
     A runtime option (not part of the run's record): a resumed run may change it.
-
-    Args:
-        parser: The command's parser.
-        larger: What the command does with larger data.
     """
     parser.add_argument(
         "--memory-limit",
         type=byte_size,
         default="1GiB",
         metavar="SIZE",
-        help=f"training (and validation) dates up to this size are read into memory, {larger} "
-        "(e.g. 512MiB, 2GiB; 0: always stream); the run says which path it took and why; a "
+        help="training (and validation) dates up to this size are read into memory, larger "
+        "ones streamed a chunk of the file at a time, read ahead (e.g. 512MiB, 2GiB; 0: always "
+        "stream); the run says which path it took and why (its reads.json keeps it); a "
         "resumed run may change it",
     )
 

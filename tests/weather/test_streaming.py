@@ -11,13 +11,17 @@ import xarray as xr
 
 from sciml.cli import main
 from sciml.datasets.channels import compute_stats
+from sciml.datasets.sampling import chunk_order
 from sciml.datasets.store import MANIFEST, StoreError
 from sciml.training import TrainConfig, fit
 from sciml.weather.data import open_ensemble
 from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
 from sciml.weather.postprocess.models import gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
+from sciml.weather.spread.data import SpreadDataset
 from tests.weather.postprocess.test_train_evaluate import _write
+from tests.weather.spread.test_data import tiny_ensemble
+from tests.weather.spread.test_train import _spread_cli
 
 VARIABLES = ["psi", "q"]
 
@@ -167,3 +171,52 @@ def test_the_package_writes_one_start_date_per_chunk(chunked: Path, tmp_path: Pa
         assert toy["psi"].encoding["chunksizes"] == (4, 1, 2, 2, 8, 8)
         source = xr.open_dataset(chunked)["psi"].values.astype("float32")  # its on-disk type
         assert np.array_equal(toy["psi"].values, source)
+
+
+@pytest.fixture(scope="module")
+def spread_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The spread data's tiny ensemble: 10 dates of 3 lead times, stored 3 dates per chunk."""
+    path = tmp_path_factory.mktemp("spread_streaming") / "spread.nc"
+    ds = tiny_ensemble(dates=10, seed=4)
+    encoding = {v: {"chunksizes": (4, 3, 3, 2, 8, 8)} for v in VARIABLES}
+    encoding |= {f"{v}_truth": {"chunksizes": (3, 3, 2, 8, 8)} for v in VARIABLES}
+    ds.to_netcdf(path, encoding=encoding)
+    return path
+
+
+def test_streamed_spread_samples_stack_their_lead_times_as_in_memory(spread_file: Path) -> None:
+    lazy = open_ensemble(spread_file)
+    stats = compute_stats(lazy, VARIABLES, channel_dims=("level",))
+    options = {"members": 2, "history": 3, "choice": "random", "stats": stats}
+    streamed = SpreadDataset(lazy, VARIABLES, stream=True, **options)
+    memory = SpreadDataset(lazy.compute(), VARIABLES, **options)
+    assert streamed.chunk_layout.bounds == (0, 9, 18, 27, 30)  # 3 dates of 3 lead times
+    order = chunk_order(streamed.chunk_layout.bounds, buffer=1, seed=0, epoch=0)
+    streamed.plan(order)
+    for start in range(0, len(order), 7):
+        batch = order[start : start + 7]
+        torch.manual_seed(start)
+        got = streamed.__getitems__(batch)
+        torch.manual_seed(start)
+        for a, b in zip(got, memory.__getitems__(batch), strict=True):
+            assert a.keys() == b.keys()
+            for key in a:
+                torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    assert set(streamed.base.loads.values()) == {1}  # earlier lead times read no chunk again
+
+
+def test_spread_training_streams_and_trains_as_in_memory(spread_file: Path, tmp_path: Path) -> None:
+    args = ["train", "--members", "2", "--temporal", "2", "--choice", "random", "--epochs", "2"]
+    args += ["--batch-size", "4", "--quiet"]
+    for limit, path in (("0", "stream"), ("1GiB", "memory")):
+        run = tmp_path / limit
+        assert (
+            _spread_cli([*args, "--memory-limit", limit, "--run-dir", str(run), str(spread_file)])
+            == 0
+        )
+        reads = json.loads((run / "reads.json").read_text())
+        assert reads["train"]["path"] == path and reads["memory_limit"] == {"0": 0}.get(
+            limit, 2**30
+        )
+    metrics = [pd.read_csv(tmp_path / limit / "metrics.csv") for limit in ("0", "1GiB")]
+    pd.testing.assert_frame_equal(metrics[0], metrics[1], check_exact=True)

@@ -76,6 +76,7 @@ __all__ = [
     "load_postprocessor",
     "read_data_record",
     "read_run",
+    "record_reads",
     "run_dir_advice",
     "split_validation",
     "static_variables",
@@ -392,7 +393,7 @@ def _train_deep(
         limit=memory_limit,
         **options | {"choice": "first"},
     )
-    on_rank0(lambda: _record_reads(run_dirs, memory_limit, [train_path, val_path]))
+    on_rank0(lambda: record_reads(run_dirs, memory_limit, [train_path, val_path]))
     return fit_runs(models, configs, train_set, val_set, gaussian_crps_loss, run_dirs, device)
 
 
@@ -421,7 +422,7 @@ def _samples(
     return streamed, {"path": "stream", "why": why}
 
 
-def _record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str]]) -> None:
+def record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str]]) -> None:
     """Keep the memory limit and the paths the data took in each run's ``reads.json``.
 
     A runtime record: a resumed run writes its own (the limit may change on a resume).

@@ -66,7 +66,7 @@ def _add_train(sub: Subparsers) -> None:
     train.add_argument("--run-dir", required=True, help="run folder (resumed when it exists)")
     add_config_arguments(train, SpreadConfig)
     add_sweep_arguments(train)
-    add_memory_limit(train, larger="larger ones read a batch at a time")
+    add_memory_limit(train)
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_cmd_train)
 

@@ -29,7 +29,8 @@ import xarray as xr
 from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats
-from sciml.weather.dataset import EnsembleDataset
+from sciml.datasets.chunked import ChunkLayout
+from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
 
 __all__ = ["SpreadDataset", "check_spread_data", "lead_days"]
 
@@ -100,6 +101,10 @@ class SpreadDataset(Dataset[Sample]):
         history: Lead times per sample (1 <= history <= the number of lead times).
         choice: ``"first"`` or ``"random"`` members (one choice for all steps).
         stats: Channel statistics (``"compute"``: from ``ds``; pass the training split's).
+        stream: Read ``ds`` a chunk of start dates at a time, ahead of the steps
+            (:class:`~sciml.weather.dataset.StreamedEnsemble`; ``stats`` must be given), for
+            data larger than memory: in the order :func:`sciml.training.fit` draws from
+            :attr:`chunk_layout`, the samples are those of the data in memory, bit for bit.
     """
 
     def __init__(
@@ -111,19 +116,24 @@ class SpreadDataset(Dataset[Sample]):
         history: int = 1,
         choice: Literal["first", "random"] = "first",
         stats: NormStats | Literal["compute"] = "compute",
+        stream: bool = False,
     ) -> None:
         """Check the data and prepare the lazy reader (arguments: see the class)."""
         check_spread_data(ds, variables, members=members, history=history)
         if choice not in ("first", "random"):
             raise ValueError(f"choice must be 'first' or 'random', got {choice!r}")
         self.size = ds.sizes["member"]
-        self.base = EnsembleDataset(
+        reader = StreamedEnsemble if stream else EnsembleDataset
+        self.base: EnsembleDataset | StreamedEnsemble = reader(
             ds,
             variables,
             members=members if choice == "first" else self.size,
             stats=stats,
             channel_dims=("level",),
         )
+        #: The chunks :func:`sciml.training.fit` orders the samples by: the file's, when
+        #: streamed (set it on data in memory for the order streaming would take).
+        self.chunk_layout: ChunkLayout | None = getattr(self.base, "chunk_layout", None)
         self.members, self.history, self.choice = members, history, choice
         self.leads = ds.sizes["lead_time"]
         self.levels = ds.sizes["level"]
@@ -131,7 +141,8 @@ class SpreadDataset(Dataset[Sample]):
     @property
     def stats(self) -> NormStats:
         """The channel statistics the samples are normalised with."""
-        return self.base.stats
+        base = self.base
+        return base.template.stats if isinstance(base, StreamedEnsemble) else base.stats
 
     def __len__(self) -> int:
         """Number of samples (start dates x lead times)."""
@@ -147,9 +158,7 @@ class SpreadDataset(Dataset[Sample]):
         if any(not -len(self) <= i < len(self) for i in indices):
             raise IndexError(f"sample index out of range for {len(self)} samples: {indices}")
         flat = [i % len(self) for i in indices]
-        steps = range(self.history)
-        needed = sorted({i - s for i in flat for s in steps if i % self.leads - s >= 0})
-        read = dict(zip(needed, self.base.__getitems__(needed), strict=True))
+        read = self._read(flat)
         samples = []
         for index in flat:
             own = read[index]
@@ -169,6 +178,22 @@ class SpreadDataset(Dataset[Sample]):
                 }
             )
         return samples
+
+    def _steps(self, index: int) -> range:
+        """The samples stacked for sample ``index``: its lead time and those before it."""
+        return range(index, index - min(self.history, index % self.leads + 1), -1)
+
+    def _read(self, flat: list[int]) -> dict[int, Sample]:
+        """The base samples the samples ``flat`` stack, each read once, by index."""
+        if isinstance(self.base, StreamedEnsemble):
+            return self.base.read_with(flat, self._steps)
+        needed = sorted({n for i in flat for n in self._steps(i)})
+        return dict(zip(needed, self.base.__getitems__(needed), strict=True))
+
+    def plan(self, indices: Sequence[int] | None) -> None:
+        """The samples read next, in order: a streamed dataset reads their chunks ahead."""
+        if isinstance(self.base, StreamedEnsemble):
+            self.base.plan(indices)
 
     def __getitem__(self, index: int) -> Sample:
         """Sample ``index``."""

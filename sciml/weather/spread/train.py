@@ -32,11 +32,17 @@ from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
+from sciml.weather.dataset import StreamedEnsemble, chunk_layout
 from sciml.weather.grid import align_to_run, data_record
 from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
-from sciml.weather.postprocess.train import fit_runs, forecast_variables, split_validation
+from sciml.weather.postprocess.train import (
+    fit_runs,
+    forecast_variables,
+    record_reads,
+    split_validation,
+)
 from sciml.weather.spread.config import SPREAD_RECORD, read_spread_data, read_spread_run
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import SpreadPredictor, spread_loss
@@ -72,8 +78,10 @@ def train_spread(
         run_dir: The run folder.
         device: Where the model trains (default: the CPU).
         memory_limit: Bytes of training (or validation) dates read into memory; larger
-            ones (or all, with 0) are read a batch at a time, as the file is chunked (a
-            runtime option; the run says which path it took).
+            ones (or all, with 0) are streamed, a chunk of the file at a time in an order
+            that follows the chunks (a runtime option; the run says which path it took, in
+            its log and ``reads.json``). Data read into memory are read in the order
+            streaming would take: the limit changes no result.
 
     Returns:
         ``"completed"``, ``"early_stopped"`` or ``"interrupted"``.
@@ -198,28 +206,34 @@ def _fit(
 
     config = configs[0]
 
-    def dataset(part: xr.Dataset, choice: str) -> SpreadDataset:
-        return SpreadDataset(
-            part,
-            config.variables or (),
+    def dataset(part: xr.Dataset, choice: str, what: str) -> tuple[SpreadDataset, dict[str, str]]:
+        """The samples of ``part``, in memory or streamed, and the path they take and why."""
+        stream, why = read_path(part, what=what, limit=memory_limit)
+        variables = config.variables or ()
+        data = SpreadDataset(
+            part if stream else in_memory(part, what=what, limit=memory_limit),
+            variables,
             members=config.members,
             history=config.history,
             choice=choice,  # type: ignore[arg-type]
             stats=stats,
+            stream=stream,
         )
+        if isinstance(data.base, StreamedEnsemble):
+            why = f"{why}: {data.base.describe()}"
+        elif any(var.chunks for var in part.variables.values()):  # the order streaming takes
+            data.chunk_layout = chunk_layout(part, variables)
+        logger.info(why)
+        return data, {"path": "stream" if stream else "memory", "why": why}
 
     models: list[torch.nn.Module] = []
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
         models.append(run.build().to(device))
     loss = partial(spread_loss, loss=config.loss)  # type: ignore[arg-type]
-    parts = []
-    for part, what in ((train, "the training dates"), (val, "the validation dates")):
-        stream, why = read_path(part, what=what, limit=memory_limit)
-        logger.info(why if not stream else f"{why} (a batch at a time, as the file is chunked)")
-        parts.append(part if stream else in_memory(part, what=what, limit=memory_limit))
-    train, val = parts
-    train_set, val_set = dataset(train, config.choice), dataset(val, "first")
+    train_set, train_path = dataset(train, config.choice, "the training dates")
+    val_set, val_path = dataset(val, "first", "the validation dates")
+    on_rank0(lambda: record_reads(run_dirs, memory_limit, [train_path, val_path]))
     return fit_runs(models, configs, train_set, val_set, loss, run_dirs, device)
 
 
