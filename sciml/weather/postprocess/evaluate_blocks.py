@@ -12,10 +12,10 @@ are not sums; they are built before the scoring pass, in bounded memory:
 * the truth's climatology (mean over the climate's start dates) is a sum and a count per
   point, one pass over the climate's truth;
 * the threshold of the most extreme events, a quantile of ``|anomaly|`` over start dates
-  and grid points per lead time (and level), is taken from the largest values only: a
-  pass over the test truth keeps, per row, the values at or above the quantile's lower
-  neighbour, about ``extreme_fraction`` of the row's points (5 %), and interpolates
-  between the two smallest as NumPy's ``quantile`` does;
+  and grid points per lead time (and level), is exact in bounded memory: a pass over the
+  test truth writes the anomalies to the scratch folder, and each row's quantile is
+  narrowed down on disk (:class:`sciml.weather.disk_quantiles.DiskQuantiles`), so that
+  neither the file's size nor ``extreme_fraction`` sets the memory;
 * the EFI weight compares each point's members with the model climate of that point (every
   member of every climate start date). The climate's ensemble (and the test's, when the
   climate is other data) is written once to a scratch folder (``TMPDIR``) grouped by grid
@@ -43,6 +43,7 @@ import xarray as xr
 from sciml.progress import phase
 from sciml.weather import metrics
 from sciml.weather.blocks import date_blocks
+from sciml.weather.disk_quantiles import DiskQuantiles
 from sciml.weather.metrics.alignment import align_to
 from sciml.weather.metrics.kernels import efi_array
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
@@ -67,49 +68,6 @@ def _template(values: xr.DataArray) -> xr.DataArray:
 
 
 # --- the extremes' climates --------------------------------------------------------------
-
-
-class _Largest:
-    """Per row, the values at or above the ``q`` quantile's lower neighbour (NaNs left out).
-
-    ``size`` is each row's number of values, NaNs included: a row keeps as many of its
-    largest values as the quantile of ``size`` values needs, which is at least as many as
-    that of its valid values needs (``n - floor((n - 1) q)`` grows with ``n``).
-    """
-
-    def __init__(self, rows: int, size: int, q: float) -> None:
-        self.q = q
-        self.keep = size - math.floor((size - 1) * q)
-        self.count = np.zeros(rows, dtype=np.int64)
-        self.kept = [np.empty(0) for _ in range(rows)]
-
-    def add(self, values: np.ndarray) -> None:
-        """Add ``(rows, points)`` values."""
-        for row, part in enumerate(values):
-            part = part[~np.isnan(part)]
-            self.count[row] += part.size
-            merged = np.concatenate([self.kept[row], part])
-            if merged.size > self.keep:
-                merged = np.partition(merged, merged.size - self.keep)[merged.size - self.keep :]
-            self.kept[row] = merged
-
-    def quantiles(self) -> np.ndarray:
-        """Each row's quantile, linear interpolation as :func:`numpy.quantile` computes it."""
-        out = np.full(self.count.shape, np.nan)
-        for row, n in enumerate(self.count):
-            if n == 0:
-                continue
-            kept = np.sort(self.kept[row])
-            virtual = (int(n) - 1) * self.q
-            if virtual >= n - 1:
-                out[row] = kept[-1]
-                continue
-            lower = math.floor(virtual) - (int(n) - kept.size)  # its index among the kept
-            a, b = kept[lower], kept[lower + 1]
-            gamma = virtual - math.floor(virtual)
-            diff = b - a
-            out[row] = b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
-        return out
 
 
 class _Slabs:
@@ -241,18 +199,16 @@ def _climate(
         efi.write(index, abs(efi_array(forecasts, sample))[:, None, :])
         del sample, forecasts
     rows = [d for d in test[truth_name].dims if d not in dims]
-    largest: _Largest | None = None
+    shape = [test[truth_name].sizes[d] for d in rows]
+    anomalies = DiskQuantiles(
+        scratch, f"{var}_anomaly", math.prod(shape), 1 - fraction, budget=max(2, budget // 8)
+    )
     for part in date_blocks(test_dates, block):
         truth = test[truth_name].isel(time=part).astype(np.float64).load()
         anomaly = abs(truth - climatology).transpose(*rows, *dims)
-        values = anomaly.values.reshape(int(np.prod([anomaly.sizes[d] for d in rows])), -1)
-        size = test_dates * values.shape[1] // (part.stop - part.start)
-        largest = largest or _Largest(values.shape[0], size, 1 - fraction)
-        largest.add(values)
-    assert largest is not None
-    shape = [test[truth_name].sizes[d] for d in rows]
+        anomalies.add(anomaly.values.reshape(math.prod(shape), -1))
     coords = {d: test[truth_name][d] for d in rows if d in test[truth_name].coords}
-    threshold = xr.DataArray(largest.quantiles().reshape(shape), dims=rows, coords=coords)
+    threshold = xr.DataArray(anomalies.quantiles().reshape(shape), dims=rows, coords=coords)
     return _Climate(climatology, threshold, efi, points)
 
 

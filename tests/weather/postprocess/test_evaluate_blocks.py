@@ -15,7 +15,6 @@ from sciml.training.run_dir import LabelMismatch
 from sciml.weather.blocks import auto_block_dates, date_blocks
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import SCORES, score_runs
-from sciml.weather.postprocess.evaluate_blocks import _Largest
 from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble
 
@@ -98,21 +97,6 @@ def test_the_test_data_have_ties_and_missing_truth(data: tuple[xr.Dataset, xr.Da
     _, test = data
     assert int((test["psi"] == test["psi_truth"]).sum()) >= 10
     assert int(test["psi_truth"].isnull().sum()) == 4
-
-
-def test_largest_values_give_numpys_quantile() -> None:
-    rng = np.random.default_rng(3)
-    values = rng.standard_normal((3, 997))
-    values[0, rng.choice(997, 100, replace=False)] = np.nan
-    values[1, :40] = 0.5  # ties at the threshold
-    values[2] = np.nan
-    for fraction in (1e-3, 0.05, 0.5, 1.0):
-        largest = _Largest(3, values.shape[1], 1 - fraction)
-        for part in np.array_split(values, 7, axis=1):
-            largest.add(part)
-        expected = np.nanquantile(values[:2], 1 - fraction, axis=1)
-        np.testing.assert_array_equal(largest.quantiles()[:2], expected)
-        assert np.isnan(largest.quantiles()[2])
 
 
 def test_block_sizes() -> None:
