@@ -11,6 +11,8 @@ set -euo pipefail
 action=${1:?usage: local-cluster.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: local-cluster.sh start|stop DIR}")
 cpus=${SLURM_LOCAL_CPUS:-4}
+# the memory a job may ask for (--mem; Dask's SLURMCluster always does): this machine's, in MiB
+memory=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
 
 stop() {
     for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid; do
@@ -56,7 +58,7 @@ MpiDefault=none
 SchedulerType=sched/backfill
 KillWait=5
 MinJobAge=300
-NodeName=$host CPUs=$cpus State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 

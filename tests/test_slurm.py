@@ -1,4 +1,5 @@
-"""The batch scripts under slurm/, on a real one-node Slurm started for the tests.
+"""The batch scripts under slurm/ and the README's Dask workers as Slurm jobs, on a real
+one-node Slurm started for the tests.
 
 Needs Debian's slurmctld, slurmd, slurm-client and munge and root (``.ci/run``
 installs them on CI); skipped, with the reason, where they are missing.
@@ -168,3 +169,37 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
     a = torch.load(straight / "final.pt", weights_only=True)
     b = torch.load(run / "final.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_readme_dask_section_evaluates_on_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """The README's Dask section as pasted on the cluster, its SLURMCluster block included
+    (which test_readme leaves out): the Dask workers are jobs of the local Slurm, and the
+    scores are the threaded ones."""
+    from tests.test_readme import BLOCKS, _command
+
+    blocks = [block for block in BLOCKS if block.section == "Dask"]
+    assert any("SLURMCluster(" in block.code for block in blocks)
+    venv_bin = str(Path(sys.executable).parent)
+    env = slurm_env | {"PATH": venv_bin + os.pathsep + slurm_env.get("PATH", "")}
+    for block in blocks:
+        run = subprocess.run(
+            _command(block, tmp_path),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, (
+            f"README.md line {block.line} (Dask, {block.language}) exited with "
+            f"{run.returncode}:\n{run.stdout[-4000:]}"
+        )
+    assert "the same scores on 36 rows" in run.stdout, run.stdout[-4000:]
+    # Slurm wrote each worker job's log (dask-logs/dask-worker-<job id>.err: a worker
+    # logs on stderr); the cluster cancelled the jobs when it closed
+    logs = sorted((tmp_path / "dask-logs").glob("dask-worker-*.err"))
+    assert len(logs) == 2, logs
+    for log in logs:
+        assert "Registered to:" in log.read_text(), log.read_text()
+        _wait_gone(slurm_env, log.stem.rpartition("-")[2], seconds=60)
