@@ -94,8 +94,9 @@ gpu-check:
 gpu-wheels: $(STAMP)
 	$(BIN)/python tools/gpu_wheels.py --dest gpu_wheels
 
+# JupyterLab refuses to start as root without --allow-root (a container's root, say).
 lab: $(NOTEBOOK_STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/$(if $(filter 0,$(shell id -u)), --allow-root)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -60,6 +60,10 @@ WORKFLOW_CLIS: tuple[str, ...] = tuple(
 )
 
 
+#: The sections of ``sciml demo``, in order: :data:`sciml.demos.SECTIONS` names their modules.
+#: ``--only`` takes these alone, so an unknown name is a usage error before any import.
+DEMO_SECTIONS: tuple[str, ...] = ("spine", "spatial", "weather", "geo", "volumes")
+
 #: Exit code of a command whose library call raised.
 EXIT_FAILURE = 1
 
@@ -90,7 +94,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
         print(f"partial report: {stop.report}", file=sys.stderr)
         return EXIT_REQUEUE
-    print(f"demo report: {report}")
+    print(f"demo report: {report} (and {report.with_suffix('.html').name} beside it)")
     print(f"figures and data: {report.parent}")
     return 0
 
@@ -203,8 +207,10 @@ def build_parser(workflows: Iterable[str] | None = None) -> argparse.ArgumentPar
     demo.add_argument(
         "--only",
         action="append",
+        choices=DEMO_SECTIONS,
         metavar="SECTION",
-        help="run only this section (repeatable); its report goes to OUT/only-SECTION",
+        help="run only this section (repeatable; one of %(choices)s); its report goes to "
+        "OUT/only-SECTION",
     )
     demo.set_defaults(func=_cmd_demo)
 

@@ -223,11 +223,57 @@ def test_demo_stops_after_a_section_that_got_a_signal_outside_training(
 
 
 def test_demo_rejects_unknown_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--only", "nope", "--out", str(tmp_path)])
+    assert exit_info.value.code == EXIT_USAGE
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1  # one line, with the hint; no traceback
-    assert err[0].startswith("sciml: error: ValueError: unknown demo section")
-    assert err[0].endswith("(--debug shows the traceback)")
+    assert err[0].startswith("usage: sciml demo")
+    assert err[-1] == (
+        "sciml demo: error: argument --only: invalid choice: 'nope' (choose from 'spine', "
+        "'spatial', 'weather', 'geo', 'volumes')"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+# An unknown section, as a user types it: the exit code, whether the demo package or a heavy
+# library was imported, and the CPU seconds the command took.
+_UNKNOWN_SECTION = """
+import json, resource, sys
+from sciml.cli import main
+try:
+    main(["demo", "--only", "nosuch", "--out", sys.argv[1]])
+except SystemExit as stop:
+    code = stop.code
+usage = resource.getrusage(resource.RUSAGE_SELF)
+loaded = sorted(m for m in sys.modules if m in ("sciml.demos", "torch", "xarray", "matplotlib"))
+print(json.dumps({"code": code, "loaded": loaded, "cpu": usage.ru_utime + usage.ru_stime}))
+"""
+
+
+def test_demo_unknown_section_exits_2_before_any_work(tmp_path: Path) -> None:
+    """``sciml demo --only nosuch``: exit 2 from the parser, nothing imported or written."""
+    start = time.perf_counter()
+    probe = subprocess.run(
+        [sys.executable, "-c", _UNKNOWN_SECTION, str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    assert probe.returncode == 0, probe.stderr
+    result = json.loads(probe.stdout.splitlines()[-1])
+    assert result["code"] == EXIT_USAGE
+    assert result["loaded"] == []
+    assert "invalid choice: 'nosuch'" in probe.stderr
+    assert not (tmp_path / "demo").exists()
+    # CPU time, not wall time: on a loaded machine the interpreter's start alone may wait
+    assert result["cpu"] < 2.0, (result, wall)
+
+
+def test_demo_sections_are_the_parsers_choices() -> None:
+    from sciml import demos
+    from sciml.cli import DEMO_SECTIONS
+
+    assert tuple(demos.SECTIONS) == DEMO_SECTIONS
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -328,6 +374,8 @@ def test_demo_only_writes_its_own_report_and_keeps_the_full_one(
     assert full == tmp_path / "report.md"
     text = full.read_text()
     assert "## first" in text and "## second" in text
+    page = (tmp_path / "report.html").read_text()  # the same report, as HTML beside it
+    assert "<h2>first</h2>" in page and "<h2>second</h2>" in page
 
     partial = demos.run_demo(tmp_path, only=["second", "second"])
     assert partial == tmp_path / "only-second" / "report.md"

@@ -4,7 +4,8 @@ Each section is a module of this package (``spine``, ``spatial``, ``weather``,
 ``geo``, ``volumes``) with ``demo(outdir: Path, *, quick: bool) -> str`` that writes its
 figures under ``outdir`` and returns the Markdown of its part of ``report.md``
 (figures linked by paths relative to ``outdir``; tables and figures through
-:mod:`sciml.demos.report`). The sections sit on top of the library: no
+:mod:`sciml.demos.report`); ``report.html`` beside it is the same report as one HTML page
+(:mod:`sciml.demos.html`), linking the same figures. The sections sit on top of the library: no
 library module imports them. ``sciml demo --only SECTION`` writes its report,
 figures and runs to a folder of its own (:func:`report_folder`).
 
@@ -38,7 +39,14 @@ from sciml.io_utils import atomic_write_text
 if TYPE_CHECKING:
     from sciml.training import TrainResult
 
-__all__ = ["SECTIONS", "DemoInterrupted", "report_folder", "run_demo", "stop_if_interrupted"]
+__all__ = [
+    "SECTIONS",
+    "DemoInterrupted",
+    "report_folder",
+    "run_demo",
+    "stop_if_interrupted",
+    "write_report",
+]
 
 #: Section name -> module providing ``demo(outdir, *, quick)``.
 SECTIONS: dict[str, str] = {
@@ -104,7 +112,7 @@ def report_folder(outdir: Path | str, only: Sequence[str] | None = None) -> Path
 def run_demo(
     outdir: Path | str = "runs/demo", *, quick: bool = False, only: Sequence[str] | None = None
 ) -> Path:
-    """Run the demo sections and write ``report.md`` in :func:`report_folder`.
+    """Run the demo sections and write ``report.md`` and ``report.html`` in :func:`report_folder`.
 
     Args:
         outdir: Folder for the report and figures (created if needed); a run
@@ -150,8 +158,20 @@ def run_demo(
                 after = DemoInterrupted(name, f"signal {signals.received} after the section")
                 _write_interrupted(report, parts, after)
                 raise after
-    atomic_write_text(report, "\n".join(parts))
+    write_report(report, "\n".join(parts))
     return report
+
+
+def write_report(report: Path, markdown: str) -> None:
+    """Write ``markdown`` to ``report`` and the same report as HTML beside it, each atomically.
+
+    ``report.html`` (:func:`sciml.demos.html.markdown_to_html`) links the same figures,
+    by the same paths relative to the report's folder.
+    """
+    from sciml.demos.html import markdown_to_html
+
+    atomic_write_text(report, markdown)
+    atomic_write_text(report.with_suffix(".html"), markdown_to_html(markdown))
 
 
 def _write_interrupted(report: Path, parts: list[str], stop: DemoInterrupted) -> None:
@@ -159,5 +179,5 @@ def _write_interrupted(report: Path, parts: list[str], stop: DemoInterrupted) ->
         f"**Interrupted** ({stop}): later sections did not run. Run the same command "
         "again to resume from the checkpoints."
     )
-    atomic_write_text(report, "\n".join([*parts, note, ""]))
+    write_report(report, "\n".join([*parts, note, ""]))
     stop.report = report

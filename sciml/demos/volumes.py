@@ -2,7 +2,8 @@
 
 Writes a small cosmology set and a segmentation set, trains CosmoFlow and the
 U-Net on ``depth=2`` (2 gloo processes, :func:`sciml.volumes.train.train_volumes`),
-shows the logged global losses and the throughput per rank (``perf.csv``), and
+shows the logged global losses (a table and ``volumes/losses.png``) and the throughput per
+rank (``perf.csv``), and
 the planner's grid for one 512^3 CosmoFlow sample on 2,048 H100s (the
 DESIGN.md command line of ``sciml spatial plan``), planned while the
 processes train.
@@ -30,6 +31,11 @@ SIZES = {
 #: --world 2048 --memory 80GiB --profile h100``.
 PLAN_SHAPE, PLAN_WORLD = (1, 4, 512, 512, 512), 2048
 PERF = ("samples_per_s", "step_seconds", "stall_fraction", "peak_memory_mib", "bytes_read")
+#: What each model minimises (:mod:`sciml.volumes.train`), for the figure's y axes.
+LOSS_LABELS = {
+    "cosmoflow": "MSE of the 4 parameters\n(scaled to [-1, 1], no unit)",
+    "unet3d": "cross-entropy per voxel (nats)",
+}
 
 
 def _train_both(
@@ -83,6 +89,34 @@ def _losses(run_dir: Path, metric: str) -> str:
     )
 
 
+def _figure(folder: Path) -> str:
+    """The training loss of each model per step and per epoch -> ``folder/losses.png``."""
+    from matplotlib.figure import Figure  # here: the training ranks import this module
+    from matplotlib.ticker import MaxNLocator
+
+    from sciml.demos.report import save_figure
+
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(LOSS_LABELS))
+    for ax, (model, label) in zip(axes, LOSS_LABELS.items(), strict=True):
+        rows = _csv(folder / model / "metrics.csv")
+        for split, metric, style, name in (
+            ("train_step", "loss", ".-", "per step"),
+            ("epoch", "train_loss", "o--", "epoch mean"),
+        ):
+            points = [
+                (int(r["step"]), float(r["value"]))
+                for r in rows
+                if r["split"] == split and r["metric"] == metric
+            ]
+            ax.plot(*zip(*points, strict=True), style, label=f"train loss, {name}")
+        ax.set(title=model, xlabel="optimiser step", ylabel=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return save_figure(fig, folder, "losses.png")
+
+
 def _perf(run_dir: Path) -> str:
     from sciml.io_utils import markdown_table
 
@@ -121,6 +155,7 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
     for result in results:
         stop_if_interrupted(result, "volumes")
     steps = results[0].global_step
+    figure = _figure(folder)
     lines = [
         "## CosmoFlow and a 3D U-Net from sharded files",
         "",
@@ -129,6 +164,8 @@ def demo(outdir: Path, *, quick: bool = False) -> str:
         f"depth=2`): each rank reads only its block from the Zarr store. {steps} steps of 2 "
         "samples; the logged losses are the global ones (the U-Net's per-voxel loss summed "
         "over the two halves), as one process would log them.",
+        "",
+        f"![training losses](volumes/{figure})",
         "",
     ]
     _, channels, edge, _, _ = PLAN_SHAPE

@@ -28,6 +28,8 @@ def test_demo_quick_trains_both_models_on_two_processes_and_plans(
         assert {line.split(",")[2] for line in perf.splitlines()[1:]} == {"0", "1"}  # ranks
     assert markdown.count("| rank | samples_per_s | step_seconds | stall_fraction |") == 2
     assert "3 steps of 2 samples" in markdown  # 6 samples, one epoch
+    assert "![training losses](volumes/losses.png)" in markdown
+    assert (tmp_path / "volumes" / "losses.png").stat().st_size > 10_000
     # the plan, its recommendation marked
     assert "(1, 4, 128, 128, 128) on 8 ranks" in markdown
     assert re.search(r"^\*\s+1 x \d+ x \d+ x \d+ ", markdown, flags=re.M)
