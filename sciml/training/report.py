@@ -113,6 +113,12 @@ class TrainReport:
                 f"training in {self.run_dir}: {_count(epochs, 'epoch')} of "
                 f"{_count(steps, 'step')}, {samples} training samples, {val}"
             )
+        elif state.epoch >= epochs and state.step_in_epoch == 0:  # trained to its end before
+            self._info(
+                f"the run in {self.run_dir} is complete: {_count(state.epoch, 'epoch')} "
+                f"({_count(state.global_step, 'step')}) in checkpoints/last.pt, nothing left to "
+                "train (more epochs train on)"
+            )
         else:
             self._info(
                 f"resuming the run in {self.run_dir} from checkpoints/last.pt: epoch "

@@ -102,6 +102,21 @@ def test_an_interrupted_run_says_where_it_stopped_and_the_resumed_one_where_it_g
     assert resumed[-1].startswith(f"best epoch {best}: val_loss ")
 
 
+def test_a_completed_run_run_again_says_it_is_complete(
+    tmp_path: Path, info: pytest.LogCaptureFixture
+) -> None:
+    _train(tmp_path)
+    info.clear()
+    _train(tmp_path)  # the same call again, as a second `make demo` makes it
+    again = _lines(info)
+    assert again[0] == (
+        f"the run in {tmp_path} is complete: 4 epochs (28 steps) in checkpoints/last.pt, "
+        "nothing left to train (more epochs train on)"
+    )
+    assert not any(line.startswith(("resuming", "epoch 5/4")) for line in again)
+    assert again[-2].startswith("completed 4 epochs (28 steps) in ")
+
+
 def test_an_early_stop_names_the_monitor_and_the_kept_epoch(
     tmp_path: Path, info: pytest.LogCaptureFixture
 ) -> None:
