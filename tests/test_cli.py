@@ -150,14 +150,16 @@ def test_only_rank_0_prints_errors(
 ) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
+    taken = tmp_path / "a-file"  # the demo's output folder is a file: a failure, not usage
+    taken.write_text("")
+    assert main(["demo", "--only", "spine", "--out", str(taken)]) == EXIT_FAILURE
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--bogus"])
     assert exit_info.value.code == EXIT_USAGE
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("RANK", "0")
-    assert main(["demo", "--only", "nope", "--out", str(tmp_path)]) == EXIT_FAILURE
-    assert capsys.readouterr().err.startswith("sciml: error: ValueError: unknown demo section")
+    assert main(["demo", "--only", "spine", "--out", str(taken)]) == EXIT_FAILURE
+    assert capsys.readouterr().err.startswith("sciml: error: NotADirectoryError: ")
 
 
 def _train_steps(run_dir: Path) -> int:
@@ -277,8 +279,10 @@ def test_demo_sections_are_the_parsers_choices() -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown demo section"):
-        main(["--debug", "demo", "--only", "nope", "--out", str(tmp_path)])
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    with pytest.raises(NotADirectoryError):
+        main(["--debug", "demo", "--only", "spine", "--out", str(taken)])
 
 
 def _options(path: tuple[str, ...]) -> list[argparse.Action]:
