@@ -19,32 +19,17 @@ climate is the test ensemble. Prints a table and writes the rows as JSON.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import dask.array as da
-import netCDF4
 import numpy as np
 import pandas as pd
 import xarray as xr
 from _report import write_report
+from _weather_files import evaluate, max_rel_diff, train_emos, write_in_pieces
 
 from sciml.cli_args import positive_int
-from sciml.training import TrainConfig
-from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.train import train_postprocessor
-
-#: Runs a command in a fresh process and prints its peak resident memory (KiB on Linux).
-_MEASURE = """
-import resource, subprocess, sys
-done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-if done.returncode:
-    sys.exit(done.stderr[-4000:])
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-"""
 
 
 def _write_ensemble(path: Path, dates: int, *, start: int, seed: int, piece: int = 16) -> None:
@@ -63,41 +48,20 @@ def _write_ensemble(path: Path, dates: int, *, start: int, seed: int, piece: int
         for var in ("psi", "q")
         for name, d in ((var, dims), (f"{var}_truth", dims[1:]))
     }
-    xr.Dataset(variables, coords=coords).to_netcdf(path, compute=False)  # the layout only
     rng = np.random.default_rng(seed)
-    with netCDF4.Dataset(path, "a") as out:
-        for first in range(0, dates, piece):
-            count = min(piece, dates - first)
-            part = (shape[0], count, *shape[2:])
-            for var in ("psi", "q"):
-                signal = rng.standard_normal(part[1:], dtype=np.float32)
-                noise = rng.standard_normal(part, dtype=np.float32)
-                out[var][:, first : first + count] = signal + np.float32(0.5) * noise
-                truth = 1.3 * signal + 0.2 + 0.5 * rng.standard_normal(part[1:], dtype=np.float32)
-                out[f"{var}_truth"][first : first + count] = truth
 
+    def fill(first: int, count: int) -> dict[str, np.ndarray]:
+        part = (shape[0], count, *shape[2:])
+        values = {}
+        for var in ("psi", "q"):
+            signal = rng.standard_normal(part[1:], dtype=np.float32)
+            noise = rng.standard_normal(part, dtype=np.float32)
+            values[var] = signal + np.float32(0.5) * noise
+            truth = 1.3 * signal + 0.2 + 0.5 * rng.standard_normal(part[1:], dtype=np.float32)
+            values[f"{var}_truth"] = truth
+        return values
 
-def _evaluate(run: Path, test: Path, out: Path, block: int | None) -> tuple[float, float]:
-    """Peak resident MiB and wall seconds of one ``sciml weather evaluate`` process."""
-    command = [sys.executable, "-m", "sciml", "weather", "evaluate", "--run-dir", str(run)]
-    command += ["--csv", str(out), str(test)]
-    if block is not None:
-        command += ["--block-dates", str(block)]
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, check=False
-    )
-    seconds = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")
-    return int(done.stdout.split()[-1]) / 1024, seconds
-
-
-def _max_rel_diff(a: Path, b: Path) -> float:
-    left, right = (pd.read_csv(p) for p in (a, b))
-    numbers = [c for c in left.columns if pd.api.types.is_float_dtype(left[c])]
-    diff = (left[numbers] - right[numbers]).abs() / left[numbers].abs()
-    return float(np.nanmax(diff.where(left[numbers] != 0).to_numpy()))
+    write_in_pieces(path, xr.Dataset(variables, coords=coords), fill, piece=piece)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="weather_evaluate_memory_"))
     train = work / "train.nc"
     _write_ensemble(train, 8, start=0, seed=0)
-    run = work / "emos_5"
-    with xr.open_dataset(train) as data:
-        config = PostprocessConfig(
-            model="emos", members=5, train=TrainConfig(progress=False, tensorboard=False)
-        )
-        train_postprocessor(data.load(), config, run)
+    run = train_emos(train, work / "emos_5")
     rows = []
     for count in dates:
         test = work / f"test_{count}.nc"
@@ -133,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         outputs = {}
         for mode, block in modes:
             outputs[mode] = work / f"scores_{count}_{mode}.csv"
-            peak, seconds = _evaluate(run, test, outputs[mode], block)
+            peak, seconds = evaluate(run, test, outputs[mode], block)
             row = {"test_dates": count, "file_mib": round(size, 1), "mode": mode}
             row |= {"block_dates": block, "peak_rss_mib": round(peak, 1)}
             row |= {"seconds": round(seconds, 1), "max_rel_diff": None}
             rows.append(row)
         if len(outputs) == 2:
-            rows[-1]["max_rel_diff"] = _max_rel_diff(outputs["whole"], outputs["blocks"])
+            rows[-1]["max_rel_diff"] = max_rel_diff(outputs["whole"], outputs["blocks"])
         test.unlink()
     print(pd.DataFrame(rows).to_string(index=False))
     write_report(args.out, "weather_evaluate_memory", rows, run="emos_5", climate="test dates")

@@ -33,18 +33,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 import xarray as xr
 from _report import write_report
+from _weather_files import chunk_encoding, train
 
 from sciml.cli_args import positive_int
 from sciml.datasets.channels import compute_stats
-from sciml.training import TrainConfig, fit
 from sciml.weather.data import open_ensemble
 from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
-from sciml.weather.postprocess.models import gaussian_crps_loss
-from sciml.weather.postprocess.pooled import PooledPostProcessor
-from sciml.weather.store import netcdf_encoding
 
 VARIABLES = ["psi", "q"]
 
@@ -72,44 +68,8 @@ def make_data(dates: int, lat: int, lon: int, *, members: int = 10, seed: int = 
 
 def write(ds: xr.Dataset, path: Path, *, chunk_dates: int) -> Path:
     """``ds`` as compressed netCDF with ``chunk_dates`` start dates per chunk."""
-    encoding = netcdf_encoding(ds)
-    for entry in encoding.values():
-        chunks = list(entry["chunksizes"])
-        chunks[chunks.index(1)] = chunk_dates  # time: the only dim of one per chunk
-        entry["chunksizes"] = tuple(chunks)
-    ds.to_netcdf(path, encoding=encoding)
+    ds.to_netcdf(path, encoding=chunk_encoding(ds, chunk_dates=chunk_dates))
     return path
-
-
-def train(data: Any, steps: int | None, batch: int, run_dir: Path, warm: int) -> dict[str, float]:
-    """Train ``steps`` steps (``None``: one epoch); samples/s and CPU s per sample after ``warm``.
-
-    Timed from the ``warm``-th step's loss to the last one's (the run's setup, its first
-    reads and its closing checkpoint left out): each interval holds a step and the next
-    batch's read.
-    """
-    torch.manual_seed(0)
-    model = PooledPostProcessor(4, static=0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    loop = TrainConfig(
-        epochs=1, batch_size=batch, progress=False, tensorboard=False, handle_signals=False
-    )
-    marks: list[tuple[float, float]] = []
-
-    def timed(model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        marks.append((time.perf_counter(), time.process_time()))
-        return gaussian_crps_loss(model, batch)
-
-    fit(model, optimizer, data, timed, run_dir=run_dir, config=loop, preempt_after=steps)
-    if len(marks) <= warm + 1:
-        raise ValueError(f"{len(marks)} steps, not enough to time after {warm}: a larger file")
-    (wall0, cpu0), (wall1, cpu1) = marks[warm], marks[-1]
-    samples = (len(marks) - 1 - warm) * batch
-    return {
-        "steps_timed": len(marks) - 1 - warm,
-        "samples_per_s": samples / (wall1 - wall0),
-        "cpu_s_per_sample": (cpu1 - cpu0) / samples,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dates = args.dates or (12 if args.quick else 64)
     lat, lon = (16, 32) if args.quick else (64, 128)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         ds = make_data(dates, lat, lon)
@@ -152,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             for case, data, steps, read in cases:
                 run = folder / f"{case}-{len(rows)}"
                 measured = train(data, steps, args.batch_size, run, args.warm)
+                measured.pop("losses")
                 loads = getattr(data, "loads", None)
                 row = {
                     "case": case,

@@ -289,3 +289,37 @@ def test_the_streaming_benchmark_runs_quick(
         assert row["samples_per_s"] > 0 and row["cpu_s_per_sample"] > 0, row
         if row["case"] == "stream":
             assert row["chunk_reads"] == 1, row
+
+
+@pytest.mark.system
+def test_the_scale_benchmark_runs_quick(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each file streamed at the limit, a chunk once an epoch, the float64 losses and the
+    scores of blocks those of the whole file."""
+    module = _benchmark(monkeypatch, "weather_scale")
+    out = tmp_path / "scale.json"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    training = [row for row in rows if row["case"] in ("memory", "stream")]
+    assert [(row["case"], row["file_x_limit"]) for row in training] == 2 * [
+        ("memory", 1),
+        ("stream", 1),
+        ("stream", 4),
+        ("stream", 8),
+    ]
+    for row in training:
+        assert row["samples_per_s"] > 0 and row["cpu_s_per_sample"] > 0, row
+        assert row["data_mib"] * 2**20 > report["memory_limit"] * row["file_x_limit"], row
+        if row["case"] == "stream":
+            assert row["chunk_reads"] == -(-row["start_dates"] // row["chunk_dates"]), row
+        if row["file_x_limit"] == 4 and row["case"] == "stream":
+            assert row["loss_diff_f64"] == 0, row
+    evaluated = [row for row in rows if row["case"].startswith("evaluate")]
+    assert [(row["case"], row["file_x_limit"]) for row in evaluated] == [
+        ("evaluate blocks", 1),
+        ("evaluate whole", 1),
+        ("evaluate blocks", 4),
+        ("evaluate blocks", 8),
+    ]
+    assert all(row["peak_rss_mib"] > 0 for row in evaluated)
+    assert evaluated[1]["max_rel_diff"] < 1e-9
