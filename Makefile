@@ -6,6 +6,8 @@
 #                benchmark quick runs; and the tests marked slow (costlier cases of code
 #                that make test runs in quicker ones: compiled U-Nets, measured peaks)
 #   make notebooks   each notebook run as shipped (the sizes a user opens it with)
+#   make docs    the documentation site -> docs/_build/html (notebooks executed quick, the API
+#                reference, the demo's report); warnings fail it; prints its time
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
 #   make lab     JupyterLab on notebooks/
 #   make gpu-check OUT=DIR   benchmarks/gpu_check.py on one GPU (no .venv needed) -> DIR/gpu_check.{json,md}
@@ -22,9 +24,10 @@ PIP := $(BIN)/python -m pip install --progress-bar off $(if $(CONSTRAINTS),-c $(
 RUNTIME := $(VENV)/.sciml-runtime
 STAMP := $(VENV)/.sciml-installed
 NOTEBOOK_STAMP := $(VENV)/.sciml-notebooks
+DOCS_STAMP := $(VENV)/.sciml-docs
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test system-test notebooks bench lab lint install clean gpu-check gpu-wheels
+.PHONY: demo test system-test notebooks docs bench lab lint install clean gpu-check gpu-wheels
 
 $(BIN)/python:
 	@echo "== setting up $(VENV) with $(PYTHON) and the newest pip (seconds)"
@@ -56,12 +59,25 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
 		-m "not shipped and not system and not slow" tests
 
-system-test: $(NOTEBOOK_STAMP)
+system-test: $(DOCS_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
 		-m "(system or slow) and not shipped" tests
 
 notebooks: $(NOTEBOOK_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py
+
+# Sphinx with MyST-NB (docs/conf.py), and Playwright for the site's browser test
+# (tests/test_docs_site.py, in make system-test). The build is incremental: delete
+# docs/_build to run the notebooks (and, without runs/demo/report.md, the quick demo) again.
+$(DOCS_STAMP): $(NOTEBOOK_STAMP)
+	@echo "== adding Sphinx, MyST-NB and Playwright to $(VENV) (a minute, once)"
+	$(PIP) -e ".[dev,notebooks,tensorboard,docs]"
+	touch $@
+
+docs: $(DOCS_STAMP)
+	@start=$$(date +%s); \
+	$(BIN)/python -m sphinx -b html -W --keep-going docs docs/_build/html || exit 1; \
+	echo "== docs/_build/html/index.html: built in $$(( $$(date +%s) - start )) s"
 
 # Benchmarks that read the evaluation preset (written once) or the runs of another one.
 PRESET := runs/bench/qg-imperfect-v1.nc

@@ -58,7 +58,8 @@ def test_docstring_examples_run_as_written(tmp_path: Path) -> None:
 
 
 def test_every_docs_page_is_linked_from_the_code_and_every_link_resolves() -> None:
-    pages = {path.name for path in (ROOT / "docs").glob("*.md")}
+    # the design notes: docs/*.md but the site's front page (docs/index.md)
+    pages = {path.name for path in (ROOT / "docs").glob("*.md")} - {"index.md"}
     linked = {
         name
         for path in PACKAGE.rglob("*.py")

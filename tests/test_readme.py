@@ -1,9 +1,10 @@
-"""The README's examples run as pasted: every ``python`` and ``bash`` block, read from README.md.
+"""The README's and the user guide's examples run as pasted: every ``python`` and ``bash``
+block, read from README.md and docs/guide/*.md (the README's sections moved there).
 
 The blocks of one section run in order in an empty folder of their own, with the
 venv's ``bin`` first on ``PATH``: bash blocks with ``bash -e``, Python blocks saved
 as a file and run by the venv's Python, or by the command in their first line when
-that is a ``# torchrun ... NAME.py`` comment. A block the README marks with
+that is a ``# torchrun ... NAME.py`` comment. A block a page marks with
 ``<!-- not run by tests: REASON -->`` is not run; :data:`NOT_RUN` lists them.
 """
 
@@ -19,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The pages whose blocks run: the README, then the guide's pages in its order.
+GUIDE = ROOT / "docs" / "guide"
 
-#: The blocks the README marks as not run (their first line), and the reason it gives.
+#: The blocks the pages mark as not run (their first line), and the reason it gives.
 NOT_RUN = {
     "make demo    # sets up .venv, runs every workflow on the bundled data "
     "-> runs/demo/report.md": "sets up .venv and runs for minutes (the tests run inside that venv)",
@@ -46,16 +50,17 @@ _TIMEOUT = 600  # a hung block fails instead of stalling the suite; not a timing
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced ``python`` or ``bash`` block of the README."""
+    """A fenced ``python`` or ``bash`` block of a page (the README or a guide page)."""
 
     language: str
     line: int  # of the opening fence, counted from 1
     section: str
     code: str
     not_run: str | None
+    page: str = "README.md"  # relative to the repository's root
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     """The ``python`` and ``bash`` blocks of ``text`` in order, with their section and marker.
 
     Raises:
@@ -70,7 +75,8 @@ def readme_blocks(text: str) -> list[Block]:
             if line.strip() == "```":
                 language, start, reason = fence
                 if language in ("python", "bash"):
-                    blocks.append(Block(language, start, section, "\n".join(body) + "\n", reason))
+                    code = "\n".join(body) + "\n"
+                    blocks.append(Block(language, start, section, code, reason, page))
                 fence, body = None, []
             else:
                 body.append(line)
@@ -82,7 +88,7 @@ def readme_blocks(text: str) -> list[Block]:
             and not (opening and opening[1] in ("python", "bash"))
         ):
             raise ValueError(
-                f"README.md line {marker[0]}: a 'not run by tests' marker must stand right "
+                f"{page} line {marker[0]}: a 'not run by tests' marker must stand right "
                 f"above a python or bash block, found {line!r}"
             )
         if opening:
@@ -93,11 +99,22 @@ def readme_blocks(text: str) -> list[Block]:
         elif line.startswith("#"):
             section = line.lstrip("#").strip()
     if fence is not None:
-        raise ValueError(f"README.md line {fence[1]}: the block is never closed")
+        raise ValueError(f"{page} line {fence[1]}: the block is never closed")
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text())
+def guide_pages() -> list[Path]:
+    """The README, then the guide's pages in the order of its toctree."""
+    toctree = re.search(r"```\{toctree\}\n(.*?)```", (GUIDE / "index.md").read_text(), re.S)
+    names = [line.strip() for line in toctree[1].splitlines() if line.strip()[:1].isalnum()]
+    return [README, *(GUIDE / f"{name}.md" for name in names)]
+
+
+BLOCKS = [
+    block
+    for path in guide_pages()
+    for block in readme_blocks(path.read_text(), str(path.relative_to(ROOT)))
+]
 SECTIONS = list(dict.fromkeys(block.section for block in BLOCKS if block.not_run is None))
 
 
@@ -153,6 +170,6 @@ def test_readme_section_runs_as_pasted(section: str, tmp_path: Path) -> None:
             timeout=_TIMEOUT,
         )
         assert run.returncode == 0, (
-            f"README.md line {block.line} ({section}, {block.language}) exited with "
+            f"{block.page} line {block.line} ({section}, {block.language}) exited with "
             f"{run.returncode}:\n{run.stdout[-4000:]}"
         )

@@ -1,4 +1,5 @@
-"""The README's "Which model code works" names every layer and reduction the code computes."""
+"""The user guide's "Which model code works" (docs/guide/spatial_parallelism.md, once the
+README's) names every layer and reduction the code computes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sciml.spatial_parallel.split.along import ALONG_SPLIT
 from sciml.spatial_parallel.split.layout import HANDLERS
 from sciml.spatial_parallel.split.ops import REDUCTIONS
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "guide" / "spatial_parallelism.md"
 
 
 def _paragraph() -> str:
