@@ -2,15 +2,18 @@
 over HTTP and opened by headless Chromium through Playwright.
 
 Each page must load without a console error, a page error or a failed request; every
-``<img>`` must be drawn (loaded, ``naturalWidth > 0``), and the page must show as many
-figures as its source names (a notebook: the images its cells output when the build ran
-it; a Markdown page: its ``![...](...)`` images); every link inside the site must lead
-to a file of the build, and a link's ``#anchor`` to an id on that page. Screenshots of
-three pages go to ``runs/docs-screens/``.
+``<img>`` must be drawn (loaded, ``naturalWidth > 0``) and every formula typeset by the
+site's own MathJax; the page must show as many figures as its source names (a notebook:
+the images its cells output when the build ran it; a Markdown page: its ``![...](...)``
+images); every link inside the site must lead to a file of the build, and a link's
+``#anchor`` to an id on that page. Screenshots of three pages go to
+``runs/docs-screens/``.
 
 The site is built once, by the command ``make docs`` runs (Sphinx's incremental build:
-seconds when nothing changed). Needs Debian's Chromium (``/usr/bin/chromium``;
-``.ci/run`` installs it on CI, where the test must run) and the ``docs`` extra.
+a minute or two when nothing changed, most of it importing the package for the API pages;
+from nothing, the notebooks and the quick demo run: about 15 minutes on 2 busy cores).
+Needs Debian's Chromium (``/usr/bin/chromium``; ``.ci/run`` installs it on CI, where the
+test must run) and the ``docs`` extra.
 """
 
 from __future__ import annotations
@@ -151,6 +154,7 @@ async () => {
   for (const image of images) image.loading = "eager";
   await Promise.all(images.map((image) => image.complete ? null
       : new Promise((done) => { image.onload = image.onerror = done; })));
+  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
   const main = document.querySelector("article[role=main]") || document.body;
   return {
     undrawn: images.filter((image) => !(image.complete && image.naturalWidth > 0))
@@ -158,6 +162,8 @@ async () => {
     figures: main.querySelectorAll("img").length,
     links: [...document.querySelectorAll("a[href]")].map((a) => a.href),
     quick: [...document.querySelectorAll(".sciml-quick-mode")].map((n) => n.textContent),
+    math: main.querySelectorAll(".math").length,
+    typeset: main.querySelectorAll(".math mjx-container").length,
   };
 }
 """
@@ -211,6 +217,8 @@ def test_every_page_loads_draws_its_figures_and_links_only_to_pages_that_exist(
         problems += [
             f"{name}: broken link {link}" for link in broken_links(site, base_url, found["links"])
         ]
+        if found["typeset"] < found["math"]:
+            problems.append(f"{name}: {found['typeset']} of {found['math']} formulas typeset")
         if name in notebooks and not any("quick mode" in text for text in found["quick"]):
             problems.append(f"{name}: no quick-mode note")
     assert not problems, "\n".join(problems)
