@@ -1,4 +1,4 @@
-"""The batch scripts under slurm/ and the README's Dask workers as Slurm jobs, on a real
+"""The batch scripts under slurm/ and the user guide's Dask workers as Slurm jobs, on a real
 one-node Slurm started for the tests.
 
 Needs Debian's slurmctld, slurmd, slurm-client and munge and root (``.ci/run``
@@ -172,9 +172,9 @@ def test_signal_checkpoints_requeues_and_resumes(slurm_env: dict[str, str], tmp_
 
 
 def test_readme_dask_section_evaluates_on_slurm(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    """The README's Dask section as pasted on the cluster, its SLURMCluster block included
-    (which test_readme leaves out): the Dask workers are jobs of the local Slurm, and the
-    scores are the threaded ones."""
+    """The guide's Dask section (docs/guide/gpu_cluster.md, once the README's) as pasted on
+    the cluster, its SLURMCluster block included (which test_readme leaves out): the Dask
+    workers are jobs of the local Slurm, and the scores are the threaded ones."""
     from tests.test_readme import BLOCKS, _command
 
     blocks = [block for block in BLOCKS if block.section == "Dask"]
@@ -192,7 +192,7 @@ def test_readme_dask_section_evaluates_on_slurm(slurm_env: dict[str, str], tmp_p
             timeout=600,
         )
         assert run.returncode == 0, (
-            f"README.md line {block.line} (Dask, {block.language}) exited with "
+            f"{block.page} line {block.line} (Dask, {block.language}) exited with "
             f"{run.returncode}:\n{run.stdout[-4000:]}"
         )
     assert "the same scores on 36 rows" in run.stdout, run.stdout[-4000:]
