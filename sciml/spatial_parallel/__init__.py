@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
+    from sciml.spatial_parallel.context import ParallelContext, parallel_context
     from sciml.spatial_parallel.halo.first_order import SecondDerivativeError
     from sciml.spatial_parallel.io import read_block
     from sciml.spatial_parallel.layers import (
@@ -69,6 +70,7 @@ _HOMES = {
         "layers.heads",
     ),
     "read_block": "io",
+    **dict.fromkeys(("ParallelContext", "parallel_context"), "context"),
     **dict.fromkeys(
         (
             "SpatialAvgPool3d",
@@ -93,6 +95,7 @@ _HOMES = {
 
 __all__ = [
     "HaloError",
+    "ParallelContext",
     "SpatialAdaptiveAvgPool3d",
     "SpatialAvgPool3d",
     "SpatialBatchNorm3d",
@@ -114,6 +117,7 @@ __all__ = [
     "global_loss",
     "gradient_sync",
     "mse_loss",
+    "parallel_context",
     "parallelize",
     "read_block",
     "shard",

@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from sciml.distributed.collectives import backend_devices
+from sciml.spatial_parallel.context import ParallelContext, attach, parallel_context
 from sciml.spatial_parallel.grad_sync import GradientSync
 from sciml.spatial_parallel.layers import (
     SpatialAvgPool3d,
@@ -151,14 +152,14 @@ def supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
 
 
 def gradient_sync(model: nn.Module) -> GradientSync:
-    """The gradient reduction attached to a model returned by :func:`parallelize`.
+    """The gradient reduction of a model returned by :func:`parallelize` (its context's).
 
     Set ``gradient_sync(pmodel).enabled = False`` to keep local gradients.
     """
-    sync = model.__dict__.get("spatial_grad_sync")
-    if not isinstance(sync, GradientSync):
+    context = parallel_context(model)
+    if context is None:
         raise ValueError(f"{type(model).__name__} was not made by sciml parallelize()")
-    return sync
+    return context.grad_sync
 
 
 def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
@@ -202,7 +203,7 @@ def _check_arguments(
             f"parallelize: input_shape must be the global (D, H, W) of the model input, three "
             f"integers >= 1, got {input_shape!r}"
         )
-    if "spatial_grad_sync" in model.__dict__:
+    if parallel_context(model) is not None:
         raise ValueError(
             "parallelize: the model was already made by parallelize(); parallelize the "
             "original single-device model instead"
@@ -353,6 +354,8 @@ def parallelize(
     After ``backward()`` every parameter's ``.grad`` is the single-device
     gradient of the global loss, averaged over the data-parallel replicas
     (see :mod:`sciml.spatial_parallel.grad_sync` and :func:`gradient_sync`).
+    The returned model's mesh, gradient reduction and split context are its
+    :func:`~sciml.spatial_parallel.context.parallel_context`.
 
     Args:
         model: A plain ``torch.nn`` 3D CNN (e.g. ``sciml.models.UNet(dims=3)``).
@@ -445,12 +448,9 @@ def parallelize(
             if dist.get_world_size() > 1:
                 dist.broadcast(tensor, src=0)
     params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
-    context = SplitContext(mesh, frozenset(id(p) for p, dense in params if dense))
-    _trace_shapes(model, original, context, input_shape)
-    model.__dict__["spatial_split_context"] = context
-    # a plain attribute, not a submodule: the state_dict stays the original model's
+    split = SplitContext(mesh, frozenset(id(p) for p, dense in params if dense))
+    _trace_shapes(model, original, split, input_shape)
     sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
-    model.__dict__["spatial_grad_sync"] = sync
-    model.__dict__["spatial_mesh"] = mesh
+    attach(model, ParallelContext(mesh=mesh, grad_sync=sync, split=split))
     model.register_forward_hook(eager(lambda module, args, output: sync.watch(output)))
     return model

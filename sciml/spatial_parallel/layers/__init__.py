@@ -12,14 +12,13 @@ One module per family: :mod:`.base` (the mixin every layer shares),
 :mod:`.pool`, :mod:`.conv_transpose`, :mod:`.upsample`.
 """
 
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG, SpatialLayer
+from sciml.spatial_parallel.layers.base import SpatialLayer
 from sciml.spatial_parallel.layers.conv import SpatialConv3d
 from sciml.spatial_parallel.layers.conv_transpose import SpatialConvTranspose3d
 from sciml.spatial_parallel.layers.pool import SpatialAvgPool3d, SpatialMaxPool3d
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 
 __all__ = [
-    "REPLICATED_TAG",
     "SpatialAvgPool3d",
     "SpatialConv3d",
     "SpatialConvTranspose3d",

@@ -8,10 +8,9 @@ from typing import Any, Self
 import torch
 from torch import nn
 
+from sciml.spatial_parallel.context import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES
-
-REPLICATED_TAG = "_sciml_replicated"
 
 
 def triple(value: int | Iterable[int]) -> tuple[int, int, int]:
@@ -82,7 +81,7 @@ class SpatialLayer:
                 f"{self._label()}: expected a local (N, C, D, H, W) block, got shape "
                 f"{tuple(x.shape)}"
             )
-        if getattr(x, REPLICATED_TAG, False):
+        if is_replicated(x):
             raise ValueError(
                 f"{self._label()}: received a globally pooled (replicated) tensor; spatially "
                 f"split layers must come before global pooling"

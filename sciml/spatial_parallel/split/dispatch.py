@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sciml.spatial_parallel.context import is_replicated
 from sciml.spatial_parallel.split import layout as split_layout
 from sciml.spatial_parallel.split import ops as split_ops
 from sciml.spatial_parallel.split.tensor import (
@@ -23,7 +24,6 @@ from sciml.spatial_parallel.split.tensor import (
     SplitTensor,
     aten_name,
     first_split,
-    is_replicated_value,
     local_shape,
     map_tensors,
     refuse,
@@ -374,7 +374,7 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
 
     def plain(t: torch.Tensor) -> torch.Tensor:
-        if is_replicated_value(t):
+        if is_replicated(t):
             return split_use(t, ctx)
         if t is written:
             return write_target(t)  # its layout is the result's: nothing to broadcast

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sciml.spatial_parallel.context import is_replicated
 from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 from sciml.spatial_parallel.partition import block_bounds
@@ -31,7 +32,6 @@ from sciml.spatial_parallel.split.tensor import (
     SplitContext,
     SplitTensor,
     first_split,
-    is_replicated_value,
     local_shape,
     refuse,
     split_use,
@@ -505,7 +505,7 @@ def _expand(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
     x = args[0]
     if not isinstance(x, SplitTensor):  # plain.expand_as(block): this rank's block of it
         other = args[1] if len(args) > 1 else kwargs["other"]
-        plain = split_use(x, ctx) if is_replicated_value(x) else x
+        plain = split_use(x, ctx) if is_replicated(x) else x
         full = plain.expand(other._gshape)
         for dim, axis in other._split:
             lo, hi = ctx.bounds(other._gshape[dim], axis)

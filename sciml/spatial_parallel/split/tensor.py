@@ -46,8 +46,8 @@ import torch._dynamo
 import torch.distributed as dist
 
 import sciml
+from sciml.spatial_parallel.context import REPLICATED_TAG, is_replicated, mark_replicated
 from sciml.spatial_parallel.halo.first_order import first_order_only
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
 
@@ -299,7 +299,9 @@ class ReplicatedTensor(_Dispatched):
     """A tensor with the same value on every spatial rank, made from split blocks."""
 
     _ctx: SplitContext
-    _sciml_replicated = True  # read by is_replicated
+
+
+setattr(ReplicatedTensor, REPLICATED_TAG, True)  # every instance answers is_replicated
 
 
 torch._dynamo.config.nontraceable_tensor_subclasses.update({SplitTensor, ReplicatedTensor})
@@ -332,9 +334,7 @@ def unwrap(x: Any) -> Any:
     if isinstance(x, SplitTensor | ReplicatedTensor):
         with torch._C.DisableTorchFunctionSubclass():
             plain = x.as_subclass(torch.Tensor)
-        if isinstance(x, ReplicatedTensor):
-            setattr(plain, REPLICATED_TAG, True)
-        return plain
+        return mark_replicated(plain) if isinstance(x, ReplicatedTensor) else plain
     return x
 
 
@@ -458,11 +458,6 @@ def replicated_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
     return _ReplicatedUse.apply(x, ctx.mesh.spatial_size)
 
 
-def is_replicated_value(x: Any) -> bool:
-    """Whether ``x`` is a tensor with the same value on every spatial rank."""
-    return isinstance(x, torch.Tensor) and bool(getattr(x, REPLICATED_TAG, False))
-
-
 def tensors_in(values: Sequence[Any]) -> list[torch.Tensor]:
     """The tensors among ``values`` and inside their lists and tuples."""
     found: list[torch.Tensor] = []
@@ -533,7 +528,7 @@ def _replicated(
         return func(*args, **kwargs)
 
     def plain(t: torch.Tensor) -> torch.Tensor:
-        return unwrap(t) if is_replicated_value(t) else replicated_use(t, ctx)
+        return unwrap(t) if is_replicated(t) else replicated_use(t, ctx)
 
     args = map_tensors(args, plain)
     kwargs = dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True))
