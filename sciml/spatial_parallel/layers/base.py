@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import nn
@@ -48,6 +48,9 @@ class SpatialLayer:
 
     mesh: SpatialMesh
     layer_name: str
+    #: Whether it also takes a block laid out otherwise than a volume (channels last,
+    #: tokens), acting on unsplit dims alone; its output is then wrapped as its input.
+    any_layout: ClassVar[bool] = False
 
     def _setup(self, mesh: SpatialMesh, name: str) -> None:
         self.mesh = mesh

@@ -53,6 +53,8 @@ def _shared(param: torch.Tensor | None, spatial: int) -> torch.Tensor | None:
 class _EitherSide(SpatialLayer):
     """A layer that runs on split blocks and on replicated tensors alike."""
 
+    any_layout = True
+
     def _split_dims(self, x: torch.Tensor) -> set[int] | None:
         """The dims (after the batch) along which ``x`` is a block of a larger tensor.
 
