@@ -1,4 +1,4 @@
-"""What the rest of the package reads of a parallel model: its context, and what is replicated.
+"""The parallel context of a model: what the rest of the package reads of a parallel model.
 
 :func:`~sciml.spatial_parallel.parallelize` attaches one :class:`ParallelContext`
 (the mesh, the gradient reduction and the split blocks' shared context) to the
@@ -8,56 +8,21 @@ stays the original model's. :func:`parallel_context` finds it again, through a
 ``DistributedDataParallel`` wrapper (``.module``) or a ``torch.compile`` one
 (``._orig_mod``).
 
-A tensor is *replicated* when it holds the same value on every spatial rank of
-its replica (after global pooling, or a reduction over every split dim), and a
-*split* volume when it is this rank's block of an ``(N, C, D, H, W)`` volume.
-:func:`is_replicated` is the one answer to which it is; the layers, the split
-blocks, the loss, the gradient reduction and the training step all ask it.
+Whether a tensor is replicated is answered by :mod:`sciml.spatial_parallel.replicated`.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
 
 if TYPE_CHECKING:
     from sciml.spatial_parallel.grad_sync import GradientSync
     from sciml.spatial_parallel.mesh import SpatialMesh
     from sciml.spatial_parallel.split.tensor import SplitContext
-
-#: The attribute that tags a plain tensor (and every ``ReplicatedTensor``) as replicated.
-REPLICATED_TAG = "_sciml_replicated"
-
-
-def mark_replicated(x: torch.Tensor) -> torch.Tensor:
-    """Tag ``x`` as identical on every spatial rank of its replica."""
-    setattr(x, REPLICATED_TAG, True)
-    return x
-
-
-def is_replicated(x: object) -> bool:
-    """Whether ``x`` is a tensor with the same value on every spatial rank (not a split block)."""
-    return isinstance(x, torch.Tensor) and bool(getattr(x, REPLICATED_TAG, False))
-
-
-def is_split_volume(x: object) -> bool:
-    """Whether ``x`` is a 5-D tensor that is not replicated: this rank's block of a volume."""
-    return isinstance(x, torch.Tensor) and x.dim() == 5 and not is_replicated(x)
-
-
-def output_tensors(output: object) -> list[torch.Tensor]:
-    """The tensors of a model output: itself, or those in its list, tuple or dict values."""
-    if isinstance(output, torch.Tensor):
-        return [output]
-    values: Any = list(output.values()) if isinstance(output, Mapping) else output
-    if not isinstance(values, list | tuple):
-        return []
-    return [value for value in values if isinstance(value, torch.Tensor)]
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sciml.spatial_parallel.context import output_tensors
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import output_tensors
 
 
 class _Bucket:

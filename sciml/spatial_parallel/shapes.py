@@ -32,8 +32,8 @@ from typing import Any, overload
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.context import is_replicated, is_split_volume
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import is_replicated, is_split_volume
 
 GLOBAL_TAG = "_sciml_global_shape"
 #: Traced global input shapes kept per model (one per distinct global input shape).

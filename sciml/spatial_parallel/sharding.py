@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from sciml.spatial_parallel.context import is_split_volume
 from sciml.spatial_parallel.halo.collectives import gather_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import is_split_volume
 from sciml.spatial_parallel.shapes import mark_global
 
 

@@ -40,7 +40,7 @@ __all__ = ["StepRunner", "global_values"]
 
 def _is_split(output: object) -> bool:
     """True if ``output`` holds a 5-D block that is not replicated over the spatial group."""
-    from sciml.spatial_parallel.context import is_split_volume, output_tensors
+    from sciml.spatial_parallel.replicated import is_split_volume, output_tensors
 
     return any(is_split_volume(t) for t in output_tensors(output))
 

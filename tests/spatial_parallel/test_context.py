@@ -13,7 +13,7 @@ from sciml.spatial_parallel import (
     parallel_context,
     parallelize,
 )
-from sciml.spatial_parallel.context import (
+from sciml.spatial_parallel.replicated import (
     is_replicated,
     is_split_volume,
     mark_replicated,

@@ -8,9 +8,9 @@ from typing import Any, ClassVar, Self
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.context import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES
+from sciml.spatial_parallel.replicated import is_replicated
 
 
 def triple(value: int | Iterable[int]) -> tuple[int, int, int]:

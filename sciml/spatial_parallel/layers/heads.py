@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciml.spatial_parallel.context import is_replicated, is_split_volume, mark_replicated
 from sciml.spatial_parallel.halo.collectives import gather_replicated, replicated_sum
 from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.replicated import is_replicated, is_split_volume, mark_replicated
 
 
 class _ScaleGrad(torch.autograd.Function):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sciml.spatial_parallel.context import is_replicated
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split import layout as split_layout
 from sciml.spatial_parallel.split import ops as split_ops
 from sciml.spatial_parallel.split.tensor import (

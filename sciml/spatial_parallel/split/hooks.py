@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from sciml.spatial_parallel.context import is_replicated
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.tensor import (
     ReplicatedTensor,
     SplitContext,

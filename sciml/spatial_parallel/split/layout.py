@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciml.spatial_parallel.context import is_replicated
 from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.redistribute import redistribute

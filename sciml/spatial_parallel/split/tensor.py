@@ -46,10 +46,10 @@ import torch._dynamo
 import torch.distributed as dist
 
 import sciml
-from sciml.spatial_parallel.context import REPLICATED_TAG, is_replicated, mark_replicated
 from sciml.spatial_parallel.halo.first_order import first_order_only
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
+from sciml.spatial_parallel.replicated import REPLICATED_TAG, is_replicated, mark_replicated
 
 Shape = tuple[int, ...]
 #: ``(tensor dim, mesh spatial axis)`` pairs of the split dims, by increasing dim.
