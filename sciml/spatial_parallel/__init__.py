@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
     from sciml.spatial_parallel.partition import HaloError, block_bounds
     from sciml.spatial_parallel.sharding import shard, unshard
-    from sciml.spatial_parallel.split.tensor import SplitOpError
+    from sciml.spatial_parallel.split.op_names import SplitOpError
 
 #: The module of each public name (imported on first use, so that the command line and
 #: small modules of this package can be imported without torch).
@@ -89,7 +89,7 @@ _HOMES = {
     **dict.fromkeys(("gradient_sync", "parallelize"), "parallelize"),
     **dict.fromkeys(("HaloError", "block_bounds"), "partition"),
     **dict.fromkeys(("shard", "unshard"), "sharding"),
-    "SplitOpError": "split.tensor",
+    "SplitOpError": "split.op_names",
     "SecondDerivativeError": "halo.first_order",
 }
 

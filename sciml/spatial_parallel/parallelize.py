@@ -24,13 +24,8 @@ from sciml.spatial_parallel.split.hooks import (
     wrap_inputs,
     wrap_output,
 )
-from sciml.spatial_parallel.split.tensor import (
-    SplitContext,
-    SplitTensor,
-    eager,
-    split_names,
-    wrap_split,
-)
+from sciml.spatial_parallel.split.op_names import split_names
+from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, eager, wrap_split
 
 
 def gradient_sync(model: nn.Module) -> GradientSync:

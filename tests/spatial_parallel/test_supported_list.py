@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sciml.spatial_parallel.layers.table import LAYERS, readme_list
 from sciml.spatial_parallel.split.along import ALONG_SPLIT
-from sciml.spatial_parallel.split.layout import HANDLERS
+from sciml.spatial_parallel.split.dispatch import HANDLERS
 from sciml.spatial_parallel.split.ops import REDUCTIONS
 
 README = Path(__file__).parents[2] / "README.md"
