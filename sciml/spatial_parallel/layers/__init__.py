@@ -9,7 +9,9 @@ forward and in the backward pass.
 
 One module per family: :mod:`.base` (the mixin every layer shares),
 :mod:`.window` (halo exchange and overlap of sliding windows), :mod:`.conv`,
-:mod:`.pool`, :mod:`.conv_transpose`, :mod:`.upsample`.
+:mod:`.pool`, :mod:`.conv_transpose`, :mod:`.upsample`, :mod:`.norm`, :mod:`.heads`.
+Which torch layer each replaces, and how the planner prices it, is one table:
+:mod:`.table` (a new layer is a module here and an entry there).
 """
 
 from sciml.spatial_parallel.layers.base import SpatialLayer
