@@ -36,7 +36,7 @@ from _report import write_report
 from _spatial_workloads import median_interval, volume_model
 
 from sciml.distributed import spawn
-from sciml.spatial_parallel import SpatialMesh, parallelize, shard
+from sciml.spatial_parallel import SpatialMesh, parallel_context, parallelize, shard
 
 TARGET = 1.02
 
@@ -51,7 +51,9 @@ def time_rounds(name: str, size: int, rounds: int, steps: int) -> list[dict[str,
     mesh = SpatialMesh(depth=2)
     model, shape = volume_model(name, size)
     pmodel = parallelize(model, mesh)
-    context = pmodel.__dict__["spatial_split_context"]
+    found = parallel_context(pmodel)
+    assert found is not None
+    context = found.split
     x = shard(torch.randn(shape), mesh)
 
     def step() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
+    from sciml.spatial_parallel.context import ParallelContext, parallel_context
     from sciml.spatial_parallel.halo.first_order import SecondDerivativeError
     from sciml.spatial_parallel.io import read_block
     from sciml.spatial_parallel.layers import (
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
     from sciml.spatial_parallel.partition import HaloError, block_bounds
     from sciml.spatial_parallel.sharding import shard, unshard
-    from sciml.spatial_parallel.split.tensor import SplitOpError
+    from sciml.spatial_parallel.split.op_names import SplitOpError
 
 #: The module of each public name (imported on first use, so that the command line and
 #: small modules of this package can be imported without torch).
@@ -69,6 +70,7 @@ _HOMES = {
         "layers.heads",
     ),
     "read_block": "io",
+    **dict.fromkeys(("ParallelContext", "parallel_context"), "context"),
     **dict.fromkeys(
         (
             "SpatialAvgPool3d",
@@ -87,12 +89,13 @@ _HOMES = {
     **dict.fromkeys(("gradient_sync", "parallelize"), "parallelize"),
     **dict.fromkeys(("HaloError", "block_bounds"), "partition"),
     **dict.fromkeys(("shard", "unshard"), "sharding"),
-    "SplitOpError": "split.tensor",
+    "SplitOpError": "split.op_names",
     "SecondDerivativeError": "halo.first_order",
 }
 
 __all__ = [
     "HaloError",
+    "ParallelContext",
     "SpatialAdaptiveAvgPool3d",
     "SpatialAvgPool3d",
     "SpatialBatchNorm3d",
@@ -114,6 +117,7 @@ __all__ = [
     "global_loss",
     "gradient_sync",
     "mse_loss",
+    "parallel_context",
     "parallelize",
     "read_block",
     "shard",

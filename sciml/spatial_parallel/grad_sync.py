@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import output_tensors
 
 
 class _Bucket:
@@ -90,11 +91,8 @@ class GradientSync:
         on no parameter, so no parameter hook fires there; without this it would
         skip the all-reduce that the other ranks wait in.
         """
-        tensors = [output] if isinstance(output, torch.Tensor) else output
-        if not isinstance(tensors, list | tuple):
-            return
-        for tensor in tensors:
-            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+        for tensor in output_tensors(output):
+            if tensor.requires_grad:
                 tensor.register_hook(self._join)
 
     def _join(self, grad: torch.Tensor) -> None:

@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from sciml.distributed.collectives import all_reduce_cpu
-from sciml.spatial_parallel.layers.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.shapes import marked_global
 
 

@@ -4,36 +4,18 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.modules.lazy import LazyModuleMixin
 
 from sciml.distributed.collectives import backend_devices
+from sciml.spatial_parallel.context import ParallelContext, attach, parallel_context
 from sciml.spatial_parallel.grad_sync import GradientSync
-from sciml.spatial_parallel.layers import (
-    SpatialAvgPool3d,
-    SpatialConv3d,
-    SpatialConvTranspose3d,
-    SpatialLayer,
-    SpatialMaxPool3d,
-    SpatialUpsample,
-)
-from sciml.spatial_parallel.layers.heads import (
-    SpatialAdaptiveAvgPool3d,
-    SpatialDropout,
-    SpatialDropout3d,
-    SpatialFlatten,
-    SpatialLayerNorm,
-    SpatialPReLU,
-)
-from sciml.spatial_parallel.layers.norm import (
-    SpatialBatchNorm3d,
-    SpatialGroupNorm,
-    SpatialInstanceNorm3d,
-)
+from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.layers.table import CONTAINERS, names, supported_spec
+from sciml.spatial_parallel.layers.window import WindowLayer
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
 from sciml.spatial_parallel.split.hooks import (
@@ -42,123 +24,19 @@ from sciml.spatial_parallel.split.hooks import (
     wrap_inputs,
     wrap_output,
 )
-from sciml.spatial_parallel.split.tensor import (
-    SplitContext,
-    SplitTensor,
-    eager,
-    split_names,
-    wrap_split,
-)
-
-#: Layers replaced by their spatially parallel version.
-SWAPS: dict[type[nn.Module], Any] = {
-    nn.Conv3d: SpatialConv3d,
-    nn.ConvTranspose3d: SpatialConvTranspose3d,
-    nn.MaxPool3d: SpatialMaxPool3d,
-    nn.AvgPool3d: SpatialAvgPool3d,
-    nn.BatchNorm3d: SpatialBatchNorm3d,
-    nn.GroupNorm: SpatialGroupNorm,
-    nn.InstanceNorm3d: SpatialInstanceNorm3d,
-    nn.LayerNorm: SpatialLayerNorm,
-    nn.PReLU: SpatialPReLU,
-    nn.Upsample: SpatialUpsample,
-    nn.AdaptiveAvgPool3d: SpatialAdaptiveAvgPool3d,
-    nn.Flatten: SpatialFlatten,
-    nn.Dropout: SpatialDropout,
-    nn.Dropout3d: SpatialDropout3d,
-}
-
-#: Elementwise layers: correct on any block as they are.
-ELEMENTWISE: tuple[type[nn.Module], ...] = (
-    nn.Identity,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.ELU,
-    nn.SELU,
-    nn.CELU,
-    nn.GELU,
-    nn.SiLU,
-    nn.Mish,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.Softplus,
-    nn.Softsign,
-    nn.Hardtanh,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-    nn.LogSigmoid,
-    nn.Tanhshrink,
-)
-
-#: Layers whose forward is torch ops on the block: computed as on the global tensor by the
-#: split blocks (``F.pad``, ``softmax``), or refused there naming the op.
-FUNCTIONAL: tuple[type[nn.Module], ...] = (
-    nn.ConstantPad3d,
-    nn.ZeroPad3d,
-    nn.ReplicationPad3d,
-    nn.ReflectionPad3d,
-    nn.CircularPad3d,
-    nn.Softmax,
-    nn.LogSoftmax,
-    nn.Softmin,
-)
-
-#: Containers: no computation of their own (an empty one included).
-CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
-
-#: Dense layers, valid only on replicated tensors (after global pooling or flatten).
-REPLICATED: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear)
-
-#: Methods a subclass of a supported layer may override: they build the layer and
-#: print it, but take no part in its computation, which the split layer replaces.
-SUBCLASS_MAY_OVERRIDE = frozenset({"__init__", "reset_parameters", "extra_repr", "__repr__"})
-
-
-def supported_base(module: nn.Module, name: str) -> type[nn.Module] | None:
-    """The layer of the tables that ``module`` is (or subclasses), if any.
-
-    Raises:
-        ValueError: If ``module`` is lazy, or subclasses a supported layer and
-            overrides part of its computation.
-    """
-    kind = type(module)
-    if isinstance(module, LazyModuleMixin):
-        raise ValueError(
-            f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space while its "
-            f"parameters are uninitialised; run one forward pass on one device first"
-        )
-    tables = (*SWAPS, *ELEMENTWISE, *FUNCTIONAL, *REPLICATED)
-    base = next((cls for cls in kind.__mro__ if cls in tables), None)
-    if base is None or base is kind:
-        return base
-    for cls in kind.__mro__[: kind.__mro__.index(base)]:
-        for attr, value in vars(cls).items():
-            if attr in SUBCLASS_MAY_OVERRIDE or not callable(getattr(base, attr, None)):
-                continue
-            if not callable(value) and not isinstance(value, staticmethod | classmethod):
-                continue
-            why = (
-                "its forward is not the one the split layer replaces"
-                if attr == "forward"
-                else f"the split layer replaces {base.__name__}'s computation and would not call it"
-            )
-            raise ValueError(
-                f"parallelize: layer '{name}' ({kind.__name__}) subclasses {base.__name__} but "
-                f"overrides {cls.__name__}.{attr}, so it cannot be split in space: {why}"
-            )
-    return base
+from sciml.spatial_parallel.split.op_names import split_names
+from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, eager, wrap_split
 
 
 def gradient_sync(model: nn.Module) -> GradientSync:
-    """The gradient reduction attached to a model returned by :func:`parallelize`.
+    """The gradient reduction of a model returned by :func:`parallelize` (its context's).
 
     Set ``gradient_sync(pmodel).enabled = False`` to keep local gradients.
     """
-    sync = model.__dict__.get("spatial_grad_sync")
-    if not isinstance(sync, GradientSync):
+    context = parallel_context(model)
+    if context is None:
         raise ValueError(f"{type(model).__name__} was not made by sciml parallelize()")
-    return sync
+    return context.grad_sync
 
 
 def _dense_guard(name: str, mesh: SpatialMesh) -> Any:
@@ -202,7 +80,7 @@ def _check_arguments(
             f"parallelize: input_shape must be the global (D, H, W) of the model input, three "
             f"integers >= 1, got {input_shape!r}"
         )
-    if "spatial_grad_sync" in model.__dict__:
+    if parallel_context(model) is not None:
         raise ValueError(
             "parallelize: the model was already made by parallelize(); parallelize the "
             "original single-device model instead"
@@ -219,8 +97,8 @@ def _other_layout(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[Any, Any
     """``(global shape, split)`` of an input block not laid out as a volume, if the layer takes it.
 
     A block permuted channels last or reshaped to tokens keeps its own split dims
-    through the layers that act on unsplit dims alone (``LayerNorm`` over the
-    last dims, ``PReLU``): their output is wrapped as their input.
+    through the layers that act on unsplit dims alone (``SpatialLayer.any_layout``:
+    ``LayerNorm`` over the last dims, ``PReLU``): their output is wrapped as their input.
 
     Raises:
         ValueError: If another split layer (a convolution, a pool) gets such a block.
@@ -230,7 +108,7 @@ def _other_layout(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[Any, Any
         return None
     if len(x._gshape) == 5 and all(d == a + 2 for d, a in x._split):  # a volume
         return None
-    if not isinstance(module, SpatialLayerNorm | SpatialPReLU):
+    if not module.any_layout:
         raise ValueError(
             f"{module._label()}: received a block of the global {x._gshape} split along "
             f"{split_names(x._split)}, not an (N, C, D, H, W) volume split along D, H, W; "
@@ -343,16 +221,18 @@ def parallelize(
 ) -> nn.Module:
     """A spatially parallel copy of ``model`` for ``mesh``.
 
-    Swaps the layers of :data:`SWAPS` (subclasses of the layers they replace,
-    so parameter names and ``state_dict`` keys are unchanged), keeps
-    elementwise layers, and lets dense layers (:data:`REPLICATED`) run on the
-    replicated tensor after global pooling. Parameters and buffers are
+    Swaps the layers of the table :data:`~sciml.spatial_parallel.layers.table.LAYERS`
+    for their split classes (subclasses of the layers they replace, so parameter
+    names and ``state_dict`` keys are unchanged), keeps elementwise layers, and
+    lets dense layers run on the replicated tensor after global pooling. Parameters and buffers are
     broadcast from rank 0 so that every rank starts from the same model;
     ``model`` itself is not modified.
 
     After ``backward()`` every parameter's ``.grad`` is the single-device
     gradient of the global loss, averaged over the data-parallel replicas
     (see :mod:`sciml.spatial_parallel.grad_sync` and :func:`gradient_sync`).
+    The returned model's mesh, gradient reduction and split context are its
+    :func:`~sciml.spatial_parallel.context.parallel_context`.
 
     Args:
         model: A plain ``torch.nn`` 3D CNN (e.g. ``sciml.models.UNet(dims=3)``).
@@ -409,17 +289,18 @@ def parallelize(
         kind = type(module)
         if isinstance(module, SpatialLayer):
             return module
-        base = supported_base(module, name)
-        if base in SWAPS:
-            layer = SWAPS[base].from_module(module, mesh, name=name)
-            if isinstance(layer, SpatialConv3d | SpatialMaxPool3d | SpatialAvgPool3d):
+        spec = supported_spec(module, name)
+        if spec is not None and spec.parallel is not None:
+            layer = spec.parallel.from_module(module, mesh, name=name)
+            if spec.overlap:
+                assert isinstance(layer, WindowLayer)
                 layer.overlap = overlap
-            return layer
-        if base in ELEMENTWISE or base in FUNCTIONAL:
-            return module
-        if base in REPLICATED:
+            return cast(nn.Module, layer)
+        if spec is not None and spec.role == "dense":
             replicated.add(prefix)
             module.register_forward_pre_hook(_dense_guard(name, mesh))
+            return module
+        if spec is not None:  # elementwise, or functional: the split blocks run its ops
             return module
         # every name, a module shared by two included (named_children() gives it once)
         children = [(n, m) for n, m in module._modules.items() if m is not None]
@@ -430,9 +311,9 @@ def parallelize(
         ):
             raise ValueError(
                 f"parallelize: layer '{name}' ({kind.__name__}) cannot be split in space. "
-                f"Supported: {sorted(k.__name__ for k in SWAPS)}, elementwise activations, "
-                f"{sorted(k.__name__ for k in FUNCTIONAL)} (their torch ops on the blocks), and "
-                f"{sorted(k.__name__ for k in REPLICATED)} after global pooling"
+                f"Supported: {names('swap')}, elementwise activations, "
+                f"{names('functional')} (their torch ops on the blocks), and "
+                f"{names('dense')} after global pooling"
             )
         for child, sub in children:
             setattr(module, child, convert(sub, f"{prefix}.{child}" if prefix else child))
@@ -445,12 +326,9 @@ def parallelize(
             if dist.get_world_size() > 1:
                 dist.broadcast(tensor, src=0)
     params = [(p, name.rpartition(".")[0] in replicated) for name, p in model.named_parameters()]
-    context = SplitContext(mesh, frozenset(id(p) for p, dense in params if dense))
-    _trace_shapes(model, original, context, input_shape)
-    model.__dict__["spatial_split_context"] = context
-    # a plain attribute, not a submodule: the state_dict stays the original model's
+    split = SplitContext(mesh, frozenset(id(p) for p, dense in params if dense))
+    _trace_shapes(model, original, split, input_shape)
     sync = GradientSync(params, mesh, bucket_mb=bucket_mb)
-    model.__dict__["spatial_grad_sync"] = sync
-    model.__dict__["spatial_mesh"] = mesh
+    attach(model, ParallelContext(mesh=mesh, grad_sync=sync, split=split))
     model.register_forward_hook(eager(lambda module, args, output: sync.watch(output)))
     return model

@@ -32,8 +32,8 @@ from typing import Any, overload
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import is_replicated, is_split_volume
 
 GLOBAL_TAG = "_sciml_global_shape"
 #: Traced global input shapes kept per model (one per distinct global input shape).
@@ -158,7 +158,7 @@ class ShapeTrace:
         """
         if self.current is not None:
             for tensor, shape in zip(_tensors(output), self.current[1], strict=False):
-                split = tensor is not None and not hasattr(tensor, REPLICATED_TAG)
+                split = tensor is not None and not is_replicated(tensor)
                 if split and shape is not None and len(shape) == 5:
                     mark_global(tensor, shape)  # type: ignore[arg-type]
         self.current = None
@@ -168,7 +168,7 @@ class ShapeTrace:
         if not isinstance(value, torch.Tensor):
             return value
         shape = tuple(value.shape)
-        if value.dim() == 5 and not getattr(value, REPLICATED_TAG, False):
+        if is_split_volume(value):
             shape = self.global_input(value)
         return torch.empty(shape, dtype=value.dtype, device="meta")
 
@@ -280,11 +280,7 @@ def _no_sample(shape: Shape | None) -> Shape | None:
 
 def _split_shape(value: Any, meta: Any) -> Shape | None:
     """The global shape of a split model input (a 5-D block not tagged replicated), else None."""
-    if (
-        isinstance(value, torch.Tensor)
-        and value.dim() == 5
-        and not getattr(value, REPLICATED_TAG, False)
-    ):
+    if is_split_volume(value):
         return tuple(meta.shape)
     return None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from sciml.spatial_parallel.halo.collectives import gather_replicated
-from sciml.spatial_parallel.layers.heads import is_replicated
 from sciml.spatial_parallel.mesh import SpatialMesh
+from sciml.spatial_parallel.replicated import is_split_volume
 from sciml.spatial_parallel.shapes import mark_global
 
 
@@ -54,5 +54,4 @@ def unshard(x: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     Differentiable: the backward keeps this rank's block of the gradient.
     """
     _check_args("unshard", x, mesh)
-    split = x.dim() == 5 and not is_replicated(x)
-    return gather_replicated(x, mesh, spatial=split, batch=True)
+    return gather_replicated(x, mesh, spatial=is_split_volume(x), batch=True)

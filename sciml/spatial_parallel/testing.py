@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +42,7 @@ from torch import nn
 
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.parallelize import gradient_sync, parallelize
-from sciml.spatial_parallel.sharding import shard, unshard
+from sciml.spatial_parallel.testing_runs import reversed_batch_run, run_quantities
 
 #: How much larger than the single-device rounding error the parallel one may be.
 FACTOR = 4.0
@@ -165,72 +164,6 @@ class Comparison:
         return max((v for k, v in self.errors.items() if k.startswith(prefix)), default=0.0)
 
 
-def _block_of(y: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
-    """This rank's block of a global output: split in space, or its batch rows only."""
-    if y.dim() == 5:
-        return shard(y, mesh)
-    return y[mesh.block([y.shape[0], 1, 1, 1, 1])[0]]
-
-
-def _run(
-    model: nn.Module,
-    mesh: SpatialMesh,
-    inputs: list[torch.Tensor],
-    weights: list[torch.Tensor],
-    *,
-    parallel: bool,
-    seed: int,
-    eval_input: torch.Tensor | None,
-    draw_dtype: torch.dtype = torch.float64,
-    device: torch.device | None = None,
-) -> tuple[dict[str, torch.Tensor], float]:
-    """This rank's view of every compared quantity, and the last step's seconds.
-
-    ``weights`` holds the loss weights of each step; when it is empty they are
-    drawn (from ``seed``, rounded to ``draw_dtype``) and appended. The parallel
-    model runs on ``device`` (the CPU by default).
-    """
-    out: dict[str, torch.Tensor] = {}
-    seconds = 0.0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # dropout masks: the same draws on every run
-        for step, x in enumerate(inputs):
-            if parallel:
-                xin = shard(x.to(device), mesh).requires_grad_()
-                if torch.distributed.is_initialized():
-                    torch.distributed.barrier()
-                start = time.perf_counter()
-                y = model(xin)
-                (y * _block_of(weights[step], mesh).to(y.device)).sum().backward()
-                seconds = time.perf_counter() - start
-                assert xin.grad is not None
-                whole, block, xgrad = unshard(y.detach(), mesh), y.detach(), xin.grad
-            else:
-                xin = x.clone().requires_grad_()
-                y = model(xin)
-                if len(weights) == step:
-                    generator = torch.Generator().manual_seed(seed + 1 + step)
-                    w = torch.randn(y.shape, dtype=draw_dtype, generator=generator)
-                    weights.append(w.to(x.dtype))
-                (y * weights[step]).sum().backward()
-                whole, block = y.detach(), _block_of(y.detach(), mesh)
-                assert xin.grad is not None
-                xgrad = shard(xin.grad, mesh)
-            out |= {f"out{step}": block, f"unshard{step}": whole, f"xgrad{step}": xgrad}
-    for name, p in model.named_parameters():
-        if p.grad is not None:
-            # the parallel gradient is averaged over replicas, as DistributedDataParallel does
-            out[f"grad:{name}"] = p.grad if parallel else p.grad / mesh.data
-    for name, b in model.named_buffers():
-        out[f"buffer:{name}"] = b.detach().clone()
-    if eval_input is not None:
-        model.eval()
-        with torch.no_grad():
-            y = model(shard(eval_input.to(device), mesh) if parallel else eval_input)
-        out["eval"] = unshard(y, mesh) if parallel else y
-    return out, seconds
-
-
 def compare_parallel(
     model: nn.Module,
     mesh: SpatialMesh,
@@ -292,7 +225,7 @@ def compare_parallel(
     eval_input = inputs.pop() if evaluate else None
     inputs = inputs[:steps]
     weights: list[torch.Tensor] = []
-    ref, _ = _run(
+    ref, _ = run_quantities(
         reference,
         mesh,
         [x.double() for x in inputs],
@@ -306,7 +239,7 @@ def compare_parallel(
     # float64 has no more precise reference: its single-device error is estimated from
     # float32's (the same condition number times the smaller eps)
     probe = torch.float32 if dtype == torch.float64 else dtype
-    single, _ = _run(
+    single, _ = run_quantities(
         copy.deepcopy(checked).to(probe),
         mesh,
         [x.to(probe) for x in inputs],
@@ -317,13 +250,13 @@ def compare_parallel(
     )
     scale = torch.finfo(dtype).eps / torch.finfo(probe).eps
     single_errors = {k: relative_error(single[k], ref[k]) * scale for k in ref}
-    for k, error in _reordering_noise(untouched, ref, mesh, inputs, weights, seed).items():
-        single_errors[k] = max(single_errors[k], error)
+    for k, value in reversed_batch_run(untouched, mesh, inputs, weights, seed).items():
+        single_errors[k] = max(single_errors[k], relative_error(value, ref[k]))
     pmodel = parallelize(checked, mesh, overlap=overlap, device=device)
     gradient_sync(pmodel).enabled = sync
     if list(pmodel.state_dict()) != list(model.state_dict()):
         raise AssertionError("parallelize changed the state_dict keys")
-    par, seconds = _run(
+    par, seconds = run_quantities(
         pmodel,
         mesh,
         inputs,
@@ -351,44 +284,6 @@ def compare_parallel(
         output=par[f"unshard{steps - 1}"] if keep_outputs else None,
         reference=ref[f"unshard{steps - 1}"] if keep_outputs else None,
     )
-
-
-def _reordering_noise(
-    reference: nn.Module,
-    ref: dict[str, torch.Tensor],
-    mesh: SpatialMesh,
-    inputs: list[torch.Tensor],
-    weights: list[torch.Tensor],
-    seed: int,
-) -> dict[str, float]:
-    """Float64 rounding noise of the parameter gradients and buffers, from the batch reversed.
-
-    The reference run again on the batch in reverse order (its loss weights too)
-    sums the same terms in another order, as the parallel model does: the
-    relative difference of each quantity that does not depend on the batch
-    order is a sample of the float64 noise of reordering itself. It is the
-    estimate that holds where the float32 probe's cannot: a quantity that
-    cancels so much that float32 keeps few of its digits (a weight gradient
-    through a batch norm of few values) is out of the probe's linear regime.
-    ``reference`` is the float64 model before ``ref``'s run. Empty for one sample or a
-    model that draws random numbers (dropout).
-    """
-    random = any(
-        isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in reference.modules()
-    )
-    if inputs[0].shape[0] < 2 or random:
-        return {}
-    reordered, _ = _run(
-        reference,
-        mesh,
-        [x.double().flip(0) for x in inputs],
-        [w.double().flip(0) for w in weights],
-        parallel=False,
-        seed=seed,
-        eval_input=None,
-    )
-    batch_free = (k for k in ref if k.startswith(("grad:", "buffer:")))
-    return {k: relative_error(reordered[k], ref[k]) for k in batch_free}
 
 
 def _scale(ref: dict[str, torch.Tensor], key: str) -> float:

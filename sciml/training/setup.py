@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from sciml.distributed import check_replica, world
 from sciml.io_utils import atomic_write_text
+from sciml.spatial_parallel.context import parallel_context
 from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
 from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
 from sciml.training.run_dir import RunDirError, differences, run_record
@@ -48,7 +49,6 @@ __all__ = [
     "check_inputs",
     "claim_training_record",
     "dataset_length",
-    "model_mesh",
     "resume_state",
 ]
 
@@ -153,18 +153,6 @@ def _check_model(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.de
             "build it from model.parameters()"
         )
     return params[0].device
-
-
-def model_mesh(model: nn.Module) -> SpatialMesh | None:
-    """The mesh of a model made by :func:`sciml.spatial_parallel.parallelize` (else ``None``).
-
-    A wrapper that keeps the model as ``.module`` (``DistributedDataParallel``) is looked through.
-    """
-    for candidate in (model, getattr(model, "module", None)):
-        mesh = getattr(candidate, "__dict__", {}).get("spatial_mesh")
-        if mesh is not None:
-            return mesh
-    return None
 
 
 def _resolve_replica(replica: object, mesh: SpatialMesh | None, world_size: int) -> tuple[int, int]:
@@ -317,7 +305,8 @@ def check_inputs(
     n_train = dataset_length("train_dataset", train_dataset)
     n_val = None if val_dataset is None else dataset_length("val_dataset", val_dataset)
     rank, world_size = world()
-    mesh = model_mesh(model)
+    context = parallel_context(model)
+    mesh = None if context is None else context.mesh
     replica = _resolve_replica(replica, mesh, world_size)
     _check_batches(n_train, config, replica[1])
     device = _check_model(model, optimizer)

@@ -40,16 +40,9 @@ __all__ = ["StepRunner", "global_values"]
 
 def _is_split(output: object) -> bool:
     """True if ``output`` holds a 5-D block that is not replicated over the spatial group."""
-    from sciml.spatial_parallel.layers.heads import is_replicated
+    from sciml.spatial_parallel.replicated import is_split_volume, output_tensors
 
-    tensors = [output] if isinstance(output, torch.Tensor) else output
-    if isinstance(tensors, dict):
-        tensors = list(tensors.values())
-    if not isinstance(tensors, list | tuple):
-        return False
-    return any(
-        isinstance(t, torch.Tensor) and t.dim() == 5 and not is_replicated(t) for t in tensors
-    )
+    return any(is_split_volume(t) for t in output_tensors(output))
 
 
 def global_values(values: dict[str, float], scale: float) -> dict[str, float]:

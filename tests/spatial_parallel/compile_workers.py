@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
-from sciml.spatial_parallel.split.tensor import SplitOpError
+from sciml.spatial_parallel.split.op_names import SplitOpError
 from sciml.spatial_parallel.testing import relative_error
 
 

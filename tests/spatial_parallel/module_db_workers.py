@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh, parallelize, shard, unshard
-from sciml.spatial_parallel.split.tensor import SplitOpError
+from sciml.spatial_parallel.split.op_names import SplitOpError
 from sciml.spatial_parallel.testing import compare_parallel
 
 #: Modules of module_db checked besides those named ``...3d``.

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from sciml.spatial_parallel import SpatialMesh
-from sciml.spatial_parallel.split.tensor import SplitOpError
+from sciml.spatial_parallel.split.op_names import SplitOpError
 from sciml.spatial_parallel.testing import compare_parallel
 
 #: ``dim`` as torch takes it: int, negative, tuple, list; over split dims and not.

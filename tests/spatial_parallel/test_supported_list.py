@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sciml.spatial_parallel.parallelize import FUNCTIONAL, SWAPS
+from sciml.spatial_parallel.layers.table import LAYERS, readme_list
 from sciml.spatial_parallel.split.along import ALONG_SPLIT
-from sciml.spatial_parallel.split.layout import HANDLERS
+from sciml.spatial_parallel.split.dispatch import HANDLERS
 from sciml.spatial_parallel.split.ops import REDUCTIONS
 
 README = Path(__file__).parents[2] / "docs" / "guide" / "spatial_parallelism.md"
@@ -20,10 +20,14 @@ def _paragraph() -> str:
     return text[start : text.index("```", start)]
 
 
+def test_the_swapped_layers_are_listed_as_the_table_says() -> None:
+    assert readme_list() in " ".join(_paragraph().split())
+
+
 def test_every_swapped_and_passed_layer_is_named() -> None:
     named = set(re.findall(r"`(\w+)`", _paragraph()))
-    missing = {cls.__name__ for cls in [*SWAPS, *FUNCTIONAL]} - named
-    assert not missing, missing
+    listed = {cls.__name__ for cls, spec in LAYERS.items() if spec.role in ("swap", "functional")}
+    assert not listed - named, listed - named
 
 
 def test_every_computed_reduction_and_layout_op_is_named() -> None:

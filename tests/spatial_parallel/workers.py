@@ -90,7 +90,7 @@ def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
 def sharding_and_losses(mesh_kwargs: dict[str, int]) -> dict[str, float]:
     """shard/unshard round trips and the loss helpers against whole-tensor values."""
     from sciml.spatial_parallel import global_loss, mse_loss, spatial_mean
-    from sciml.spatial_parallel.layers.heads import mark_replicated
+    from sciml.spatial_parallel.replicated import mark_replicated
 
     mesh = SpatialMesh(**mesh_kwargs)
     g = torch.Generator().manual_seed(0)

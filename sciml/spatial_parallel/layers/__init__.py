@@ -9,17 +9,18 @@ forward and in the backward pass.
 
 One module per family: :mod:`.base` (the mixin every layer shares),
 :mod:`.window` (halo exchange and overlap of sliding windows), :mod:`.conv`,
-:mod:`.pool`, :mod:`.conv_transpose`, :mod:`.upsample`.
+:mod:`.pool`, :mod:`.conv_transpose`, :mod:`.upsample`, :mod:`.norm`, :mod:`.heads`.
+Which torch layer each replaces, and how the planner prices it, is one table:
+:mod:`.table` (a new layer is a module here and an entry there).
 """
 
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG, SpatialLayer
+from sciml.spatial_parallel.layers.base import SpatialLayer
 from sciml.spatial_parallel.layers.conv import SpatialConv3d
 from sciml.spatial_parallel.layers.conv_transpose import SpatialConvTranspose3d
 from sciml.spatial_parallel.layers.pool import SpatialAvgPool3d, SpatialMaxPool3d
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 
 __all__ = [
-    "REPLICATED_TAG",
     "SpatialAvgPool3d",
     "SpatialConv3d",
     "SpatialConvTranspose3d",

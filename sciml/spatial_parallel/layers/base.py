@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import nn
 
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.partition import DIM_NAMES
-
-REPLICATED_TAG = "_sciml_replicated"
+from sciml.spatial_parallel.replicated import is_replicated
 
 
 def triple(value: int | Iterable[int]) -> tuple[int, int, int]:
@@ -49,6 +48,9 @@ class SpatialLayer:
 
     mesh: SpatialMesh
     layer_name: str
+    #: Whether it also takes a block laid out otherwise than a volume (channels last,
+    #: tokens), acting on unsplit dims alone; its output is then wrapped as its input.
+    any_layout: ClassVar[bool] = False
 
     def _setup(self, mesh: SpatialMesh, name: str) -> None:
         self.mesh = mesh
@@ -82,7 +84,7 @@ class SpatialLayer:
                 f"{self._label()}: expected a local (N, C, D, H, W) block, got shape "
                 f"{tuple(x.shape)}"
             )
-        if getattr(x, REPLICATED_TAG, False):
+        if is_replicated(x):
             raise ValueError(
                 f"{self._label()}: received a globally pooled (replicated) tensor; spatially "
                 f"split layers must come before global pooling"

@@ -24,18 +24,8 @@ from torch import nn
 
 from sciml.spatial_parallel.halo.collectives import gather_replicated, replicated_sum
 from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG, SpatialLayer
-
-
-def mark_replicated(x: torch.Tensor) -> torch.Tensor:
-    """Tag ``x`` as identical on every spatial rank of its replica."""
-    setattr(x, REPLICATED_TAG, True)
-    return x
-
-
-def is_replicated(x: torch.Tensor) -> bool:
-    """True when ``x`` was tagged by :func:`mark_replicated` (not a split block)."""
-    return bool(getattr(x, REPLICATED_TAG, False))
+from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.replicated import is_replicated, is_split_volume, mark_replicated
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -62,6 +52,8 @@ def _shared(param: torch.Tensor | None, spatial: int) -> torch.Tensor | None:
 
 class _EitherSide(SpatialLayer):
     """A layer that runs on split blocks and on replicated tensors alike."""
+
+    any_layout = True
 
     def _split_dims(self, x: torch.Tensor) -> set[int] | None:
         """The dims (after the batch) along which ``x`` is a block of a larger tensor.
@@ -185,7 +177,7 @@ class SpatialFlatten(SpatialLayer, nn.Flatten):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Flatten ``x``, gathering a split volume first."""
-        if x.dim() == 5 and not is_replicated(x):
+        if is_split_volume(x):
             shape = None
             if self._traced is not None:  # known: no shape check, no shape collectives
                 shape = (x.shape[0], x.shape[1], *self._global_shape(x))
@@ -211,7 +203,7 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
         batch = self._global_batch(x)
         shape = [batch, *x.shape[1:]]
         index = [self.mesh.block([batch, 1, 1, 1, 1])[0]]
-        if x.dim() == 5 and not is_replicated(x):
+        if is_split_volume(x):
             shape[2:] = self._global_shape(x)
             index = list(self.mesh.block(shape))
         mask = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1 - self.p)

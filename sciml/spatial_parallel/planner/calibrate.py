@@ -272,8 +272,9 @@ def _halo_overhead() -> float:
 
     torch.manual_seed(0)
     conv = nn.Conv3d(1, 1, 3, padding=1)
-    model = parallelize(nn.Sequential(conv), SpatialMesh(depth=2))
-    x = shard(torch.randn(1, 1, 8, 4, 4), model.__dict__["spatial_mesh"]).requires_grad_()
+    mesh = SpatialMesh(depth=2)
+    model = parallelize(nn.Sequential(conv), mesh)
+    x = shard(torch.randn(1, 1, 8, 4, 4), mesh).requires_grad_()
     split = _median_seconds(lambda: model(x).sum().backward(), clock=time.thread_time)
     local = nn.Conv3d(1, 1, 3, padding=(0, 1, 1))
     block = torch.randn(1, 1, 6, 4, 4, requires_grad=True)

@@ -65,12 +65,12 @@ def _roofline(layer: Layer, grid: Grid, profile: Profile, *, backward: bool, fir
     """Roofline seconds of one layer's forward or backward on the largest block."""
     out = local_numel(layer.out_shape, grid)
     moved = (local_numel(layer.in_shape, grid) + out) * layer.itemsize
-    if layer.kind in NORM_KINDS:
+    if layer.cost in NORM_KINDS:
         kernels, passes = NORM_KERNELS[backward], NORM_PASSES[backward]
         cold = NORM_FROM_MEMORY[backward]
         seconds = cold / profile.mem_bw + (passes - cold) / profile.cache_bw
         return kernels * profile.op_overhead + seconds * out * layer.itemsize
-    if layer.kind in CONV_KINDS:
+    if layer.cost in CONV_KINDS:
         flops = layer.flops * out / math.prod(layer.out_shape)
         local = conv_of(layer, grid, first=first)
         native = local is not None and local.native
@@ -161,7 +161,7 @@ def _activations(
         index = min(s.layer, len(kept) - 1)
         kept[index] += (local_numel(s.shape, grid) if s.split else math.prod(s.shape)) * s.itemsize
     for index, layer in enumerate(graph.layers):
-        if layer.kind in NORM_KINDS:
+        if layer.cost in NORM_KINDS:
             kept[index] += SPLIT_NORM_EXTRA * local_numel(layer.out_shape, grid) * layer.itemsize
     total, running, peak = sum(kept), 0.0, 0.0
     for index, (layer, nbytes, (fwd, bwd), extra) in enumerate(
@@ -280,7 +280,7 @@ def estimate(
                 # the input block lives on next to the extended copy while the code holds it
                 passing += block_bytes
                 held.append((index + layer.input_held, block_bytes))
-        if layer.kind in NORM_KINDS:
+        if layer.cost in NORM_KINDS:
             passing += NORM_TRANSIENT * local_numel(layer.out_shape, grid) * layer.itemsize
         if layer.output_held:  # an output autograd does not keep, held by the code
             out_bytes = local_numel(layer.out_shape, grid) * layer.itemsize
@@ -291,8 +291,8 @@ def estimate(
         # the model's input needs no gradient: the first layer sends no halo gradient back
         backward.append(overlapped(bwd, exchange if index else 0.0, layer, halo, grid, profile))
         halo_time += forward[-1] - fwd + backward[-1] - bwd
-        if layer.kind in NORM_KINDS:
-            ranks = math.prod(grid) if layer.kind == "BatchNorm3d" else spatial
+        if layer.cost in NORM_KINDS:
+            ranks = math.prod(grid) if layer.cost == "BatchNorm3d" else spatial
             if ranks > 1:  # one rank's statistics need no collective
                 reduce = profile.allreduce(2 * layer.channels * 4.0, ranks) + profile.sync_wait
                 norm += 4 * reduce * slow

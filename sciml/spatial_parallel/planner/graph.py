@@ -13,8 +13,8 @@ without autograd, finds how long the model's own code holds each layer's
 input and output (``Layer.input_held``, ``Layer.output_held``).
 
 The walk uses only public things: module types and hyper-parameters (the
-tables of :mod:`~sciml.spatial_parallel.parallelize` say which layers split),
-shape propagation and autograd's saved tensors.
+layer table, :mod:`~sciml.spatial_parallel.layers.table`, says which layers
+split and how each is priced), shape propagation and autograd's saved tensors.
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
 
-from sciml.spatial_parallel.parallelize import supported_base
+from sciml.spatial_parallel.layers.base import triple
+from sciml.spatial_parallel.layers.table import CostKind, supported_spec
 from sciml.spatial_parallel.partition import TransposeWindow, Window
 
 #: Geometry of one layer along the three spatial dims (``None``: no halo).
 Windows = tuple[Window | TransposeWindow, ...] | None
 
-#: Layers whose halo comes from a sliding window (convolution, pooling).
-WINDOW_KINDS = ("Conv3d", "MaxPool3d", "AvgPool3d")
-#: Normalisation layers that reduce statistics over the split volume.
-NORM_KINDS = ("BatchNorm3d", "GroupNorm", "InstanceNorm3d")
-_NORMS = (nn.BatchNorm3d, nn.GroupNorm, nn.InstanceNorm3d)
+#: Costs of normalisation layers, which reduce statistics over the split volume.
+NORM_KINDS: tuple[CostKind, ...] = ("BatchNorm3d", "GroupNorm", "InstanceNorm3d")
+#: Costs of pooling layers (a sliding window without weights).
+POOL_COSTS: tuple[CostKind, ...] = ("MaxPool3d", "AvgPool3d")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Layer:
         name: Qualified module name.
         kind: Module class name (``"Conv3d"``, ``"ReLU"``...), or that of the supported
             layer it subclasses.
+        cost: How the planner prices it: its entry's ``cost`` in the layer table
+            (:mod:`sciml.spatial_parallel.layers.table`), ``"elementwise"`` for others.
         in_shape: Global input shape.
         out_shape: Global output shape.
         windows: Per-dim geometry of window and transposed-convolution layers.
@@ -94,6 +97,7 @@ class Layer:
     channels: int
     itemsize: int
     groups: int = 1
+    cost: CostKind = "elementwise"
     input_kept: bool = False
     input_held: int = 0
     output_held: int = 0
@@ -113,15 +117,9 @@ class Graph:
         return sum(layer.params for layer in self.layers)
 
 
-def _triple(value: int | Sequence[int]) -> tuple[int, int, int]:
-    if isinstance(value, int):
-        return (value, value, value)
-    first, second, third = (int(v) for v in value)
-    return (first, second, third)
-
-
-def _windows(module: nn.Module) -> Windows:
-    if isinstance(module, nn.Conv3d):
+def _windows(module: Any, cost: CostKind) -> Windows:
+    """The per-dim geometry of a layer priced as a convolution or pooling (else ``None``)."""
+    if cost == "Conv3d":
         kernel, stride, dilation = module.kernel_size, module.stride, module.dilation
         if module.padding == "same":
             pads = [
@@ -133,7 +131,7 @@ def _windows(module: nn.Module) -> Windows:
         else:
             pads = [(int(p), int(p)) for p in module.padding]
         return tuple(Window(kernel[k], stride[k], dilation[k], *pads[k]) for k in range(3))
-    if isinstance(module, nn.ConvTranspose3d):
+    if cost == "ConvTranspose3d":
         return tuple(
             TransposeWindow(
                 module.kernel_size[k],
@@ -144,11 +142,11 @@ def _windows(module: nn.Module) -> Windows:
             )
             for k in range(3)
         )
-    if isinstance(module, nn.MaxPool3d | nn.AvgPool3d):
-        kernel = _triple(module.kernel_size)
-        stride = _triple(module.stride or module.kernel_size)
-        padding = _triple(module.padding)
-        dilation = _triple(getattr(module, "dilation", 1))
+    if cost in POOL_COSTS:
+        kernel = triple(module.kernel_size)
+        stride = triple(module.stride or module.kernel_size)
+        padding = triple(module.padding)
+        dilation = triple(getattr(module, "dilation", 1))
         return tuple(
             Window(kernel[k], stride[k], dilation[k], padding[k], padding[k], module.ceil_mode)
             for k in range(3)
@@ -156,26 +154,32 @@ def _windows(module: nn.Module) -> Windows:
     return None
 
 
-def _flops(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+def _flops(module: Any, cost: CostKind, x: torch.Tensor, y: torch.Tensor) -> float:
     """Forward FLOPs (a multiply-add counts 2) of ``module`` from ``x`` to ``y``."""
-    if isinstance(module, nn.Conv3d):
+    if cost == "Conv3d":
         fan_in = module.in_channels // module.groups * math.prod(module.kernel_size)
         return 2.0 * y.numel() * fan_in
-    if isinstance(module, nn.ConvTranspose3d):
+    if cost == "ConvTranspose3d":
         fan_out = module.out_channels // module.groups * math.prod(module.kernel_size)
         return 2.0 * x.numel() * fan_out
-    if isinstance(module, nn.Linear):
+    if cost == "Linear":
         return 2.0 * y.numel() * module.in_features
-    if isinstance(module, nn.MaxPool3d | nn.AvgPool3d):
-        return float(y.numel() * math.prod(_triple(module.kernel_size)))
-    if isinstance(module, _NORMS):
+    if cost in POOL_COSTS:
+        return float(y.numel() * math.prod(triple(module.kernel_size)))
+    if cost in NORM_KINDS:
         return 8.0 * x.numel()  # two passes of statistics, normalise, scale and shift
     return float(max(x.numel(), y.numel()))  # elementwise, pooling to one voxel, upsampling
 
 
-def _kind(module: nn.Module, name: str) -> str:
-    """What ``parallelize`` takes ``module`` for: its class, or the supported one it extends."""
-    return (supported_base(module, name) or type(module)).__name__
+def _cost(module: nn.Module, name: str) -> tuple[str, CostKind]:
+    """What ``parallelize`` takes ``module`` for, and how the layer table prices it.
+
+    The first is its class, or the supported one it extends.
+    """
+    spec = supported_spec(module, name)
+    if spec is None:
+        return type(module).__name__, "elementwise"
+    return spec.module.__name__, spec.cost
 
 
 def _check_supported(model: nn.Module) -> None:
@@ -183,13 +187,13 @@ def _check_supported(model: nn.Module) -> None:
     for name, module in model.named_modules():
         if list(module.children()):
             continue
-        if supported_base(module, name) is None and (
+        if supported_spec(module, name) is None and (
             list(module.parameters(recurse=False)) or type(module).__module__.startswith("torch.nn")
         ):
             raise ValueError(
                 f"planner: layer '{name}' ({type(module).__name__}) cannot be split in "
                 f"space (parallelize refuses it); the planner models the layers of "
-                f"sciml.spatial_parallel.parallelize.SWAPS and elementwise activations"
+                f"sciml.spatial_parallel.layers.table.LAYERS"
             )
 
 
@@ -277,19 +281,21 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
     def record(name: str):  # noqa: ANN202
         def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             x = args[0]
+            kind, cost = _cost(module, name)
             keep.extend((x, out))
             inputs.append(x.untyped_storage()._cdata)
             outputs.append(out.untyped_storage()._cdata)
             layers.append(
                 Layer(
                     name=name,
-                    kind=_kind(module, name),
+                    kind=kind,
+                    cost=cost,
                     in_shape=tuple(x.shape),
                     out_shape=tuple(out.shape),
-                    windows=_windows(module),
-                    flops=_flops(module, x, out),
+                    windows=_windows(module, cost),
+                    flops=_flops(module, cost, x, out),
                     params=sum(p.numel() for p in module.parameters() if p.requires_grad),
-                    channels=x.shape[1] if isinstance(module, _NORMS) else 0,
+                    channels=x.shape[1] if cost in NORM_KINDS else 0,
                     itemsize=x.element_size(),
                     groups=int(getattr(module, "groups", 1)),
                 )

@@ -188,9 +188,7 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalCo
     (:func:`~sciml.spatial_parallel.layers.kernel.fast_layout`: the unsplit
     layer's kernel).
     """
-    measured = layer.kind in ("Conv3d", "ConvTranspose3d") or (
-        layer.kind in POOL_KINDS and not first
-    )
+    measured = layer.cost in CONV_KINDS or (layer.cost in POOL_KINDS and not first)
     if not measured or layer.windows is None:
         return None
     n, c, *spatial = layer.in_shape
@@ -198,7 +196,7 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalCo
     block = (largest(n, grid[0]), c, *(largest(s, p) for s, p in zip(spatial, parts, strict=True)))
     out = tuple(largest(s, p) for s, p in zip(layer.out_shape[2:], parts, strict=True))
     conv = local_conv(
-        layer.kind,
+        layer.cost,
         layer.windows,
         block,  # type: ignore[arg-type]
         layer.out_shape[1],
@@ -207,7 +205,7 @@ def conv_of(layer: Layer, grid: Grid, *, first: bool, ranks: int = 1) -> LocalCo
         groups=layer.groups,
         first=first,
     )
-    if layer.kind in CONV_KINDS:
+    if layer.cost in CONV_KINDS:
         unsplit = (block[0], *layer.in_shape[1:])
         layout = fast_layout(conv.in_shape, unsplit, torch.float32, conv.geometry)
         conv = replace(conv, layout=layout)

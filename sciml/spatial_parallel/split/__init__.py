@@ -1,7 +1,10 @@
 """Split blocks that know they are split.
 
-The tensor type, its op dispatch, block layouts, re-partitioning and the hooks
-that wrap and unwrap blocks.
+The tensor type (:mod:`.tensor`), its op tables (:mod:`.dispatch`, the op names in
+:mod:`.op_names`), the ops computed globally (:mod:`.ops`, :mod:`.along`,
+:mod:`.layout`, :mod:`.pad`, :mod:`.resample`), where replicated values meet
+split ones (:mod:`.crossings`), re-partitioning and the hooks that wrap and
+unwrap blocks.
 """
 
 # the op tables register the handler SplitTensor runs every torch op through

@@ -26,15 +26,10 @@ import torch
 from sciml.spatial_parallel.halo.collectives import replicated_sum
 from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.split.binding import bind
+from sciml.spatial_parallel.split.crossings import split_use
 from sciml.spatial_parallel.split.ops import extreme
 from sciml.spatial_parallel.split.redistribute import redistribute
-from sciml.spatial_parallel.split.tensor import (
-    SplitContext,
-    SplitTensor,
-    split_use,
-    unwrap,
-    wrap_split,
-)
+from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, unwrap, wrap_split
 
 __all__ = ["ALONG_SPLIT"]
 

@@ -14,190 +14,54 @@ from typing import Any
 import numpy as np
 import torch
 
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split import layout as split_layout
 from sciml.spatial_parallel.split import ops as split_ops
+from sciml.spatial_parallel.split.crossings import replicated_op, share_first, split_use
+from sciml.spatial_parallel.split.op_names import (
+    DROPOUT,
+    PASSTHROUGH,
+    POINTWISE,
+    RANDOM,
+    SAME_LAYOUT,
+    SplitOpError,
+    aten_name,
+    refuse,
+    split_names,
+)
+from sciml.spatial_parallel.split.pad import pad_blocks
+from sciml.spatial_parallel.split.resample import adaptive_avg_pool_blocks, interpolate_blocks
 from sciml.spatial_parallel.split.tensor import (
     Handler,
     SplitContext,
-    SplitOpError,
     SplitTensor,
-    aten_name,
     first_split,
-    is_replicated_value,
     local_shape,
     map_tensors,
-    refuse,
     set_handler,
-    share_first,
-    split_names,
-    split_use,
     tensors_in,
     unwrap,
     wrap_split,
     write_target,
 )
 
-#: Methods and properties whose result is not a tensor and does not depend on the split.
-PASSTHROUGH = frozenset(
-    {
-        "dim",
-        "ndimension",
-        "ndim",
-        "dtype",
-        "device",
-        "layout",
-        "requires_grad",
-        "grad",
-        "grad_fn",
-        "is_leaf",
-        "is_cuda",
-        "is_cpu",
-        "is_meta",
-        "is_sparse",
-        "is_quantized",
-        "is_contiguous",
-        "is_floating_point",
-        "is_complex",
-        "element_size",
-        "data_ptr",
-        "get_device",
-        "stride",
-        "storage_offset",
-        "register_hook",
-        "retain_grad",
-        "retains_grad",
-        "backward",
-        "_version",
-        "_base",
-        "_is_view",
-        "is_pinned",
-        "names",
-        "output_nr",
-        "__hash__",
-        "_backward_hooks",
-        "__dict__",
-        "name",
-        "is_nested",
-        "itemsize",
-        "nbytes",
-        "has_names",
-        "is_mkldnn",
-        "is_xla",
-        "is_mps",
-        "is_inference",
-        "untyped_storage",
-        "_typed_storage",
-        "storage",
-        "is_neg",
-        "is_conj",
-        "_is_zerotensor",
-    }
-)
-#: Ops whose result is laid out as their first argument (other tensor arguments are options).
-SAME_LAYOUT = frozenset(
-    {
-        "detach",
-        "detach_",
-        "clone",
-        "contiguous",
-        "to",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "short",
-        "char",
-        "byte",
-        "bool",
-        "cfloat",
-        "cdouble",
-        "type",
-        "type_as",
-        "cpu",
-        "cuda",
-        "requires_grad_",
-        "_to_copy",
-        "zero_",
-        "fill_",
-        "zeros_like",
-        "ones_like",
-        "empty_like",
-        "full_like",
-        "prelu",
-        "data",
-        "real",
-        "imag",
-        "conj",
-        "resolve_conj",
-        "resolve_neg",
-        "align_to",
-    }
-)
-#: Pointwise ops torch does not tag as such.
-POINTWISE = frozenset(
-    {
-        "hardswish",
-        "relu6",
-        "log_sigmoid",
-        "floor_divide",
-        "copy_",
-        "rrelu",
-        "softshrink",
-        "hardshrink",
-        "tanhshrink",
-        "softsign",
-        "threshold_",
-        "relu_",
-        "elu_",
-        "leaky_relu_",
-        "clamp_",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-        "bitwise_not",
-        "mul_",
-        "add_",
-    }
-)
-#: Ops that draw random numbers: each rank would draw its own values.
-RANDOM = frozenset(
-    {
-        "rand_like",
-        "randn_like",
-        "randint_like",
-        "bernoulli",
-        "bernoulli_",
-        "normal_",
-        "uniform_",
-        "exponential_",
-        "random_",
-        "multinomial",
-        "rrelu_",
-        "cauchy_",
-        "log_normal_",
-        "geometric_",
-    }
-)
-DROPOUT = frozenset(
-    {
-        "dropout",
-        "dropout_",
-        "dropout1d",
-        "dropout2d",
-        "dropout3d",
-        "alpha_dropout",
-        "feature_alpha_dropout",
-        "feature_dropout",
-    }
-)
-
+#: Handlers of the ops that move elements, by name.
+HANDLERS: dict[str, Handler] = {
+    **split_layout.HANDLERS,
+    "pad": pad_blocks,
+    "interpolate": interpolate_blocks,
+    "upsample": interpolate_blocks,
+    "adaptive_avg_pool3d": adaptive_avg_pool_blocks,
+}
 _CACHE: dict[Any, Handler] = {}
 
 
-def handle(func: Any, first: SplitTensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run ``func`` as on the global tensors (``first``: its first split argument)."""
+def handle(
+    func: Any, first: SplitTensor | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run ``func`` as on the global tensors (``first``: its first split argument, if any)."""
+    if first is None:
+        return replicated_op(func, args, kwargs)
     handler = _CACHE.get(func)
     if handler is None:
         handler = _CACHE[func] = _classify(func)
@@ -242,8 +106,8 @@ def _classify(func: Any) -> Handler:
         return _max_min
     if name in split_ops.REDUCTIONS:
         return split_ops.reduce
-    if name in split_layout.HANDLERS:
-        return split_layout.HANDLERS[name]
+    if name in HANDLERS:
+        return HANDLERS[name]
     if name in POINTWISE or _tagged_pointwise(name):
         return pointwise
     return _refused
@@ -374,7 +238,7 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
 
     def plain(t: torch.Tensor) -> torch.Tensor:
-        if is_replicated_value(t):
+        if is_replicated(t):
             return split_use(t, ctx)
         if t is written:
             return write_target(t)  # its layout is the result's: nothing to broadcast

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.tensor import (
     ReplicatedTensor,
     SplitContext,
     SplitTensor,
-    is_replicated_value,
     unwrap,
     wrap_replicated,
     wrap_split,
@@ -37,7 +37,7 @@ def wrap_inputs(
     """The model's split inputs as blocks of their global ``shapes`` (``None``: not split)."""
 
     def wrap(value: Any, shape: Any) -> Any:
-        if shape is None or not isinstance(value, torch.Tensor) or is_replicated_value(value):
+        if shape is None or not isinstance(value, torch.Tensor) or is_replicated(value):
             return value
         return wrap_split(value, ctx, _local_batch(value, shape), VOLUME_SPLIT)
 
@@ -61,7 +61,7 @@ def wrap_output(output: Any, shape: tuple[int, ...] | None, ctx: SplitContext) -
     """
     if not isinstance(output, torch.Tensor):
         return output
-    if is_replicated_value(output):
+    if is_replicated(output):
         return wrap_replicated(output, ctx)
     if output.dim() != 5:
         return output

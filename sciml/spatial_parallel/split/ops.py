@@ -26,14 +26,12 @@ import torch.distributed as dist
 
 from sciml.spatial_parallel.halo.collectives import replicated_sum
 from sciml.spatial_parallel.split.binding import bind
+from sciml.spatial_parallel.split.crossings import own_first, split_use
+from sciml.spatial_parallel.split.op_names import refuse, split_names
 from sciml.spatial_parallel.split.tensor import (
     Groups,
     SplitContext,
     SplitTensor,
-    own_first,
-    refuse,
-    split_names,
-    split_use,
     tensors_in,
     unwrap,
     wrap_replicated,

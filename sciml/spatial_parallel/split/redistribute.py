@@ -10,13 +10,16 @@ held it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from sciml.spatial_parallel.halo.first_order import first_order_only
 from sciml.spatial_parallel.partition import block_bounds
+
+if TYPE_CHECKING:
+    from sciml.spatial_parallel.split.tensor import SplitContext
 
 #: Each coordinate's pieces along the dim: ``[lo, hi)`` in the new global index.
 Pieces = tuple[tuple[tuple[int, int], ...], ...]
@@ -109,3 +112,11 @@ def redistribute(
     ):
         return x  # already the standard blocks
     return _Redistribute.apply(x, dim, pieces, size, coord, group)
+
+
+def redistribute_along(
+    ctx: SplitContext, x: torch.Tensor, dim: int, axis: int, pieces: Any, size: int
+) -> Any:
+    """Re-partition ``x`` (this rank's pieces along ``dim``, split along mesh ``axis``)."""
+    coord = ctx.mesh.spatial_coords[axis]
+    return redistribute(x, dim, pieces, size, coord=coord, group=ctx.mesh.dim_groups[axis])

@@ -9,8 +9,8 @@ own forward code then sees the global tensor through it:
   branches on shapes takes the same branch on every rank;
 - pointwise ops and ops along unsplit dims run on the block as they are;
 - reductions, pads, concatenations, slices, reshapes and ``interpolate``
-  along split dims are computed globally (:mod:`.split_ops`,
-  :mod:`.split_layout`);
+  along split dims are computed globally (:mod:`.ops`, :mod:`.layout`,
+  :mod:`.pad`, :mod:`.resample`; the op tables of :mod:`.dispatch`);
 - every other op that touches a split dim raises a :class:`SplitOpError`
   naming the op, the split dims and the calling line.
 
@@ -18,10 +18,9 @@ A reduction over every split dim gives a :class:`ReplicatedTensor`: the
 same value on every spatial rank. Gradients follow the package's loss
 conventions: a replicated tensor's gradient is the whole gradient on every
 rank, so where it meets a split block the gradients of the split use are
-summed over the spatial group (:func:`split_use`), and where it meets a
-tensor whose gradient the parallel model sums over the spatial group (a
-parameter outside the dense layers), that gradient is divided by the group
-size (:func:`replicated_use`).
+summed over the spatial group, and where it meets a tensor whose gradient the
+parallel model sums over the spatial group (a parameter outside the dense
+layers), that gradient is divided by the group size (:mod:`.crossings`).
 
 Swapped layers and the model's exit see plain tensors (:func:`unwrap`).
 
@@ -35,8 +34,6 @@ tensors, is compiled between those breaks.
 from __future__ import annotations
 
 import math
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,11 +42,10 @@ import torch
 import torch._dynamo
 import torch.distributed as dist
 
-import sciml
-from sciml.spatial_parallel.halo.first_order import first_order_only
-from sciml.spatial_parallel.layers.base import REPLICATED_TAG
 from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
+from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.replicated import REPLICATED_TAG, mark_replicated
+from sciml.spatial_parallel.split.op_names import refuse, split_names
 
 Shape = tuple[int, ...]
 #: ``(tensor dim, mesh spatial axis)`` pairs of the split dims, by increasing dim.
@@ -58,14 +54,8 @@ Handler = Callable[["SplitContext", Any, tuple[Any, ...], dict[str, Any]], Any]
 #: Process groups whose collectives, one after another, span some mesh axes.
 Groups = tuple[dist.ProcessGroup, ...]
 
-_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(sciml.__file__))
-
 
 _handle: Callable[..., Any] | None = None
-
-
-class SplitOpError(ValueError):
-    """A torch op reached a split block and cannot be computed as on the global tensor."""
 
 
 @dataclass(eq=False)
@@ -109,86 +99,6 @@ class SplitContext:
         if {a for a in range(len(self.mesh.grid)) if self.mesh.grid[a] > 1} <= set(axes):
             return (self.mesh.spatial_group,)
         return tuple(self.mesh.dim_groups[a] for a in axes if self.mesh.grid[a] > 1)
-
-
-def user_line() -> str:
-    """``file:line`` of the innermost calling frame outside torch and sciml."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_SKIP_DIRS):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "<unknown>"
-
-
-#: Spellings of Python operators and reflected operators, by aten name.
-ALIASES = {
-    "truediv": "div",
-    "rtruediv": "div",
-    "itruediv": "div",
-    "floordiv": "floor_divide",
-    "rfloordiv": "floor_divide",
-    "ifloordiv": "floor_divide",
-    "radd": "add",
-    "iadd": "add",
-    "rmul": "mul",
-    "imul": "mul",
-    "isub": "sub",
-    "rpow": "pow",
-    "ipow": "pow",
-    "and": "bitwise_and",
-    "or": "bitwise_or",
-    "xor": "bitwise_xor",
-    "rand": "bitwise_and",
-    "ror": "bitwise_or",
-    "rxor": "bitwise_xor",
-    "invert": "bitwise_not",
-    "mod": "remainder",
-    "rmod": "remainder",
-    "imod": "remainder",
-    "iand": "bitwise_and",
-    "ior": "bitwise_or",
-    "ixor": "bitwise_xor",
-}
-
-
-def aten_name(func: Any) -> str:
-    """The aten name of a torch function, method, property or Python operator."""
-    if getattr(func, "__name__", "") == "__get__" and getattr(func, "__self__", None) is not None:
-        return str(func.__self__.__name__)
-    name = str(getattr(func, "__name__", ""))
-    if name.startswith("__") and name.endswith("__"):
-        name = name[2:-2]
-        return ALIASES.get(name, name)
-    return name
-
-
-def op_name(func: Any) -> str:
-    """A readable name of a torch function, method or property."""
-    owner = getattr(func, "__self__", None)
-    if getattr(func, "__name__", "") == "__get__" and owner is not None:
-        return f"Tensor.{owner.__name__}"
-    name = getattr(func, "__name__", repr(func))
-    module = getattr(func, "__module__", None) or ""
-    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
-        return f"F.{name}"
-    if str(getattr(func, "__qualname__", "")).startswith(("TensorBase.", "Tensor.")):
-        return f"Tensor.{name}"
-    return f"torch.{name}"
-
-
-def split_names(split: Split) -> str:
-    """``'depth (dim 2), width (dim 4)'`` for the split dims ``split``."""
-    return ", ".join(f"{DIM_NAMES[axis]} (dim {dim})" for dim, axis in split)
-
-
-def refuse(func: Any, split: Split, why: str) -> SplitOpError:
-    """The error for ``func`` on a block split as ``split``, naming the calling line."""
-    return SplitOpError(
-        f"spatial_parallel: {op_name(func)} at {user_line()} on a block split along "
-        f"{split_names(split)}: {why}"
-    )
 
 
 def first_split(func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Any:
@@ -299,7 +209,9 @@ class ReplicatedTensor(_Dispatched):
     """A tensor with the same value on every spatial rank, made from split blocks."""
 
     _ctx: SplitContext
-    _sciml_replicated = True  # read by is_replicated
+
+
+setattr(ReplicatedTensor, REPLICATED_TAG, True)  # every instance answers is_replicated
 
 
 torch._dynamo.config.nontraceable_tensor_subclasses.update({SplitTensor, ReplicatedTensor})
@@ -332,9 +244,7 @@ def unwrap(x: Any) -> Any:
     if isinstance(x, SplitTensor | ReplicatedTensor):
         with torch._C.DisableTorchFunctionSubclass():
             plain = x.as_subclass(torch.Tensor)
-        if isinstance(x, ReplicatedTensor):
-            setattr(plain, REPLICATED_TAG, True)
-        return plain
+        return mark_replicated(plain) if isinstance(x, ReplicatedTensor) else plain
     return x
 
 
@@ -349,118 +259,6 @@ def write_target(x: SplitTensor) -> torch.Tensor:
     rebuilds its gradient edge if it is used again).
     """
     return x._block
-
-
-class _ReplicatedUse(torch.autograd.Function):
-    """Identity; the backward divides by the group size (a summed gradient used replicated)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, parts: int) -> torch.Tensor:
-        ctx.parts = parts
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad / ctx.parts, None
-
-
-class _SplitUse(torch.autograd.Function):
-    """Identity; the backward sums the gradients over the group (a replicated tensor used split)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    @first_order_only("an all-reduce over the spatial ranks")
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
-def split_use(x: torch.Tensor, ctx: SplitContext, groups: Groups | None = None) -> torch.Tensor:
-    """A replicated ``x`` entering a split computation: gradients summed over the group.
-
-    ``groups`` (default: the spatial group) are those ``x`` is replicated over.
-    """
-    plain = unwrap(x)
-    if not plain.requires_grad or ctx.mesh.spatial_size == 1:
-        return plain
-    for group in groups or (ctx.mesh.spatial_group,):
-        plain = _SplitUse.apply(plain, group)
-    return plain
-
-
-class _OwnFirst(torch.autograd.Function):
-    """Keep a value replicated over groups on their first rank; the backward shares its gradient."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, shape: Shape, groups: Groups) -> torch.Tensor:
-        ctx.shape, ctx.owner, ctx.groups = tuple(x.shape), tuple(x.shape) == shape, groups
-        return x.clone() if ctx.owner else x.new_zeros(shape)
-
-    @staticmethod
-    @first_order_only("an all-reduce along the reduced mesh axes")
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        full = grad.contiguous().clone() if ctx.owner else grad.new_zeros(ctx.shape)
-        for group in ctx.groups:
-            dist.all_reduce(full, group=group)
-        return full, None, None
-
-
-def own_first(x: torch.Tensor, ctx: SplitContext, dims: Sequence[int], axes: Sequence[int]) -> Any:
-    """``x``, replicated along mesh ``axes``, as blocks of global size 1 along ``dims``.
-
-    The rank first along every axis of ``axes`` holds the value, the others an
-    empty block, as :func:`torch.tensor_split` splits a dim of size 1.
-    """
-    shape = list(x.shape)
-    for dim, axis in zip(dims, axes, strict=True):
-        shape[dim] = 1 if ctx.mesh.spatial_coords[axis] == 0 else 0
-    return _OwnFirst.apply(x, tuple(shape), ctx.groups(axes))
-
-
-class _ShareFirst(torch.autograd.Function):
-    """The first rank's size-1 block on every rank of a group; the backward sums it back there."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, owner: bool, group: Any) -> Any:
-        ctx.dim, ctx.owner, ctx.group = dim, owner, group
-        shape = list(x.shape)
-        shape[dim] = 1
-        out = x.clone() if owner else x.new_zeros(shape)
-        dist.all_reduce(out, group=group)
-        return out
-
-    @staticmethod
-    @first_order_only("an all-reduce along a split mesh axis")
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return (grad if ctx.owner else grad.narrow(ctx.dim, 0, 0)), None, None, None
-
-
-def share_first(x: torch.Tensor, ctx: SplitContext, dim: int, axis: int) -> torch.Tensor:
-    """A block of global size 1 along ``dim`` (split along mesh ``axis``), on every rank there.
-
-    The result broadcasts along ``dim`` against a block of any global size.
-    """
-    owner = ctx.mesh.spatial_coords[axis] == 0
-    return _ShareFirst.apply(x, dim, owner, ctx.mesh.dim_groups[axis])
-
-
-def replicated_use(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
-    """A tensor whose gradient the model sums over the group, entering a replicated computation."""
-    if not x.requires_grad or id(x) in ctx.averaged or ctx.mesh.spatial_size == 1:
-        return x
-    return _ReplicatedUse.apply(x, ctx.mesh.spatial_size)
-
-
-def is_replicated_value(x: Any) -> bool:
-    """Whether ``x`` is a tensor with the same value on every spatial rank."""
-    return isinstance(x, torch.Tensor) and bool(getattr(x, REPLICATED_TAG, False))
 
 
 def tensors_in(values: Sequence[Any]) -> list[torch.Tensor]:
@@ -501,6 +299,7 @@ def global_numel(x: SplitTensor) -> int:
 def set_handler(handle: Callable[..., Any]) -> None:
     """Register the function that runs a torch op on split blocks (the op tables' entry).
 
+    It takes ``(func, first split argument or None, args, kwargs)``.
     :mod:`sciml.spatial_parallel.split.dispatch` registers its ``handle`` when imported
     (the package imports it), so that this module needs none of the op tables.
     """
@@ -519,31 +318,20 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return _handle(func, args[0], args, kwargs)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     split = next((t for t in every if isinstance(t, SplitTensor)), None)
-    if split is None:
-        return _replicated(func, args, kwargs, every)
-    return _handle(func, split, args, kwargs)
+    return _handle(func, split, args, kwargs)  # None: replicated tensors only
 
 
-def _replicated(
-    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], every: list[torch.Tensor]
-) -> Any:
-    """An op on replicated tensors (no split block): run it, keep the results replicated."""
-    ctx = next(t._ctx for t in every if isinstance(t, ReplicatedTensor))
-    if getattr(func, "__name__", "") == "__get__":
-        return func(*args, **kwargs)
-
-    def plain(t: torch.Tensor) -> torch.Tensor:
-        return unwrap(t) if is_replicated_value(t) else replicated_use(t, ctx)
-
-    args = map_tensors(args, plain)
-    kwargs = dict(zip(kwargs, map_tensors(tuple(kwargs.values()), plain), strict=True))
-    out = func(*args, **kwargs)
-    return _rewrap_replicated(out, ctx)
+def _meta_of(x: Any) -> Any:
+    """``x`` with every tensor a meta tensor of its global shape (in lists and tuples too)."""
+    if isinstance(x, SplitTensor):
+        return torch.empty(x._gshape, dtype=x.dtype, device="meta")
+    if isinstance(x, torch.Tensor):
+        return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+    if isinstance(x, list | tuple):
+        return type(x)(_meta_of(v) for v in x)
+    return x
 
 
-def _rewrap_replicated(out: Any, ctx: SplitContext) -> Any:
-    if isinstance(out, torch.Tensor) and not isinstance(out, SplitTensor):
-        return wrap_replicated(out, ctx)
-    if isinstance(out, tuple | list):
-        return type(out)(_rewrap_replicated(o, ctx) for o in out)
-    return out
+def global_result(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func`` on meta tensors of the global shapes (the global result's shapes)."""
+    return func(*_meta_of(args), **{k: _meta_of(v) for k, v in kwargs.items()})
