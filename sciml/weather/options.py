@@ -28,10 +28,8 @@ from sciml.training.config import TrainConfig
 
 __all__ = [
     "DATA_KEY",
-    "DEEP_MODELS",
     "LOSS_SCALES",
     "MISSING",
-    "MODELS",
     "SPREAD_LOSSES",
     "add_memory_limit",
     "add_sweep_arguments",
@@ -42,12 +40,6 @@ __all__ = [
     "sweep_runs",
     "train_field",
 ]
-
-#: The deep post-processors of :mod:`sciml.weather.postprocess.train` (they read the lead time).
-DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
-
-#: Every post-processor ``sciml weather train --model`` trains.
-MODELS = ("emos", *DEEP_MODELS)
 
 #: ``"raw-crps"``: each channel's and lead time's CRPS divided by the raw ensemble's;
 #: ``"none"``: the plain mean CRPS in normalised units (:mod:`.postprocess.loss_scale`).

@@ -1,23 +1,25 @@
 """Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
 
 ``sciml weather train`` calls :func:`train_postprocessor` with a
-:class:`~sciml.weather.postprocess.config.PostprocessConfig`. For the deep models the last
-``validation`` fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates`
-without a test part: test on another file) and the rest trains; EMOS, which has nothing to
-choose on validation dates, fits on every start date it is given (its run records
-``validation`` 0). The run folder holds
-``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the model and data
-configuration, and the data's grid: :func:`sciml.weather.grid.data_record`), ``stats.json``
-(the forecasts' channel statistics, from the training dates) and either ``emos.nc``
-(EMOS coefficients, one fit per variable, level and lead time over all dates and grid points, on the
-first ``members`` members: per-point fits need many more dates than a toy set has, see
-:func:`sciml.weather.postprocess.emos.fit_emos` for them) or
-:func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
-resume, preemption; a rerun with another configuration is refused). The deep models
-(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time and, by
-default, train on the CRPS relative to the raw ensemble's per channel and lead time
-(:mod:`sciml.weather.postprocess.loss_scale`; the scale is kept as ``crps_scale.nc``); their
-convolutions wrap around in longitude when the grid closes the circle
+:class:`~sciml.weather.postprocess.config.PostprocessConfig`; the model's entry in
+:data:`~sciml.weather.postprocess.registry.MODELS` says how it is built or fitted. For the
+deep models the last ``validation`` fraction of the start dates validates
+(:func:`sciml.weather.split.split_start_dates` without a test part: test on another file) and
+the rest trains; a closed-form model such as EMOS, which has nothing to choose on validation
+dates, fits on every start date it is given (its run records ``validation`` 0). The run
+folder holds ``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the
+model and data configuration, and the data's grid: :func:`sciml.weather.grid.data_record`),
+``stats.json`` (the forecasts' channel statistics, from the training dates) and either a
+closed-form model's parameters, ``<model>.nc`` (``emos.nc``: EMOS coefficients, one fit per
+variable, level and lead time over all dates and grid points, on the first ``members``
+members: per-point fits need many more dates than a toy set has, see
+:func:`sciml.weather.postprocess.emos.fit_emos` for them) or :func:`sciml.training.fit`'s
+checkpoints and metrics (the deep models: progress, exact resume, preemption; a rerun with
+another configuration is refused). The deep models (``mlp``, ``unet``, ``mixed``,
+``pooled``) read the lead time and, by default, train on the CRPS relative to the raw
+ensemble's per channel and lead time (:mod:`sciml.weather.postprocess.loss_scale`; the
+scale is kept as ``crps_scale.nc``); their convolutions wrap around in longitude when the
+grid closes the circle
 (:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
 :data:`RUN_VERSION`; folders of another version are refused by name (retrain in a new folder).
 
@@ -37,7 +39,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import xarray as xr
 from torch.nn.parallel import DistributedDataParallel
@@ -50,25 +51,15 @@ from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
-from sciml.weather.options import (
-    DATA_KEY,
-    DEEP_MODELS,
-    MODELS,
-    check_sweep,
-    config_from_record,
-    run_records,
-)
+from sciml.weather.options import DATA_KEY, check_sweep, config_from_record, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.emos import fit_emos, pack_coefficients
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
-from sciml.weather.postprocess.mixed import MixedPostProcessor
-from sciml.weather.postprocess.models import Backbone, GaussianPostProcessor, PostProcessor
-from sciml.weather.postprocess.pooled import PooledPostProcessor
+from sciml.weather.postprocess.models import GaussianPostProcessor
+from sciml.weather.postprocess.registry import MODELS
+from sciml.weather.split import split_start_dates
 
 __all__ = [
-    "DEEP_MODELS",
-    "MODELS",
     "RUN_RECORD",
     "RUN_VERSION",
     "fit_runs",
@@ -78,7 +69,6 @@ __all__ = [
     "read_run",
     "record_reads",
     "run_dir_advice",
-    "split_validation",
     "static_variables",
     "train_postprocessor",
     "train_postprocessors",
@@ -138,21 +128,6 @@ def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]
         for name, var in ds.data_vars.items()
         if not varying & set(var.dims) and {"lat", "lon"} <= set(var.dims)
     ]
-
-
-def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
-    """Training and validation start dates: the last ``validation`` fraction validates."""
-    if not 0 < validation < 1:
-        raise ValueError(f"validation must be a fraction in (0, 1), got {validation}")
-    if "time" not in ds.dims:
-        raise ValueError(f"the data have no start-date dimension 'time': {dict(ds.sizes)}")
-    times = np.unique(ds["time"].values)
-    held = max(1, round(validation * times.size))
-    if held >= times.size:
-        raise ValueError(
-            f"{times.size} start date(s) cannot be split into training and validation ({held})"
-        )
-    return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
 
 
 def train_postprocessor(
@@ -229,23 +204,26 @@ def train_postprocessors(
             advice="give --missing mask (PostprocessConfig.missing='mask') to leave missing "
             "points out of the loss and the scores, or fill them first",
         )
-    emos = first.model == "emos"
-    if len(configs) > 1 and emos:
-        raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
+    entry = MODELS[first.model]
+    closed_form = not entry.deep
+    if len(configs) > 1 and closed_form:
+        raise ValueError(
+            f"{entry.called} has no seed or learning rate to sweep: fit it once (a closed-form fit)"
+        )
     run_paths = [Path(run_dir) for run_dir in run_dirs]
-    if emos:
-        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
+    if closed_form:
+        train, val = ds, None  # no checkpoint to choose: a closed-form model fits every date
     else:
-        train, val = split_validation(ds, validation=first.validation)
+        train, val, _ = split_start_dates(ds, validation=first.validation, test=0)
     channel_dims = first.channel_dims
     data = data_record(ds, chosen, channel_dims=channel_dims, static=first.static or ())
     records = run_records(configs, data, run_paths, RUN_RECORD)
-    wants_scale = not emos and first.loss_scale != "none"
+    wants_scale = not closed_form and first.loss_scale != "none"
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
-        """Check the folders, compute what they lack, then write them (rank 0; EMOS fits here)."""
+        """Check the folders, compute what they lack, then write them (rank 0; closed-form fits)."""
         with claim_run_dirs(run_paths, RUN_RECORD, records) as claims:
-            resumed = [claim.resumed and not emos for claim in claims]  # EMOS refits
+            resumed = [claim.resumed and not closed_form for claim in claims]  # a fit is redone
             stats_paths = [run_dir / "stats.json" for run_dir in run_paths]
             scale_paths = [run_dir / "crps_scale.nc" for run_dir in run_paths]
             keep_stats = [r and p.exists() for r, p in zip(resumed, stats_paths, strict=True)]
@@ -262,7 +240,7 @@ def train_postprocessors(
                     scale = stored.load()
             elif wants_scale:
                 scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
-            coefficients = _fit_emos(train, first) if emos else None
+            params = entry.function("fit")(train, first) if closed_form else None
             # every check and computation is done: only now are the folders written
             for k, (run_dir, claim) in enumerate(zip(run_paths, claims, strict=True)):
                 claim.write()
@@ -271,9 +249,9 @@ def train_postprocessors(
                 if scale is not None and not keep_scale[k]:
                     with atomic_path(scale_paths[k], suffix=".nc") as tmp:
                         scale.to_netcdf(tmp)
-                if coefficients is not None:
-                    with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
-                        coefficients.to_netcdf(tmp)
+                if params is not None:
+                    with atomic_path(run_dir / entry.params, suffix=".nc") as tmp:
+                        params.to_netcdf(tmp)
         return stats, scale
 
     stats, scale = on_rank0(prepare)
@@ -301,7 +279,7 @@ def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
             f"PostprocessConfig.members must be at most the ensemble's {size} members, "
             f"got {config.members}"
         )
-    emos = config.model == "emos"
+    closed_form = not MODELS[config.model].deep
     chosen = list(config.variables or forecast_variables(ds))
     if not chosen:
         raise ValueError(
@@ -311,23 +289,12 @@ def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
     return replace(
         config,
         variables=tuple(chosen),
-        static=() if emos else tuple(static),
-        choice=config.choice or ("random" if config.model == "pooled" else "first"),
-        validation=0.0 if emos else config.validation,
-        grid=() if emos else _grid(ds, chosen, config.channel_dims),
-        periodic=not emos and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
+        static=() if closed_form else tuple(static),
+        choice=config.choice or MODELS[config.model].choice,
+        validation=0.0 if closed_form else config.validation,
+        grid=() if closed_form else _grid(ds, chosen, config.channel_dims),
+        periodic=not closed_form and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
-
-
-def _fit_emos(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:
-    """One EMOS fit per variable, level and lead time (pooled over dates and grid), packed."""
-    fits = {}
-    for var in config.variables or ():
-        truth = train[f"{var}_truth"]
-        pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
-        forecasts = train[var].isel(member=slice(config.members))
-        fits[var] = fit_emos(truth, forecasts, dim=pooled)
-    return pack_coefficients(fits)
 
 
 def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> tuple[int, ...]:
@@ -342,16 +309,9 @@ def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> 
 
 
 def _build(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
-    static, periodic = len(config.static or ()), config.periodic
-    if config.model in ("mlp", "unet"):
-        backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
-        return PostProcessor(channels, static=static, backbone=backbone, periodic=periodic)
-    if config.model == "mixed":
-        height, width = config.grid
-        return MixedPostProcessor(
-            channels, height=height, width=width, static=static, periodic=periodic
-        )
-    return PooledPostProcessor(channels, static=static, periodic=periodic)
+    """The untrained network of a deep model, by its registry entry's builder."""
+    model: GaussianPostProcessor = MODELS[config.model].function("build")(config, channels)
+    return model
 
 
 def _train_deep(
@@ -517,8 +477,13 @@ def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> Gaus
     from sciml.training.checkpoint import load_checkpoint
 
     config, stats = read_run(run_dir)
-    if config.model == "emos":
-        raise ValueError(f"{run_dir} is an EMOS run: its coefficients are in emos.nc")
+    entry = MODELS[config.model]
+    if not entry.deep:
+        article = "an" if entry.called[0].lower() in "aeiou" else "a"
+        raise ValueError(
+            f"{run_dir} is {article} {entry.called} run, a closed-form fit: its parameters are "
+            f"in {entry.params}"
+        )
     path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")

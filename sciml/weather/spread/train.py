@@ -41,8 +41,8 @@ from sciml.weather.postprocess.train import (
     fit_runs,
     forecast_variables,
     record_reads,
-    split_validation,
 )
+from sciml.weather.split import split_start_dates
 from sciml.weather.spread.config import SPREAD_RECORD, read_spread_data, read_spread_run
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import SpreadPredictor, spread_loss
@@ -124,7 +124,7 @@ def train_spreads(
         [*chosen, *(f"{var}_truth" for var in chosen)],
         advice="a spread run does not mask missing values: fill them first",
     )
-    train, val = split_validation(ds, validation=first.validation)
+    train, val, _ = split_start_dates(ds, validation=first.validation, test=0)
     run_paths = [Path(run_dir) for run_dir in run_dirs]
     data = data_record(ds, chosen, channel_dims=("level",))
     records = run_records(configs, data, run_paths, SPREAD_RECORD)
