@@ -90,7 +90,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.weather.data import open_ensemble
     from sciml.weather.postprocess.evaluate import score_runs
     from sciml.weather.postprocess.evaluate_report import SUMMARY, describe, write_evaluation
-    from sciml.weather.postprocess.train import RUN_CONFIG
+    from sciml.weather.postprocess.record import RUN_CONFIG
 
     runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     climate = open_ensemble(args.climate) if args.climate else None

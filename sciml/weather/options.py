@@ -2,7 +2,7 @@
 
 ``sciml weather ... --help`` lists them without importing torch, xarray or pandas; the
 modules that implement each option import their names from here, and the configurations
-(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.options`) their shared
+(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.config`) their shared
 training options and their run-record form.
 """
 

@@ -11,12 +11,6 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
-    from sciml.weather.metrics.dispersion import (
-        ensemble_mean_rmse,
-        ensemble_spread,
-        rank_histogram,
-        spread_skill_ratio,
-    )
     from sciml.weather.metrics.crps import (
         crps_ensemble,
         crps_ensemble_efi_weighted,
@@ -25,6 +19,12 @@ if TYPE_CHECKING:
         extreme_forecast_index,
         latitude_weights,
         twcrps_ensemble,
+    )
+    from sciml.weather.metrics.dispersion import (
+        ensemble_mean_rmse,
+        ensemble_spread,
+        rank_histogram,
+        spread_skill_ratio,
     )
 
 #: The module of each public name (imported on first use).

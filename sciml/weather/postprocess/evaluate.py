@@ -63,7 +63,7 @@ from sciml.weather.options import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate_blocks import score_blocks
 from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
-from sciml.weather.postprocess.train import read_run
+from sciml.weather.postprocess.record import read_run
 
 __all__ = ["SCORES", "Evaluation", "evaluate_runs", "predict_run", "score_runs"]
 

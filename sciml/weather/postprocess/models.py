@@ -45,6 +45,7 @@ from sciml.models import UNet
 from sciml.training.checkpoint import unwrap
 from sciml.weather.metrics.losses import crps_gaussian_loss
 from sciml.weather.periodic import periodic_lon
+from sciml.weather.postprocess.registry import MODELS
 
 if TYPE_CHECKING:
     from sciml.weather.postprocess.config import PostprocessConfig
@@ -56,6 +57,7 @@ __all__ = [
     "GaussianPostProcessor",
     "PostProcessor",
     "build_mlp",
+    "build_postprocessor",
     "build_unet",
     "gaussian_crps_loss",
     "member_mean_sd",
@@ -249,6 +251,15 @@ class PostProcessor(GaussianPostProcessor):
         mean, sd = member_mean_sd(members)
         out = self.backbone(torch.cat([mean, sd, *extras], dim=1))
         return residual_gaussian(mean, sd, out)
+
+
+def build_postprocessor(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
+    """The untrained network of a run's deep model, by its entry's builder.
+
+    The entry is ``config.model``'s in :data:`~sciml.weather.postprocess.registry.MODELS`.
+    """
+    model: GaussianPostProcessor = MODELS[config.model].function("build")(config, channels)
+    return model
 
 
 def build_mlp(config: PostprocessConfig, channels: int) -> PostProcessor:

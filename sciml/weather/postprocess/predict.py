@@ -1,7 +1,8 @@
 """The Gaussian forecast of a trained post-processing run on new data (any model of the registry).
 
+:func:`load_postprocessor` rebuilds a deep model from its run folder;
 :func:`predict_run` rebuilds a run from its folder
-(:func:`sciml.weather.postprocess.train.read_run`),
+(:func:`sciml.weather.postprocess.record.read_run`),
 puts the data on the grid the run was trained on (:func:`sciml.weather.grid.align_to_run`:
 latitudes, longitude convention, levels and dim order aligned by label, another grid
 refused; data in other units that convert to the run's are converted, others refused)
@@ -25,18 +26,46 @@ from torch.utils.data import DataLoader
 from sciml.weather.data import refuse_missing
 from sciml.weather.grid import align_to_run
 from sciml.weather.postprocess.config import PostprocessConfig
+from sciml.weather.postprocess.models import GaussianPostProcessor, build_postprocessor
+from sciml.weather.postprocess.record import read_data_record, read_run
 from sciml.weather.postprocess.registry import MODELS
-from sciml.weather.postprocess.train import (
-    load_postprocessor,
-    read_data_record,
-    read_run,
-)
 
-__all__ = ["Forecast", "combine_seeds", "labelled_like_truth", "predict_run"]
+__all__ = [
+    "Forecast",
+    "combine_seeds",
+    "labelled_like_truth",
+    "load_postprocessor",
+    "predict_run",
+]
 
 SAMPLE_DIMS = ("time", "lead_time")
 #: ``(mu, sigma)`` of every variable.
 Forecast = dict[str, tuple[xr.DataArray, xr.DataArray]]
+
+
+def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
+    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+        ValueError: The run is an EMOS run, or of another run format.
+    """
+    from sciml.training.checkpoint import load_checkpoint
+
+    config, stats = read_run(run_dir)
+    entry = MODELS[config.model]
+    if not entry.deep:
+        article = "an" if entry.called[0].lower() in "aeiou" else "a"
+        raise ValueError(
+            f"{run_dir} is {article} {entry.called} run, a closed-form fit: its parameters are "
+            f"in {entry.params}"
+        )
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = build_postprocessor(config, len(stats.channels))
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
 
 
 def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:

@@ -1,4 +1,4 @@
-"""Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
+"""Train a post-processing model on an ensemble dataset, in its run folder.
 
 ``sciml weather train`` calls :func:`train_postprocessor` with a
 :class:`~sciml.weather.postprocess.config.PostprocessConfig`; the model's entry in
@@ -19,9 +19,9 @@ another configuration is refused). The deep models (``mlp``, ``unet``, ``mixed``
 ``pooled``) read the lead time and, by default, train on the CRPS relative to the raw
 ensemble's per channel and lead time (:mod:`sciml.weather.postprocess.loss_scale`; the
 scale is kept as ``crps_scale.nc``); their convolutions wrap around in longitude when the
-grid closes the circle
-(:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
-:data:`RUN_VERSION`; folders of another version are refused by name (retrain in a new folder).
+grid closes the circle (:func:`~sciml.weather.periodic.is_periodic_lon`). The record and
+its format are :mod:`sciml.weather.postprocess.record`'s; :mod:`~sciml.weather.postprocess.predict`
+rebuilds a trained run.
 
 Every check happens before the first byte is written: a rerun in a folder that holds
 another configuration, or was trained on other data (another grid, other levels, lead
@@ -48,25 +48,21 @@ from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
+from sciml.training.run_record import claim_run_dirs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
-from sciml.weather.options import DATA_KEY, check_sweep, config_from_record, run_records
+from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
-from sciml.weather.postprocess.models import GaussianPostProcessor
+from sciml.weather.postprocess.models import build_postprocessor
+from sciml.weather.postprocess.record import RUN_RECORD
 from sciml.weather.postprocess.registry import MODELS
 from sciml.weather.split import split_start_dates
 
 __all__ = [
-    "RUN_RECORD",
-    "RUN_VERSION",
     "fit_runs",
     "forecast_variables",
-    "load_postprocessor",
-    "read_data_record",
-    "read_run",
     "record_reads",
     "run_dir_advice",
     "static_variables",
@@ -74,23 +70,6 @@ __all__ = [
     "train_postprocessors",
 ]
 
-RUN_CONFIG = "weather_run.json"
-#: Format of ``weather_run.json``; 5: the configuration nests the loop's options (``train``:
-#: epochs, batch size, seed); 4: the run record's layout (kind, version, config); 3: it
-#: records the training data's grid, lead times and start dates (2: the deep models read the
-#: lead time, a 4-output head).
-RUN_VERSION = 5
-_GRID = "a run now records the grid, lead times and start dates it was trained on"
-_CHANGES = {
-    1: _GRID,
-    2: _GRID,
-    3: "the record now names its kind and format",
-    4: "the configuration now nests the training loop's options (train)",
-}
-#: The run record of a weather post-processing run.
-RUN_RECORD = RecordKind(
-    "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
-)
 SAMPLE_DIMS = ("time", "lead_time")
 #: The run folder's record of the memory limit and of how the data were read (a runtime
 #: record, written at every start of the run).
@@ -308,12 +287,6 @@ def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> 
     return tuple(ds.sizes[d] for d in spatial)
 
 
-def _build(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
-    """The untrained network of a deep model, by its registry entry's builder."""
-    model: GaussianPostProcessor = MODELS[config.model].function("build")(config, channels)
-    return model
-
-
 def _train_deep(
     train: xr.Dataset,
     val: xr.Dataset,
@@ -341,7 +314,7 @@ def _train_deep(
     models: list[torch.nn.Module] = []
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
-        models.append(_build(run, len(stats.channels)).to(device))
+        models.append(build_postprocessor(run, len(stats.channels)).to(device))
     variables = list(config.variables or ())
     train_set, train_path = _samples(
         train, variables, what="the training dates", limit=memory_limit, **options
@@ -439,54 +412,3 @@ def fit_runs(
             val_dataset=val_set,
         )
     return [result.status]
-
-
-def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
-    """The configuration and channel statistics of a weather run folder.
-
-    Raises:
-        FileNotFoundError: Not a weather run folder.
-        ValueError: A run folder of another format.
-    """
-    run_dir = Path(run_dir)
-    raw = read_run_record(run_dir, RUN_RECORD)
-    raw.pop(DATA_KEY, None)
-    raw.setdefault("missing", "refuse")  # a run recorded before the policy refused them
-    config = config_from_record(PostprocessConfig, raw, str(run_dir / RUN_CONFIG))
-    return config, NormStats.from_json(run_dir / "stats.json")
-
-
-def read_data_record(run_dir: Path | str) -> dict[str, Any]:
-    """What a weather run recorded of its training data (:func:`sciml.weather.grid.data_record`).
-
-    Raises:
-        FileNotFoundError: Not a weather run folder.
-        ValueError: A run folder of another format.
-    """
-    record: dict[str, Any] = read_run_record(run_dir, RUN_RECORD)[DATA_KEY]
-    return record
-
-
-def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
-    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
-
-    Raises:
-        FileNotFoundError: No run or no such checkpoint.
-        ValueError: The run is an EMOS run, or of another run format.
-    """
-    from sciml.training.checkpoint import load_checkpoint
-
-    config, stats = read_run(run_dir)
-    entry = MODELS[config.model]
-    if not entry.deep:
-        article = "an" if entry.called[0].lower() in "aeiou" else "a"
-        raise ValueError(
-            f"{run_dir} is {article} {entry.called} run, a closed-form fit: its parameters are "
-            f"in {entry.params}"
-        )
-    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
-    model = _build(config, len(stats.channels))
-    load_checkpoint(path, model, restore_rng=False)
-    return model.eval()

@@ -17,14 +17,14 @@ from sciml.training import TrainConfig
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.models import GaussianPostProcessor, member_mean_sd
-from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.predict import load_postprocessor, predict_run
 from sciml.weather.postprocess.registry import (
     MODELS,
     PostprocessModel,
     model_entry,
     registered,
 )
-from sciml.weather.postprocess.train import load_postprocessor, train_postprocessor
+from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble
 
 HERE = __name__
