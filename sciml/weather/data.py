@@ -36,7 +36,6 @@ The rest of the contract of an ensemble input (the README's "Inputs"):
 from __future__ import annotations
 
 import glob
-import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -51,7 +50,6 @@ from sciml.datasets.cf import (
     valid_times,
 )
 from sciml.datasets.store import MANIFEST, check_store
-from sciml.progress import phase
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -71,19 +69,11 @@ FIELD_DIMS = ("member", "lat", "lon")
 #: Canonical order of the dimensions of every variable.
 DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lon")
 GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
-#: Data up to this size are read into memory before training by default (the trainers'
-#: ``memory_limit``, ``--memory-limit``); larger data are streamed (:func:`read_path`).
-IN_MEMORY_BYTES = 2**30
-#: Says when data are read into memory (``INFO``, :mod:`sciml.progress`).
-logger = logging.getLogger(__name__)
 
 __all__ = [
-    "IN_MEMORY_BYTES",
     "asked_for",
     "check_calendars",
-    "in_memory",
     "open_ensemble",
-    "read_path",
     "refuse_missing",
     "standardise_names",
 ]
@@ -385,44 +375,3 @@ def open_ensemble(
         combined = combined.chunk(chunks)
     order = [name for name in DIM_ORDER if name in combined.dims]
     return combined.transpose(*order, ...)
-
-
-def read_path(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> tuple[bool, str]:
-    """Whether a trainer streams ``ds`` (chunk by chunk) rather than reading it into memory.
-
-    Args:
-        ds: The data.
-        what: How the line names them (e.g. ``"the training dates"``).
-        limit: The memory limit in bytes (``--memory-limit``); 0: always stream.
-
-    Returns:
-        ``(stream, why)``: true to stream, and a line that says which path and why.
-    """
-    size = f"{ds.nbytes / 2**20:.4g} MiB"
-    if all(not var.chunks for var in ds.variables.values()):
-        return False, f"{what} ({size}) are in memory already"
-    if limit == 0:
-        return True, f"{what} ({size}) are streamed chunk by chunk (the memory limit is 0)"
-    shown = f"the memory limit ({limit / 2**20:.4g} MiB, --memory-limit)"
-    if ds.nbytes <= limit:
-        return False, f"{what} ({size}) are read into memory: they fit {shown}"
-    return True, f"{what} ({size}) are streamed chunk by chunk (they exceed {shown})"
-
-
-def in_memory(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> xr.Dataset:
-    """``ds`` read into memory when it holds at most ``limit`` bytes, else ``ds`` as it is.
-
-    A training sample (one start date and lead time) is a sliver of a file's chunk (files
-    written with the netCDF library's default chunks hold dozens of dates), and a lazy read
-    of a random sample decompresses whole chunks. Larger data are streamed by the trainers
-    (:class:`sciml.weather.dataset.StreamedEnsemble`: :func:`read_path`).
-
-    Args:
-        ds: The data (Dask-backed or not; the caller's object is left as it was).
-        what: How the progress line names them (e.g. ``"the training dates"``).
-        limit: The largest size read, in bytes.
-    """
-    if ds.nbytes > limit or all(not var.chunks for var in ds.variables.values()):
-        return ds
-    with phase(logger, f"reading {what} into memory ({ds.nbytes / 2**20:.0f} MiB)"):
-        return ds.compute()

@@ -9,7 +9,8 @@ import pytest
 import xarray as xr
 
 from sciml.datasets.channels import compute_stats, normalise
-from sciml.weather.data import in_memory, open_ensemble, standardise_names
+from sciml.weather.data import open_ensemble, standardise_names
+from sciml.weather.reads import in_memory
 from sciml.weather.split import split_start_dates
 
 from .conftest import ERA5

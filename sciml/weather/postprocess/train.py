@@ -32,7 +32,6 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -46,11 +45,17 @@ from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_path, atomic_write_text
+from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
 from sciml.training.run_record import claim_run_dirs
-from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
-from sciml.weather.grid import data_record, spatial_dims
+from sciml.weather.data import refuse_missing
+from sciml.weather.grid import (
+    SAMPLE_DIMS,
+    data_record,
+    forecast_variables,
+    spatial_dims,
+    static_variables,
+)
 from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
@@ -58,22 +63,16 @@ from sciml.weather.postprocess.loss_scale import raw_crps_scale
 from sciml.weather.postprocess.models import build_postprocessor
 from sciml.weather.postprocess.record import RUN_RECORD
 from sciml.weather.postprocess.registry import MODELS
+from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
 from sciml.weather.split import split_start_dates
 
 __all__ = [
     "fit_runs",
-    "forecast_variables",
-    "record_reads",
     "run_dir_advice",
-    "static_variables",
     "train_postprocessor",
     "train_postprocessors",
 ]
 
-SAMPLE_DIMS = ("time", "lead_time")
-#: The run folder's record of the memory limit and of how the data were read (a runtime
-#: record, written at every start of the run).
-READS = "reads.json"
 #: Says which path the data take (in memory or streamed) and why (``INFO``).
 logger = logging.getLogger(__name__)
 
@@ -85,28 +84,6 @@ def run_dir_advice() -> Iterator[None]:
         yield
     except RunDirError as err:
         raise err.with_advice("give this run another --run-dir") from None
-
-
-def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
-    """Variables with members and a ``<variable>_truth``, in the dataset's order."""
-    return [
-        str(name)
-        for name, var in ds.data_vars.items()
-        if member_dim in var.dims and f"{name}_truth" in ds.data_vars
-    ]
-
-
-def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
-    """Fields on the grid without members and sample dims (e.g. ``topography``).
-
-    A variable off the grid (a scalar ``crs``, bounds) is no static field.
-    """
-    varying = {member_dim, *SAMPLE_DIMS}
-    return [
-        str(name)
-        for name, var in ds.data_vars.items()
-        if not varying & set(var.dims) and {"lat", "lon"} <= set(var.dims)
-    ]
 
 
 def train_postprocessor(
@@ -132,9 +109,9 @@ def train_postprocessor(
         device: Where a deep model trains (default: the CPU).
         memory_limit: Bytes of training (or validation) dates a deep model reads into
             memory; larger ones are streamed, a chunk of the file at a time in an order
-            that follows the chunks (:class:`~sciml.weather.dataset.StreamedEnsemble`);
+            that follows the chunks (:class:`~sciml.weather.streamed.StreamedEnsemble`);
             0: always stream. Data read into memory are read in the order streaming
-            would take (:func:`~sciml.weather.dataset.chunk_layout`: the file's chunks),
+            would take (:func:`~sciml.weather.streamed.chunk_layout`: the file's chunks),
             so the limit changes no result, and a resumed run may change it. The run says
             which path it took, and why, and keeps it in ``reads.json``.
 
@@ -333,12 +310,13 @@ def _train_deep(
 def _samples(
     part: xr.Dataset, variables: list[str], *, what: str, limit: int, **options: Any
 ) -> tuple[Dataset[Any], dict[str, str]]:
-    """The samples of ``part``, in memory or streamed (:func:`~sciml.weather.data.read_path`).
+    """The samples of ``part``, in memory or streamed (:func:`~sciml.weather.reads.read_path`).
 
     Returns:
         The dataset, and the path it takes and why (as ``reads.json`` keeps them).
     """
-    from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble, chunk_layout
+    from sciml.weather.dataset import EnsembleDataset
+    from sciml.weather.streamed import StreamedEnsemble, chunk_layout
 
     options["choice"] = options["choice"] or "first"
     stream, why = read_path(part, what=what, limit=limit)
@@ -353,16 +331,6 @@ def _samples(
     why = f"{why}: {streamed.describe()}"
     logger.info(why)
     return streamed, {"path": "stream", "why": why}
-
-
-def record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str]]) -> None:
-    """Keep the memory limit and the paths the data took in each run's ``reads.json``.
-
-    A runtime record: a resumed run writes its own (the limit may change on a resume).
-    """
-    record = {"memory_limit": limit, "train": paths[0], "validation": paths[1]}
-    for run_dir in run_dirs:
-        atomic_write_text(run_dir / READS, json.dumps(record, indent=1) + "\n")
 
 
 def fit_runs(

@@ -27,21 +27,18 @@ import xarray as xr
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
-from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
-from sciml.weather.dataset import StreamedEnsemble, chunk_layout
-from sciml.weather.grid import data_record
+from sciml.weather.data import refuse_missing
+from sciml.weather.grid import data_record, forecast_variables
 from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
-from sciml.weather.postprocess.train import (
-    fit_runs,
-    forecast_variables,
-    record_reads,
-)
+from sciml.weather.postprocess.train import fit_runs
+from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
 from sciml.weather.split import split_start_dates
 from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import spread_loss
 from sciml.weather.spread.record import SPREAD_RECORD
+from sciml.weather.streamed import StreamedEnsemble, chunk_layout
 
 __all__ = ["train_spread", "train_spreads"]
 
