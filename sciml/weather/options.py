@@ -33,6 +33,7 @@ __all__ = [
     "SPREAD_LOSSES",
     "add_memory_limit",
     "add_sweep_arguments",
+    "block_dates",
     "check_sweep",
     "config_from_record",
     "config_record",
@@ -149,6 +150,17 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
             f"version of sciml refuses ({err}); it was edited or damaged: restore the file "
             "as the run wrote it, or retrain in a new --run-dir"
         ) from None
+
+
+def block_dates(text: str) -> int:
+    """``--block-dates``: start dates read at a time, a number >= 0 (0: all at once)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of start dates >= 0, got {text!r}")
+    return value
 
 
 def add_memory_limit(parser: argparse.ArgumentParser) -> None:
