@@ -7,6 +7,7 @@ import argparse
 from sciml.cli_args import Subparsers, add_config_arguments, positive_float, runs_and_test_data
 from sciml.weather.options import add_memory_limit, add_sweep_arguments, block_dates, sweep_runs
 from sciml.weather.postprocess.config import PostprocessConfig
+from sciml.weather.postprocess.registry import MODELS
 
 __all__ = ["register_postprocess"]
 
@@ -70,8 +71,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _register_train(sub: Subparsers) -> None:
     train = sub.add_parser(
         "train",
-        help="train a post-processing model (EMOS, MLP, U-Net, mixed, pooled) on an ensemble "
-        "with a truth",
+        help=f"train a post-processing model ({', '.join(MODELS)}) on an ensemble with a truth",
         description="The last --validation fraction of the start dates validates a deep "
         "model (EMOS fits on every date); test on another file with 'sciml weather "
         "evaluate'. On SIGUSR1/SIGTERM a deep model checkpoints and the command exits with 3; "
