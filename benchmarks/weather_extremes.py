@@ -30,10 +30,10 @@ from _report import write_report
 
 from sciml.cli_args import positive_float
 from sciml.weather import metrics
-from sciml.weather.data import split_start_dates
 from sciml.weather.metrics.extremes import extreme_events
 from sciml.weather.postprocess.predict import predict_run
-from sciml.weather.postprocess.train import read_run
+from sciml.weather.postprocess.record import read_run
+from sciml.weather.split import split_start_dates
 
 
 def _summary(

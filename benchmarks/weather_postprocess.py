@@ -37,11 +37,12 @@ from _report import write_report
 
 from sciml.cli_args import non_negative_int, positive_int
 from sciml.training import TrainConfig
-from sciml.weather.data import split_start_dates
 from sciml.weather.postprocess.config import DEFAULT_EPOCHS, PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
 from sciml.weather.postprocess.loss_scale import LOSS_SCALES
-from sciml.weather.postprocess.train import MODELS, train_postprocessors
+from sciml.weather.postprocess.registry import MODELS
+from sciml.weather.postprocess.train import train_postprocessors
+from sciml.weather.split import split_start_dates
 
 MARKER = "benchmark.json"
 
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--epochs", type=positive_int, default=DEFAULT_EPOCHS, help="deep model epochs"
     )
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models")
+    parser.add_argument(
+        "--models", nargs="+", choices=tuple(MODELS), default=list(MODELS), help="models"
+    )
     parser.add_argument(
         "--seeds",
         type=non_negative_int,
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("emos", full))
     runs, records = [], {}
     for model, members in plan:
-        seeds = args.seeds[:1] if model == "emos" else args.seeds  # EMOS: nothing to seed
+        seeds = args.seeds if MODELS[model].deep else args.seeds[:1]  # a fit: nothing to seed
         folders = [Path(args.work) / f"{model}_{members}_seed{seed}" for seed in seeds]
         trained = _train(seen, folders, seeds, model, members, args)
         for name, record in trained.items():

@@ -22,7 +22,7 @@ from _report import write_report
 
 from sciml.cli_args import positive_int
 from sciml.weather import metrics
-from sciml.weather.data import split_start_dates
+from sciml.weather.split import split_start_dates
 from sciml.weather.toy.presets import PRESETS, generate_preset
 
 DIMS = ["time", "lat", "lon"]

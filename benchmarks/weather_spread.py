@@ -34,10 +34,10 @@ from _report import write_report
 
 from sciml.cli_args import non_negative_int, positive_int
 from sciml.training import TrainConfig
-from sciml.weather.data import split_start_dates
+from sciml.weather.split import split_start_dates
+from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.evaluate import evaluate_spread
 from sciml.weather.spread.model import LOSSES
-from sciml.weather.spread.options import SpreadConfig
 from sciml.weather.spread.train import train_spreads
 
 

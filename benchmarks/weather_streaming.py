@@ -14,7 +14,7 @@ date per chunk (:func:`sciml.weather.store.netcdf_encoding`). Then trains the de
 deep model (pooled, 5 members drawn at random) through :func:`sciml.training.fit` on:
 
 * ``memory``: the data read into memory first (the read is timed apart);
-* ``stream``: :class:`sciml.weather.dataset.StreamedEnsemble` (chunk-aware order, a
+* ``stream``: :class:`sciml.weather.streamed.StreamedEnsemble` (chunk-aware order, a
   buffer of chunks, read ahead in threads), on each file;
 * ``lazy``: the lazy dataset in a random order (what the trainers did beyond their 1 GiB
   limit before streaming), on each file, for ``--lazy-steps`` steps only.
@@ -40,7 +40,8 @@ from _weather_files import chunk_encoding, train
 from sciml.cli_args import positive_int
 from sciml.datasets.channels import compute_stats
 from sciml.weather.data import open_ensemble
-from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
+from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.streamed import StreamedEnsemble
 
 VARIABLES = ["psi", "q"]
 

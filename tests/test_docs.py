@@ -18,7 +18,7 @@ PUBLIC = {
     "sciml.spatial_parallel.sharding",
     "sciml.training.loop",
     "sciml.weather.metrics.dispersion",
-    "sciml.weather.metrics.scores",
+    "sciml.weather.metrics.crps",
 }
 
 RUN_EXAMPLES = """

@@ -4,9 +4,10 @@ A volume file holds a variable ``(sample, channel, z, y, x)`` (chunked so
 that a rank's block is a few whole chunks) and a target: a vector per sample
 ``(sample, k)`` (CosmoFlow's parameters) or a label volume
 ``(sample, z, y, x)`` (a segmentation). Dimensions are found by name, in any
-order, under the names of :data:`DIM_NAMES` (channels last as other CosmoFlow
-data sets, ``x, y, z``, ``n``/``batch``, ``c``/``channels``, ...), and read
-as ``(sample, channel, z, y, x)``; each rank still reads only its block. For a spatial mesh,
+order, under the names of :data:`~sciml.volumes.layout.DIM_NAMES` (channels
+last as other CosmoFlow data sets, ``x, y, z``, ``n``/``batch``,
+``c``/``channels``, ...), and read as ``(sample, channel, z, y, x)``; each
+rank still reads only its block. For a spatial mesh,
 :class:`ShardedVolumes` gives sample ``i`` as *this rank's block* of the
 volume (widened by ``halo`` voxels where asked, clipped at the edges) and
 the target (the whole vector, or the label block)::
@@ -33,9 +34,8 @@ pool or a file handle from its parent. Zarr stores are read through a store
 that counts the bytes it fetches (:attr:`ShardedVolumes.bytes_read`, summed
 over the process and its loader workers); netCDF-4 files count the bytes of
 the blocks they return. A volume whose attribute ``transform`` is ``"log1p"``
-(int16 counts) is read as ``log1p(counts)``. :func:`block_stats` computes
-per-channel normalisation statistics collectively; :func:`run_stats` caches
-them in the run folder.
+(int16 counts) is read as ``log1p(counts)``. :mod:`sciml.volumes.stats` computes
+per-channel normalisation statistics from the blocks collectively.
 """
 
 from __future__ import annotations
@@ -55,32 +55,12 @@ from torch.utils.data import Dataset, get_worker_info
 from sciml.datasets.channels import NormStats
 from sciml.datasets.store import StoreError, StoreInventory, check_store
 from sciml.datasets.xarray_dataset import open_dataset
-from sciml.distributed import all_reduce_cpu, check_replica, world
-from sciml.spatial_parallel.partition import block_bounds
+from sciml.volumes.layout import VOLUME_DIMS, block_slices, dims_by_name
 
 if TYPE_CHECKING:
     from sciml.spatial_parallel.mesh import SpatialMesh
 
-__all__ = [
-    "DIM_NAMES",
-    "VOLUME_DIMS",
-    "ShardedVolumes",
-    "block_slices",
-    "block_stats",
-    "dims_by_name",
-    "run_stats",
-]
-
-#: The names a store may give each dimension (compared in lower case), by the one it is read as.
-DIM_NAMES = {
-    "sample": ("sample", "samples", "n", "batch", "index"),
-    "channel": ("channel", "channels", "c", "redshift", "redshifts"),
-    "z": ("z", "depth", "d"),
-    "y": ("y", "height", "h"),
-    "x": ("x", "width", "w"),
-}
-#: A volume's dimensions as it is read.
-VOLUME_DIMS = tuple(DIM_NAMES)
+__all__ = ["ShardedVolumes"]
 
 #: Transforms applied on read, named by a volume's ``transform`` attribute.
 TRANSFORMS = ("log1p",)
@@ -101,48 +81,6 @@ def _as_tensor(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 #: Slots of the bytes-read counter: the process itself and up to 63 loader workers.
 COUNTER_SLOTS = 64
-
-
-def block_slices(
-    shape: Sequence[int], grid: Sequence[int], coords: Sequence[int], *, halo: int = 0
-) -> tuple[slice, ...]:
-    """Slices of block ``coords`` of a ``grid`` split of a volume ``shape``, widened by ``halo``.
-
-    Blocks follow :func:`torch.tensor_split` (as :func:`sciml.spatial_parallel.shard`);
-    the halo is clipped at the volume's edges.
-    """
-    slices = []
-    for size, parts, coord in zip(shape, grid, coords, strict=True):
-        lo, hi = block_bounds(int(size), int(parts))[coord]
-        slices.append(slice(max(lo - halo, 0), min(hi + halo, int(size))))
-    return tuple(slices)
-
-
-def dims_by_name(dims: Sequence[Any], wanted: Sequence[str], *, what: str) -> dict[str, str]:
-    """The store's name of each of the ``wanted`` dims, found by :data:`DIM_NAMES`.
-
-    Args:
-        dims: The dims of a variable in the store, in its order.
-        wanted: The dims it must have, in the order they are read.
-        what: The variable and the file, for the error message.
-
-    Raises:
-        ValueError: If a wanted dim is not there, is there twice (under two of
-            its names), or the variable has other dims; naming the dims found
-            and the ones expected.
-    """
-    found: dict[str, list[str]] = {name: [] for name in wanted}
-    others: list[str] = []
-    for dim in map(str, dims):
-        role = next((r for r in wanted if dim.lower() in DIM_NAMES[r]), None)
-        (found[role] if role is not None else others).append(dim)
-    if others or any(len(names) != 1 for names in found.values()):
-        names = "; ".join(f"{role}: {', '.join(DIM_NAMES[role])}" for role in wanted)
-        raise ValueError(
-            f"{what} has dims {tuple(map(str, dims))}, expected ({', '.join(wanted)}) in any "
-            f"order, each under one of its names ({names})"
-        )
-    return {role: names[0] for role, names in found.items()}
 
 
 def _zarr_counted(path: Path, count: Callable[[int], None], inventory: StoreInventory) -> Any:
@@ -168,7 +106,7 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         path: A Zarr store or a netCDF-4 file (see the module docstring).
         mesh: The spatial mesh (``None``: the whole volume, one process).
         variable: The volume variable ``(sample, channel, z, y, x)``, its dims found
-            by name in any order (:data:`DIM_NAMES`).
+            by name in any order (:data:`~sciml.volumes.layout.DIM_NAMES`).
         target: A variable ``(sample, k)`` (given whole) or ``(sample, z, y, x)``
             (given as this rank's block, without halo; dims named as the volume's).
         halo: Voxels added on every side of the block (clipped at the edges).
@@ -430,69 +368,3 @@ class ShardedVolumes(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def voxels(self) -> int:
         """Voxels of one whole sample volume (all channels)."""
         return math.prod(self.shape) * len(self.channels())
-
-
-def block_stats(dataset: ShardedVolumes, *, replica: tuple[int, int] = (0, 1)) -> NormStats:
-    """Per-channel mean and std over every sample, computed collectively.
-
-    Each rank sums its block (without halo) of its replica's share of the
-    samples (every ``count``-th from ``index``), then one all-reduce over
-    every rank gives the totals (every voxel counted once). A collective:
-    every rank calls it, each with its own dataset and replica.
-
-    Raises:
-        ValueError: If the ranks' blocks do not tile every sample exactly once
-            (datasets built for another mesh, or a wrong ``replica``).
-    """
-    index, count = check_replica(replica)
-    sums = dataset.block_sums(range(index, len(dataset), count))
-    n, total, squares = all_reduce_cpu(torch.from_numpy(sums)).numpy()
-    expected = len(dataset) * math.prod(dataset.shape)
-    if not np.all(n == expected):
-        raise ValueError(
-            f"block_stats: the ranks' blocks cover {int(n[0])} voxels per channel, expected "
-            f"{expected} ({len(dataset)} samples of {dataset.shape}); build every rank's "
-            "dataset with the same mesh and pass its data-parallel replica"
-        )
-    mean = total / n
-    std = np.sqrt(np.maximum(squares / n - mean**2, 0.0))
-    return NormStats(dataset.channels(), tuple(mean.tolist()), tuple(std.tolist()))
-
-
-def run_stats(
-    dataset: ShardedVolumes,
-    run_dir: Path | str,
-    *,
-    replica: tuple[int, int] = (0, 1),
-    cached: bool = True,
-) -> NormStats:
-    """The statistics cached in ``run_dir/norm_stats.json``, computed by :func:`block_stats` once.
-
-    A collective: every rank calls it. A resumed run reads the cached file, so
-    it normalises exactly as the run that wrote it (rank 0 writes it, atomically).
-
-    Args:
-        dataset: This rank's training volumes.
-        run_dir: The run folder.
-        replica: This rank's data-parallel replica (index, count).
-        cached: Read the cached file when there is one (``False``: a run that never
-            checkpointed, whose data may have been corrected since, computes them again).
-
-    Raises:
-        ValueError: If the cached statistics are for other channels.
-    """
-    path = Path(run_dir) / "norm_stats.json"
-    found = torch.tensor([int(cached and path.exists())])
-    if bool(all_reduce_cpu(found, op=torch.distributed.ReduceOp.MIN).item()):
-        stats = NormStats.from_json(path)
-        if stats.channels != dataset.channels():
-            raise ValueError(
-                f"{path} holds statistics for channels {stats.channels}, the data has "
-                f"{dataset.channels()}; give this run another run folder"
-            )
-        return stats
-    stats = block_stats(dataset, replica=replica)
-    if world()[0] == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stats.to_json(path)
-    return stats

@@ -28,7 +28,7 @@ import xarray as xr
 
 from sciml.datasets.store import check_store
 from sciml.volumes.data import PARAMS
-from sciml.volumes.dataset import VOLUME_DIMS, dims_by_name
+from sciml.volumes.layout import VOLUME_DIMS, dims_by_name
 
 __all__ = ["reference_errors", "summary_statistics"]
 

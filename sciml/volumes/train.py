@@ -35,8 +35,9 @@ from sciml.training.run_dir import PlainValue, plain
 from sciml.training.run_record import record_binds
 from sciml.training.setup import LossFn, LossOutput
 from sciml.volumes.config import MODELS, VolumeTraining
-from sciml.volumes.dataset import ShardedVolumes, run_stats
+from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
+from sciml.volumes.stats import run_stats
 from sciml.volumes.volume_record import (
     VOLUMES_RECORD,
     check_resume,

@@ -36,10 +36,8 @@ The rest of the contract of an ensemble input (the README's "Inputs"):
 from __future__ import annotations
 
 import glob
-import logging
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -48,12 +46,10 @@ from sciml.datasets.cf import (
     calendar_of,
     conform_units,
     find_missing,
-    parse_date,
     units_of,
     valid_times,
 )
 from sciml.datasets.store import MANIFEST, check_store
-from sciml.progress import phase
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -73,22 +69,12 @@ FIELD_DIMS = ("member", "lat", "lon")
 #: Canonical order of the dimensions of every variable.
 DIM_ORDER: tuple[str, ...] = ("member", "time", "lead_time", "level", "lat", "lon")
 GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
-#: Data up to this size are read into memory before training by default (the trainers'
-#: ``memory_limit``, ``--memory-limit``); larger data are streamed (:func:`read_path`).
-IN_MEMORY_BYTES = 2**30
-#: Says when data are read into memory (``INFO``, :mod:`sciml.progress`).
-logger = logging.getLogger(__name__)
 
 __all__ = [
-    "IN_MEMORY_BYTES",
     "asked_for",
     "check_calendars",
-    "in_memory",
     "open_ensemble",
-    "read_path",
     "refuse_missing",
-    "split_by_time",
-    "split_start_dates",
     "standardise_names",
 ]
 
@@ -389,119 +375,3 @@ def open_ensemble(
         combined = combined.chunk(chunks)
     order = [name for name in DIM_ORDER if name in combined.dims]
     return combined.transpose(*order, ...)
-
-
-def split_by_time(
-    ds: xr.Dataset,
-    *,
-    val_start: Any,
-    test_start: Any,
-) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
-    """Split along ``time`` into train (< ``val_start``), validation and test (>= ``test_start``).
-
-    The boundaries are dates as text (``"2000-06-01"``), ``datetime64`` or dates of the
-    data's own calendar (:func:`sciml.datasets.cf.parse_date`).
-
-    Raises:
-        ValueError: No ``time`` dimension, boundaries that are not dates of the data's
-            calendar or out of order, or an empty split.
-    """
-    if "time" not in ds.dims:
-        raise ValueError(f"split_by_time needs a 'time' dimension; dimensions are {dict(ds.sizes)}")
-    times = ds["time"]
-    val, test = (
-        parse_date(value, like=times.values, what=name)
-        for name, value in (("val_start", val_start), ("test_start", test_start))
-    )
-    if not val < test:
-        raise ValueError(f"val_start ({val}) must come before test_start ({test})")
-    parts = (
-        ds.sel(time=times < val),
-        ds.sel(time=(times >= val) & (times < test)),
-        ds.sel(time=times >= test),
-    )
-    for name, part in zip(("train", "validation", "test"), parts, strict=True):
-        if part.sizes["time"] == 0:
-            raise ValueError(
-                f"the {name} split is empty: times run {times.values.min()} .. "
-                f"{times.values.max()}, boundaries {val} and {test}"
-            )
-    return parts
-
-
-def split_start_dates(
-    ds: xr.Dataset, *, validation: float = 0.2, test: float = 0.2
-) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
-    """Split by start date (``time``) into training, validation and test data, in that order.
-
-    The last ``test`` fraction of the start dates is for testing, the ``validation``
-    fraction before it for validation, the rest for training. Never by member or grid
-    point: every split holds whole ensembles of whole fields.
-    Fractions are rounded to whole start dates (at least one each).
-
-    Raises:
-        ValueError: Fractions outside (0, 1) or summing to 1 or more, too few start dates
-            for three splits, or no ``time`` dimension.
-    """
-    if not (0 < validation < 1 and 0 < test < 1 and validation + test < 1):
-        raise ValueError(
-            f"validation and test must be fractions in (0, 1) that sum to less than 1, got "
-            f"{validation} and {test}"
-        )
-    if "time" not in ds.dims:
-        raise ValueError(
-            f"split_start_dates needs a 'time' dimension; dimensions are {dict(ds.sizes)}"
-        )
-    times = np.unique(ds["time"].values)
-    count = times.size
-    n_test = max(1, round(test * count))
-    n_val = max(1, round(validation * count))
-    if n_test + n_val >= count:
-        raise ValueError(
-            f"{count} start date(s) cannot be split into training, validation ({n_val}) and "
-            f"test ({n_test}) dates"
-        )
-    return split_by_time(
-        ds, val_start=times[count - n_test - n_val], test_start=times[count - n_test]
-    )
-
-
-def read_path(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> tuple[bool, str]:
-    """Whether a trainer streams ``ds`` (chunk by chunk) rather than reading it into memory.
-
-    Args:
-        ds: The data.
-        what: How the line names them (e.g. ``"the training dates"``).
-        limit: The memory limit in bytes (``--memory-limit``); 0: always stream.
-
-    Returns:
-        ``(stream, why)``: true to stream, and a line that says which path and why.
-    """
-    size = f"{ds.nbytes / 2**20:.4g} MiB"
-    if all(not var.chunks for var in ds.variables.values()):
-        return False, f"{what} ({size}) are in memory already"
-    if limit == 0:
-        return True, f"{what} ({size}) are streamed chunk by chunk (the memory limit is 0)"
-    shown = f"the memory limit ({limit / 2**20:.4g} MiB, --memory-limit)"
-    if ds.nbytes <= limit:
-        return False, f"{what} ({size}) are read into memory: they fit {shown}"
-    return True, f"{what} ({size}) are streamed chunk by chunk (they exceed {shown})"
-
-
-def in_memory(ds: xr.Dataset, *, what: str, limit: int = IN_MEMORY_BYTES) -> xr.Dataset:
-    """``ds`` read into memory when it holds at most ``limit`` bytes, else ``ds`` as it is.
-
-    A training sample (one start date and lead time) is a sliver of a file's chunk (files
-    written with the netCDF library's default chunks hold dozens of dates), and a lazy read
-    of a random sample decompresses whole chunks. Larger data are streamed by the trainers
-    (:class:`sciml.weather.dataset.StreamedEnsemble`: :func:`read_path`).
-
-    Args:
-        ds: The data (Dask-backed or not; the caller's object is left as it was).
-        what: How the progress line names them (e.g. ``"the training dates"``).
-        limit: The largest size read, in bytes.
-    """
-    if ds.nbytes > limit or all(not var.chunks for var in ds.variables.values()):
-        return ds
-    with phase(logger, f"reading {what} into memory ({ds.nbytes / 2**20:.0f} MiB)"):
-        return ds.compute()

@@ -1,5 +1,8 @@
 """The grid and data a weather run was trained on, and new data aligned to it by label.
 
+:func:`forecast_variables` and :func:`static_variables` name the fields of an ensemble that
+a run reads (forecasts with a truth, static fields on the grid).
+
 A run folder records (:func:`data_record`, kept in its configuration file) the variables,
 the ensemble size, the spatial dims in their order, the labels of every spatial and
 channel dim (``lat``, ``lon``, ``level``) and of ``lead_time``, and a fingerprint of the
@@ -31,11 +34,43 @@ import xarray as xr
 from sciml.datasets.cf import Conversion, conform_units, units_of
 from sciml.training.run_dir import LabelMismatch, coordinate_record, match_labels
 
-__all__ = ["Aligned", "align_to_run", "data_record", "spatial_dims"]
+__all__ = [
+    "SAMPLE_DIMS",
+    "Aligned",
+    "align_to_run",
+    "data_record",
+    "forecast_variables",
+    "spatial_dims",
+    "static_variables",
+]
 
-MEMBER, SAMPLE_DIMS = "member", ("time", "lead_time")
+MEMBER = "member"
+#: The dims along which an ensemble's samples run: start date and lead time.
+SAMPLE_DIMS = ("time", "lead_time")
 #: Periods of labels that wrap around (longitudes in degrees).
 PERIODS = {"lon": 360.0}
+
+
+def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Variables with members and a ``<variable>_truth``, in the dataset's order."""
+    return [
+        str(name)
+        for name, var in ds.data_vars.items()
+        if member_dim in var.dims and f"{name}_truth" in ds.data_vars
+    ]
+
+
+def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
+    """Fields on the grid without members and sample dims (e.g. ``topography``).
+
+    A variable off the grid (a scalar ``crs``, bounds) is no static field.
+    """
+    varying = {member_dim, *SAMPLE_DIMS}
+    return [
+        str(name)
+        for name, var in ds.data_vars.items()
+        if not varying & set(var.dims) and {"lat", "lon"} <= set(var.dims)
+    ]
 
 
 def spatial_dims(var: xr.DataArray, channel_dims: Sequence[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 ``sciml weather ... --help`` lists them without importing torch, xarray or pandas; the
 modules that implement each option import their names from here, and the configurations
-(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.options`) their shared
+(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.config`) their shared
 training options and their run-record form.
 """
 
@@ -28,13 +28,12 @@ from sciml.training.config import TrainConfig
 
 __all__ = [
     "DATA_KEY",
-    "DEEP_MODELS",
     "LOSS_SCALES",
     "MISSING",
-    "MODELS",
     "SPREAD_LOSSES",
     "add_memory_limit",
     "add_sweep_arguments",
+    "block_dates",
     "check_sweep",
     "config_from_record",
     "config_record",
@@ -42,12 +41,6 @@ __all__ = [
     "sweep_runs",
     "train_field",
 ]
-
-#: The deep post-processors of :mod:`sciml.weather.postprocess.train` (they read the lead time).
-DEEP_MODELS = ("mlp", "unet", "mixed", "pooled")
-
-#: Every post-processor ``sciml weather train --model`` trains.
-MODELS = ("emos", *DEEP_MODELS)
 
 #: ``"raw-crps"``: each channel's and lead time's CRPS divided by the raw ensemble's;
 #: ``"none"``: the plain mean CRPS in normalised units (:mod:`.postprocess.loss_scale`).
@@ -157,6 +150,17 @@ def config_from_record(config: type[_Config], record: dict[str, Any], where: str
             f"version of sciml refuses ({err}); it was edited or damaged: restore the file "
             "as the run wrote it, or retrain in a new --run-dir"
         ) from None
+
+
+def block_dates(text: str) -> int:
+    """``--block-dates``: start dates read at a time, a number >= 0 (0: all at once)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of start dates >= 0, got {text!r}")
+    return value
 
 
 def add_memory_limit(parser: argparse.ArgumentParser) -> None:

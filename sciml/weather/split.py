@@ -1,10 +1,10 @@
-"""Split an ensemble file into training, validation and test files by start date.
+"""Split an ensemble by start date into training, validation and test parts, or files.
 
-Every split holds whole start dates (whole ensembles of whole fields), in time
-order: training first, test last, so no start date, and no forecast started from
-one, is seen by two splits. The boundaries are fractions of the start dates
-(:func:`sciml.weather.data.split_start_dates`) or dates
-(:func:`sciml.weather.data.split_by_time`).
+Every part holds whole start dates (whole ensembles of whole fields), in time order:
+training first, test last, so no start date, and no forecast started from one, is seen by
+two parts. :func:`split_start_dates` is the one split: ``sciml weather split`` writes its
+parts as files (:func:`write_splits`), and the trainers validate on its validation part
+of their training file (no test part: they test on another file).
 """
 
 from __future__ import annotations
@@ -12,40 +12,49 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from sciml.datasets.cf import parse_date
 from sciml.io_utils import atomic_path
-from sciml.weather.data import split_by_time, split_start_dates
 from sciml.weather.store import netcdf_encoding
 
-__all__ = ["SPLITS", "split_dataset", "write_splits"]
+__all__ = ["SPLITS", "split_start_dates", "write_splits"]
 
 #: The splits in time order; each is written as ``<name>.nc``.
 SPLITS = ("train", "validation", "test")
 
 
-def split_dataset(
+def split_start_dates(
     ds: xr.Dataset,
     *,
     validation: float | None = None,
     test: float | None = None,
-    val_start: str | np.datetime64 | None = None,
-    test_start: str | np.datetime64 | None = None,
-) -> dict[str, xr.Dataset]:
-    """Training, validation and test parts of ``ds`` by start date (``time``).
+    val_start: Any = None,
+    test_start: Any = None,
+) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """Training, validation and test parts of ``ds`` by start date (``time``), in that order.
 
-    Either fractions of the start dates (the last ``test`` fraction tests, the
-    ``validation`` fraction before it validates; 0.2 each when nothing is given) or
-    the first validation and first test date, not both.
+    Either fractions of the start dates, rounded to whole dates (at least one each): the
+    last ``test`` fraction tests, the ``validation`` fraction before it validates, the
+    rest trains (0.2 each when neither is given; ``test=0``: no test part, the third is
+    empty). Or dates, not both: the first validation date ``val_start`` and the first
+    test date ``test_start``, as text (``"2000-06-01"``), ``datetime64`` or dates of the
+    data's own calendar (:func:`sciml.datasets.cf.parse_date`).
 
     Raises:
-        ValueError: Fractions and dates mixed, only one date, dates out of order, a
-            split without start dates, or no ``time`` dimension.
+        ValueError: No ``time`` dimension; fractions and dates mixed, one date alone,
+            fractions outside (0, 1) (``test`` may be 0) or summing to 1 or more, too few
+            start dates for the parts; dates that are not dates of the data's calendar or
+            out of order, or an empty part.
     """
-    dates = (val_start, test_start)
-    if any(date is not None for date in dates):
+    if "time" not in ds.dims:
+        raise ValueError(
+            f"split_start_dates needs a 'time' dimension; dimensions are {dict(ds.sizes)}"
+        )
+    if val_start is not None or test_start is not None:
         if validation is not None or test is not None:
             raise ValueError("give the split as fractions or as dates, not both")
         if val_start is None or test_start is None:
@@ -53,14 +62,60 @@ def split_dataset(
                 f"a split by date needs both val_start and test_start, got {val_start=} "
                 f"and {test_start=}"
             )
-        parts = split_by_time(ds, val_start=val_start, test_start=test_start)
-    else:
-        parts = split_start_dates(
-            ds,
-            validation=0.2 if validation is None else validation,
-            test=0.2 if test is None else test,
+        return _by_dates(ds, val_start, test_start)
+    validation = 0.2 if validation is None else validation
+    test = 0.2 if test is None else test
+    if not (0 < validation < 1 and 0 <= test < 1 and validation + test < 1):
+        raise ValueError(
+            f"validation and test must be fractions in (0, 1) (test may be 0) that sum to "
+            f"less than 1, got {validation} and {test}"
         )
-    return dict(zip(SPLITS, parts, strict=True))
+    times = np.unique(ds["time"].values)
+    count = times.size
+    n_test = max(1, round(test * count)) if test else 0
+    n_val = max(1, round(validation * count))
+    if n_test + n_val >= count:
+        parts = (
+            f"training, validation ({n_val}) and test ({n_test})"
+            if n_test
+            else (f"training and validation ({n_val})")
+        )
+        raise ValueError(f"{count} start date(s) cannot be split into {parts} dates")
+    starts = times[count - n_test - n_val], times[count - n_test] if n_test else None
+    return _parts(ds, *starts)
+
+
+def _by_dates(
+    ds: xr.Dataset, val_start: Any, test_start: Any
+) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """The parts before ``val_start``, up to ``test_start`` and from it, none empty."""
+    times = ds["time"]
+    val, test = (
+        parse_date(value, like=times.values, what=name)
+        for name, value in (("val_start", val_start), ("test_start", test_start))
+    )
+    if not val < test:
+        raise ValueError(f"val_start ({val}) must come before test_start ({test})")
+    parts = _parts(ds, val, test)
+    for name, part in zip(SPLITS, parts, strict=True):
+        if part.sizes["time"] == 0:
+            raise ValueError(
+                f"the {name} split is empty: times run {times.values.min()} .. "
+                f"{times.values.max()}, boundaries {val} and {test}"
+            )
+    return parts
+
+
+def _parts(ds: xr.Dataset, val: Any, test: Any) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset]:
+    """The dates before ``val``, from ``val`` before ``test``, and from ``test`` (None: none)."""
+    times = ds["time"]
+    if test is None:
+        return ds.sel(time=times < val), ds.sel(time=times >= val), ds.isel(time=slice(0))
+    return (
+        ds.sel(time=times < val),
+        ds.sel(time=(times >= val) & (times < test)),
+        ds.sel(time=times >= test),
+    )
 
 
 def _check_outputs(outputs: dict[str, Path], inputs: Sequence[Path], *, overwrite: bool) -> None:
@@ -101,7 +156,7 @@ def write_splits(
         test_start: First test date.
 
     Raises:
-        ValueError: See :func:`split_dataset`; ``out`` is a file; an output is an input.
+        ValueError: See :func:`split_start_dates`; ``out`` is a file; an output is an input.
         FileExistsError: An output exists and ``overwrite`` is false.
     """
     folder = Path(out)
@@ -109,11 +164,11 @@ def write_splits(
         raise ValueError(f"--out {folder} is a file, expected a folder for {', '.join(SPLITS)}")
     outputs = {name: folder / f"{name}.nc" for name in SPLITS}
     _check_outputs(outputs, [Path(path) for path in inputs], overwrite=overwrite)
-    parts = split_dataset(
+    parts = split_start_dates(
         ds, validation=validation, test=test, val_start=val_start, test_start=test_start
     )
     with contextlib.ExitStack() as stack:
-        for name, part in parts.items():
+        for name, part in zip(SPLITS, parts, strict=True):
             tmp = stack.enter_context(atomic_path(outputs[name], suffix=".nc"))
             part.to_netcdf(tmp, encoding=netcdf_encoding(part))  # one start date per chunk
     return outputs

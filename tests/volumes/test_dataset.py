@@ -16,7 +16,9 @@ from torch.utils.data import DataLoader
 from sciml.datasets.channels import NormStats
 from sciml.spatial_parallel import block_bounds
 from sciml.volumes.data import write_cosmology, write_segmentation
-from sciml.volumes.dataset import ShardedVolumes, block_slices, block_stats, run_stats
+from sciml.volumes.dataset import ShardedVolumes
+from sciml.volumes.layout import block_slices
+from sciml.volumes.stats import block_stats, run_stats
 
 SIZE = 16
 

@@ -9,13 +9,9 @@ import pytest
 import xarray as xr
 
 from sciml.datasets.channels import compute_stats, normalise
-from sciml.weather.data import (
-    in_memory,
-    open_ensemble,
-    split_by_time,
-    split_start_dates,
-    standardise_names,
-)
+from sciml.weather.data import open_ensemble, standardise_names
+from sciml.weather.reads import in_memory
+from sciml.weather.split import split_start_dates
 
 from .conftest import ERA5
 
@@ -136,12 +132,12 @@ def test_cfgrib_forecast_layout_with_steps() -> None:
 
 def test_split_and_lazy_normalisation(era5: xr.Dataset) -> None:
     ds = open_ensemble(ERA5)
-    train, val, test = split_by_time(ds, val_start="2017-01-01T12", test_start="2017-01-02T12")
+    train, val, test = split_start_dates(ds, val_start="2017-01-01T12", test_start="2017-01-02T12")
     assert (train.sizes["time"], val.sizes["time"], test.sizes["time"]) == (1, 2, 1)
     with pytest.raises(ValueError, match="test split is empty"):
-        split_by_time(ds, val_start="2017-01-01T12", test_start="2018-01-01")
+        split_start_dates(ds, val_start="2017-01-01T12", test_start="2018-01-01")
     with pytest.raises(ValueError, match="must come before"):
-        split_by_time(ds, val_start="2017-01-02", test_start="2017-01-01")
+        split_start_dates(ds, val_start="2017-01-02", test_start="2017-01-01")
     stats = compute_stats(train, ["t"], channel_dims=("level",))
     assert stats.channels == ("t[level=850.0]", "t[level=500.0]")  # the stored order
     assert era5["t"].dtype == np.float32  # statistics in float32, checked against float64
@@ -261,7 +257,7 @@ def test_selections_reject_what_would_be_silently_wrong() -> None:
     assert list(only_t.data_vars) == ["t"]
     ds = open_ensemble(ERA5)
     with pytest.raises(ValueError, match="val_start 'soon' is not a date"):
-        split_by_time(ds, val_start="soon", test_start="2017-01-02")
+        split_start_dates(ds, val_start="soon", test_start="2017-01-02")
 
 
 def test_split_start_dates_keeps_whole_start_dates_in_order() -> None:

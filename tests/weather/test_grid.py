@@ -15,8 +15,9 @@ from sciml.training.run_dir import LabelMismatch, RunLock
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor
-from sciml.weather.spread.options import SpreadConfig
-from sciml.weather.spread.train import predict_spread, train_spread
+from sciml.weather.spread.config import SpreadConfig
+from sciml.weather.spread.predict import predict_spread
+from sciml.weather.spread.train import train_spread
 
 #: One quiet epoch of the loop.
 LOOP = TrainConfig(epochs=1, progress=False, tensorboard=False)

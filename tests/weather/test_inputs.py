@@ -19,8 +19,9 @@ from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss, member_mean_sd
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor
-from sciml.weather.spread.options import SpreadConfig
-from sciml.weather.spread.train import predict_spread, train_spread
+from sciml.weather.spread.config import SpreadConfig
+from sciml.weather.spread.predict import predict_spread
+from sciml.weather.spread.train import train_spread
 from tests.file_digests import digests
 
 #: One quiet epoch of the loop.

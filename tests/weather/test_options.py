@@ -7,7 +7,7 @@ import pytest
 from sciml.cli import build_parser
 from sciml.cli_args import add_config_arguments, config_from_args
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.spread.options import SpreadConfig
+from sciml.weather.spread.config import SpreadConfig
 
 #: Each command, its configuration, and its required options with their fields' values.
 COMMANDS = [

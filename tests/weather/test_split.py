@@ -7,6 +7,7 @@ import pytest
 import xarray as xr
 
 from sciml.cli import main
+from sciml.weather.split import split_start_dates
 from sciml.weather.toy.cli import PRESET_NAMES
 from sciml.weather.toy.presets import PRESETS
 
@@ -137,3 +138,17 @@ def test_preset_help_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> N
         main(["weather", "preset", "--help"])
     usage = capsys.readouterr().out
     assert all(name in usage for name in PRESETS)
+
+
+def test_the_trainers_split_has_no_test_part() -> None:
+    """``test=0``: training and validation dates only, as the trainers split their file."""
+    ds = xr.Dataset({"t": (("time",), np.arange(10.0))}, coords={"time": DATES})
+    train, val, test = split_start_dates(ds, validation=0.2, test=0)
+    assert (train.sizes["time"], val.sizes["time"], test.sizes["time"]) == (8, 2, 0)
+    assert train.time.max() < val.time.min()
+    with pytest.raises(ValueError, match=r"cannot be split into training and validation \(1\)"):
+        split_start_dates(ds.isel(time=[0]), validation=0.2, test=0)
+    with pytest.raises(ValueError, match="as fractions or as dates, not both"):
+        split_start_dates(ds, validation=0.2, val_start="2000-01-05", test_start="2000-01-09")
+    with pytest.raises(ValueError, match="needs both val_start and test_start"):
+        split_start_dates(ds, val_start="2000-01-05")

@@ -1,7 +1,9 @@
-"""Verification of ensemble forecasts.
+"""Verification of ensemble forecasts: the one public face of the metrics.
 
-The CRPS family, spread-skill, rank histograms, dispersion, reliability and
-extremes, with their NumPy kernels and torch losses.
+The CRPS family (:mod:`.crps`), spread-skill, rank histograms and dispersion
+(:mod:`.dispersion`) are imported from here (``from sciml.weather.metrics import
+crps_ensemble, crps_gaussian``); reliability, extremes, the NumPy kernels, the torch
+losses and the input checks are in their own modules.
 """
 
 from typing import TYPE_CHECKING
@@ -9,13 +11,7 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
-    from sciml.weather.metrics.dispersion import (
-        ensemble_mean_rmse,
-        ensemble_spread,
-        rank_histogram,
-        spread_skill_ratio,
-    )
-    from sciml.weather.metrics.scores import (
+    from sciml.weather.metrics.crps import (
         crps_ensemble,
         crps_ensemble_efi_weighted,
         crps_gaussian,
@@ -24,20 +20,26 @@ if TYPE_CHECKING:
         latitude_weights,
         twcrps_ensemble,
     )
+    from sciml.weather.metrics.dispersion import (
+        ensemble_mean_rmse,
+        ensemble_spread,
+        rank_histogram,
+        spread_skill_ratio,
+    )
 
 #: The module of each public name (imported on first use).
 _HOMES = {
-    "crps_ensemble": "scores",
-    "crps_ensemble_efi_weighted": "scores",
-    "crps_gaussian": "scores",
-    "crps_skill_score": "scores",
+    "crps_ensemble": "crps",
+    "crps_ensemble_efi_weighted": "crps",
+    "crps_gaussian": "crps",
+    "crps_skill_score": "crps",
     "ensemble_mean_rmse": "dispersion",
     "ensemble_spread": "dispersion",
-    "extreme_forecast_index": "scores",
-    "latitude_weights": "scores",
+    "extreme_forecast_index": "crps",
+    "latitude_weights": "crps",
     "rank_histogram": "dispersion",
     "spread_skill_ratio": "dispersion",
-    "twcrps_ensemble": "scores",
+    "twcrps_ensemble": "crps",
 }
 
 __all__ = [

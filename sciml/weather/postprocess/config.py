@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from sciml.cli_args import not_an_option, option, positive_float, positive_int
 from sciml.training.checks import is_count, is_fraction, is_names, is_rate, require
 from sciml.training.config import TrainConfig
-from sciml.weather.options import LOSS_SCALES, MISSING, MODELS, train_field
+from sciml.weather.options import LOSS_SCALES, MISSING, train_field
+from sciml.weather.postprocess.registry import MODELS
 
 __all__ = ["DEFAULT_EPOCHS", "PostprocessConfig"]
 
@@ -26,9 +27,10 @@ class PostprocessConfig:
     """What a post-processing run trains, and how.
 
     Attributes:
-        model: ``"emos"``, ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"`` (the default).
-        members: Members the model sees (the first ones for EMOS; >= 2, at most the
-            ensemble's size).
+        model: A model of :data:`~sciml.weather.postprocess.registry.MODELS`: ``"emos"``,
+            ``"mlp"``, ``"unet"``, ``"mixed"`` or ``"pooled"`` (the default).
+        members: Members the model sees (the first ones for a closed-form fit such as
+            EMOS; >= 2, at most the ensemble's size).
         variables: Forecast variables (``None``: every one with a truth).
         choice: ``"first"`` or ``"random"`` members per training sample (deep models;
             ``None``: ``"random"`` for ``pooled``, which is meant for any members, else
@@ -53,7 +55,7 @@ class PostprocessConfig:
         periodic: Whether the longitudes close the circle, from the data (deep models).
     """
 
-    model: str = field(default="pooled", metadata=option("model to train", choices=MODELS))
+    model: str = field(default="pooled", metadata=option("model to train", choices=tuple(MODELS)))
     members: int = field(default=5, metadata=option("members the model sees", type=positive_int))
     variables: tuple[str, ...] | None = field(
         default=None,
@@ -99,7 +101,7 @@ class PostprocessConfig:
 
     def __post_init__(self) -> None:
         """Reject an unknown model, choice or loss scale and out-of-range numbers, by name."""
-        require(self, "model", self.model in MODELS, f"one of {MODELS}")
+        require(self, "model", self.model in MODELS, f"one of {tuple(MODELS)}")
         require(self, "members", is_count(self.members, 2), "an integer >= 2")
         require(
             self,
@@ -110,12 +112,12 @@ class PostprocessConfig:
         require(
             self, "choice", self.choice in (None, "first", "random"), "None, 'first' or 'random'"
         )
-        emos = self.model == "emos"
+        closed_form = not MODELS[self.model].deep
         require(
             self,
             "validation",
-            is_fraction(self.validation, zero=emos),
-            "a fraction in (0, 1)" + (" or 0" if emos else ""),
+            is_fraction(self.validation, zero=closed_form),
+            "a fraction in (0, 1)" + (" or 0" if closed_form else ""),
         )
         require(self, "train", isinstance(self.train, TrainConfig), "a TrainConfig")
         require(self, "lr", is_rate(self.lr), "a finite number > 0")

@@ -11,7 +11,9 @@ one fit per grid point (and level and lead time), ``dim=["time", "lat", "lon"]``
 level and lead time. :func:`emos_predict` gives :math:`(\mu, \sigma)` for new ensembles,
 to be scored with :func:`sciml.weather.metrics.crps_gaussian`. :func:`pack_coefficients`
 puts several variables' fits in one dataset (a run's ``emos.nc``), each on its own dims, and
-:func:`unpack_coefficients` takes one variable's back.
+:func:`unpack_coefficients` takes one variable's back. :func:`fit_run` and :func:`forecast`
+are the ``"emos"`` entry of :data:`~sciml.weather.postprocess.registry.MODELS`: a run's fit
+and its forecast on new data.
 
 Numerics: float64 torch; each fit runs in units standardised by its observations' mean
 and standard deviation (so one tolerance suits every variable), the constrained
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,7 +38,17 @@ from sciml.distributed import torch_threads
 from sciml.weather.metrics.alignment import Dim, check_pair, check_parameter, reduced_dims
 from sciml.weather.metrics.losses import crps_gaussian_loss
 
-__all__ = ["emos_predict", "fit_emos", "pack_coefficients", "unpack_coefficients"]
+if TYPE_CHECKING:
+    from sciml.weather.postprocess.config import PostprocessConfig
+
+__all__ = [
+    "emos_predict",
+    "fit_emos",
+    "fit_run",
+    "forecast",
+    "pack_coefficients",
+    "unpack_coefficients",
+]
 
 #: Variance floor in standardised units, so that a zero-spread sample keeps a gradient.
 VARIANCE_FLOOR = 1e-12
@@ -305,3 +319,67 @@ def unpack_coefficients(packed: xr.Dataset, variable: str) -> xr.Dataset:
         stored = sorted({str(name).rsplit(".", 1)[0] for name in packed.data_vars})
         raise ValueError(f"no EMOS fit of {variable!r}; the coefficients hold {stored}")
     return xr.Dataset({name: packed[full] for name, full in zip(COEFFICIENTS, names, strict=True)})
+
+
+def fit_run(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:
+    """A run's fits, packed: one per variable, level and lead time, pooled over dates and grid.
+
+    Each fits the first ``config.members`` members on every start date of ``train``.
+    """
+    fits = {}
+    for var in config.variables or ():
+        truth = train[f"{var}_truth"]
+        pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
+        forecasts = train[var].isel(member=slice(config.members))
+        fits[var] = fit_emos(truth, forecasts, dim=pooled)
+    return pack_coefficients(fits)
+
+
+def _own_coefficients(
+    packed: xr.Dataset, var: str, config: PostprocessConfig, test: xr.Dataset, *, source: Path
+) -> xr.Dataset:
+    """``var``'s coefficients, on the channel dims it had in training.
+
+    A run's ``emos.nc`` holds each variable's fits on its own dims
+    (:func:`pack_coefficients`): a surface field's have no ``level``.
+
+    Raises:
+        ValueError: An ``emos.nc`` of the older layout, no fit of ``var``, or ``var`` with
+            other channel dims in ``test`` than in training.
+    """
+    try:
+        coef = unpack_coefficients(packed, var)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from error
+    trained = {str(d) for d in coef.dims if d in config.channel_dims}
+    own = {d for d in config.channel_dims if d in test[var].dims}
+    if own != trained:
+        raise ValueError(
+            f"{var!r} had channel dims {sorted(trained)} in training and has {sorted(own)} in "
+            "the test data; EMOS coefficients are not broadcast to other dims"
+        )
+    return coef
+
+
+def forecast(
+    packed: xr.Dataset, config: PostprocessConfig, test: xr.Dataset, *, source: Path
+) -> dict[str, tuple[xr.DataArray, xr.DataArray]]:
+    """A run's ``(mu, sigma)`` of every variable on ``test``, from its packed coefficients.
+
+    Args:
+        packed: The run's coefficients (its ``emos.nc``, :func:`fit_run`).
+        config: The run's configuration.
+        test: The data, on the run's grid.
+        source: The coefficients' file, for messages.
+
+    Raises:
+        ValueError: As :func:`_own_coefficients`.
+    """
+    out = {}
+    for var in config.variables or ():
+        coef = _own_coefficients(packed, var, config, test, source=source)
+        if "lead_time" in coef.dims:  # the data may hold some of the run's lead times
+            coef = coef.sel(lead_time=test["lead_time"].values)
+        predicted = emos_predict(coef, test[var].isel(member=slice(config.members)))
+        out[var] = (predicted["mu"], predicted["sigma"])
+    return out

@@ -1,8 +1,8 @@
 """Score post-processing runs against the raw ensemble on test data (``sciml weather evaluate``).
 
 One row per model, variable, level and lead time, averaged over start dates and grid
-points (columns in :data:`SCORES`); a variable without levels (a surface field beside
-levelled ones) has rows with a missing (NaN) ``level``:
+points (columns in :data:`~.evaluate_rows.SCORES`); a variable without levels (a surface
+field beside levelled ones) has rows with a missing (NaN) ``level``:
 
 * ``crps`` and ``crps_kind``: ``ensemble standard`` (the empirical CRPS of the members) for
   the raw ensembles, ``gaussian closed form`` for EMOS and the deep models;
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,27 +59,20 @@ from sciml.weather import metrics
 from sciml.weather.blocks import auto_block_dates
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
-from sciml.weather.options import config_record
-from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate_blocks import score_blocks
-from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run
-from sciml.weather.postprocess.train import read_run
-
-__all__ = ["SCORES", "Evaluation", "evaluate_runs", "predict_run", "score_runs"]
-
-#: Score columns: each has a ``<score>_std`` over seeds.
-SCORES = (
-    "crps",
-    "crps_skill",
-    "crps_efi",
-    "crps_efi_skill",
-    "crps_extreme",
-    "crps_extreme_skill",
-    "rmse",
-    "spread_skill",
-    "reliability",
+from sciml.weather.postprocess.evaluate_rows import (
+    ScoredRun,
+    check_data,
+    combined,
+    name_runs,
+    table_rows,
+    with_seeds,
+    with_skills,
 )
-SKILLS = {"crps_skill": "crps", "crps_efi_skill": "crps_efi", "crps_extreme_skill": "crps_extreme"}
+from sciml.weather.postprocess.predict import predict_run
+from sciml.weather.postprocess.record import read_run
+
+__all__ = ["Evaluation", "evaluate_runs", "score_runs"]
 
 #: Says which run is predicted and which forecast scored (``INFO``, :mod:`sciml.progress`).
 logger = logging.getLogger(__name__)
@@ -121,101 +114,6 @@ class _Target:
         }
 
 
-@dataclass(frozen=True)
-class _Run:
-    path: Path
-    config: PostprocessConfig
-    name: str
-    group: str | None  # the aggregated row's name when the run is one of several seeds
-    seeds: int = 1  # the seeds a forecast combines
-
-
-def _name_runs(runs: list[tuple[Path, PostprocessConfig]]) -> list[_Run]:
-    """Name each run; runs that differ only by seed share a group (the module docstring)."""
-    groups: dict[PostprocessConfig, list[tuple[Path, PostprocessConfig]]] = {}
-    for path, config in runs:
-        groups.setdefault(replace(config, train=replace(config.train, seed=0)), []).append(
-            (path, config)
-        )
-    bases = {key: f"{key.model}_{key.members}" for key in groups}
-    names = dict(bases)
-    for base in set(bases.values()):
-        alike = [key for key in groups if bases[key] == base]
-        if len(alike) > 1:
-            names |= {
-                key: f"{base}_{part}" for key, part in zip(alike, _distinct(alike), strict=True)
-            }
-    named: list[_Run] = []
-    for key, members in groups.items():
-        seeds = [config.train.seed for _, config in members]
-        if len(set(seeds)) < len(seeds):
-            paths = [str(path) for path, _ in members]
-            raise ValueError(f"runs {paths} have the same configuration and seed: pass one of them")
-        single = len(members) == 1
-        for path, config in members:
-            run_name = names[key] if single else f"{names[key]}_seed{config.train.seed}"
-            named.append(_Run(path, config, run_name, None if single else names[key]))
-    if len({run.name for run in named}) < len(named):
-        raise ValueError(
-            f"runs {[str(r.path) for r in named]} give ambiguous names; rename a folder"
-        )
-    return named
-
-
-def _distinct(configs: list[PostprocessConfig]) -> list[str]:
-    """Each configuration's values of the fields in which they differ, e.g. ``lr0.003-epochs30``."""
-    flat = [
-        {k: v for k, v in config_record(c).items() if k != "train"} | config_record(c)["train"]
-        for c in configs
-    ]
-    fields = [f for f in flat[0] if len({repr(values[f]) for values in flat}) > 1]
-
-    def text(value: object) -> str:
-        if isinstance(value, (tuple, list)):
-            return ",".join(map(str, value))
-        return str(value)
-
-    return ["-".join(f"{f}{text(values[f])}" for f in fields) for values in flat]
-
-
-def _check_data(test: xr.Dataset, variables: list[str], what: str) -> None:
-    missing = [v for v in variables if v not in test.data_vars or f"{v}_truth" not in test]
-    if missing:
-        raise ValueError(f"{what} lack {missing} (or their _truth)")
-    for var in variables:
-        absent = [d for d in ("member", "time", "lead_time") if d not in test[var].dims]
-        if absent:
-            raise ValueError(f"{var} of {what} has no {absent} dimension(s): {test[var].dims}")
-
-
-def _combined(runs: list[_Run], forecasts: list[Forecast]) -> list[tuple[_Run, Forecast]]:
-    """Each seed group's forecasts combined into one, as a run named ``<group>_combined``."""
-    groups: dict[str, list[int]] = {}
-    for index, run in enumerate(runs):
-        if run.group is not None:
-            groups.setdefault(run.group, []).append(index)
-    out = []
-    for group, indices in groups.items():
-        first = runs[indices[0]]
-        run = _Run(first.path, first.config, f"{group}_combined", None, seeds=len(indices))
-        out.append((run, combine_seeds([forecasts[i] for i in indices])))
-    return out
-
-
-def _rows(
-    name: str, members: int, seeds: int, var: str, scores: xr.Dataset, kind: str
-) -> list[dict]:
-    rows = []
-    for record in scores.drop_attrs().to_dataframe().reset_index().to_dict("records"):
-        lead = record.pop("lead_time")
-        days = lead if isinstance(lead, float) else pd.Timedelta(lead) / pd.Timedelta(days=1)
-        rows.append(
-            {"model": name, "members": members, "seeds": seeds, "variable": var}
-            | {"lead_days": days, **record, "crps_kind": kind}
-        )
-    return rows
-
-
 def score_runs(
     run_dirs: Sequence[Path | str],
     test: xr.Dataset,
@@ -252,11 +150,11 @@ def score_runs(
     if not run_dirs:
         raise ValueError("evaluate needs at least one run folder")
     check_fraction(extreme_fraction)
-    runs = _name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
+    runs = name_runs([(Path(r), read_run(r)[0]) for r in run_dirs])
     variables = list(dict.fromkeys(v for run in runs for v in run.config.variables or ()))
-    _check_data(test, variables, data)
+    check_data(test, variables, data)
     if climate is not None:  # in the test data's units
-        _check_data(climate, variables, "the climate data (--climate)")
+        check_data(climate, variables, "the climate data (--climate)")
         names = [name for var in variables for name in (var, f"{var}_truth")]
         climate, _ = conform_units(
             climate,
@@ -289,14 +187,12 @@ def score_runs(
         rows, histograms = _score_whole(
             runs, test, variables, keep, reference, extreme_fraction, data
         )
-    table = _with_skills(pd.DataFrame(rows), keep, full)
-    return Evaluation(
-        _with_seeds(table, runs), histograms, "test" if climate is None else "climate"
-    )
+    table = with_skills(pd.DataFrame(rows), keep, full)
+    return Evaluation(with_seeds(table, runs), histograms, "test" if climate is None else "climate")
 
 
 def _score_whole(
-    runs: list[_Run],
+    runs: list[ScoredRun],
     test: xr.Dataset,
     variables: list[str],
     keep: list[str],
@@ -310,7 +206,7 @@ def _score_whole(
     for number, run in enumerate(runs, start=1):
         with phase(logger, f"predicting {run.name} ({number}/{len(runs)} runs, {run.path})"):
             forecasts.append(predict_run(run.path, test, data=data))
-    scored = list(zip(runs, forecasts, strict=True)) + _combined(runs, forecasts)
+    scored = list(zip(runs, forecasts, strict=True)) + combined(runs, forecasts)
     rows: list[dict] = []
     histograms: dict[str, dict[str, xr.DataArray]] = {}
     for number, var in enumerate(variables, start=1):
@@ -349,11 +245,11 @@ def _raw_rows(
         "reliability": reliability_index(hist),
     }
     histograms.setdefault(f"raw_{k}", {})[var] = hist
-    return _rows(f"raw_{k}", k, 0, var, xr.Dataset(scores), "ensemble standard")
+    return table_rows(f"raw_{k}", k, 0, var, xr.Dataset(scores), "ensemble standard")
 
 
 def _model_rows(
-    run: _Run,
+    run: ScoredRun,
     var: str,
     forecast: tuple[xr.DataArray, xr.DataArray],
     target: _Target,
@@ -372,36 +268,7 @@ def _model_rows(
     previous = histograms.setdefault(name, {}).get(var)
     histograms[name][var] = hist if previous is None else previous + hist
     kind = "gaussian closed form"
-    return _rows(run.name, run.config.members, run.seeds, var, xr.Dataset(scores), kind)
-
-
-def _with_skills(table: pd.DataFrame, keep: list[str], full: int) -> pd.DataFrame:
-    """Add each ``*_skill`` column against the ``raw_<full>`` row of the same key."""
-    key = ["variable", *[c for c in table.columns if c in keep and c != "lead_time"], "lead_days"]
-    index = table.set_index(key).index
-    raw = table[table.model == f"raw_{full}"].set_index(key)
-    for skill, score in SKILLS.items():
-        table[skill] = 1 - table[score] / raw[score].reindex(index).to_numpy()
-    order = ["model", "members", "seeds", *key, "crps_kind"]
-    return table[order + list(SCORES)]
-
-
-def _with_seeds(table: pd.DataFrame, runs: list[_Run]) -> pd.DataFrame:
-    """Append each seed group's mean row, with ``<score>_std`` columns over its seeds."""
-    for score in SCORES:
-        table[f"{score}_std"] = np.nan
-    groups = {run.group: [r.name for r in runs if r.group == run.group] for run in runs}
-    key = [c for c in table.columns if c not in (*SCORES, "model", "seeds") and "_std" not in c]
-    parts = [table]
-    for group, names in groups.items():
-        if group is None:
-            continue
-        seeds = table[table.model.isin(names)]
-        grouped = seeds.groupby(key, sort=False, dropna=False)[list(SCORES)]
-        mean, std = grouped.mean(), grouped.std(ddof=1).add_suffix("_std")
-        rows = mean.join(std).reset_index().assign(model=group, seeds=len(names))
-        parts.append(rows[table.columns])
-    return pd.concat(parts, ignore_index=True)
+    return table_rows(run.name, run.config.members, run.seeds, var, xr.Dataset(scores), kind)
 
 
 def evaluate_runs(

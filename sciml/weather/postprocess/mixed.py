@@ -19,6 +19,8 @@ latitude with zeros.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -31,7 +33,10 @@ from sciml.weather.postprocess.models import (
     residual_gaussian,
 )
 
-__all__ = ["MixedPostProcessor"]
+if TYPE_CHECKING:
+    from sciml.weather.postprocess.config import PostprocessConfig
+
+__all__ = ["MixedPostProcessor", "build_mixed"]
 
 
 class MixedPostProcessor(GaussianPostProcessor):
@@ -92,3 +97,18 @@ class MixedPostProcessor(GaussianPostProcessor):
     def regularisation(self) -> Tensor:
         """``smoothness`` times the locally connected layer's neighbour penalty."""
         return self.smoothness * self.local.smoothness()
+
+
+def build_mixed(config: PostprocessConfig, channels: int) -> MixedPostProcessor:
+    """The ``"mixed"`` model of :data:`~sciml.weather.postprocess.registry.MODELS`.
+
+    Its locally connected layer is sized to the run's grid (``config.grid``).
+    """
+    height, width = config.grid
+    return MixedPostProcessor(
+        channels,
+        height=height,
+        width=width,
+        static=len(config.static or ()),
+        periodic=config.periodic,
+    )

@@ -35,7 +35,7 @@ Gaussian CRPS plus the model's :meth:`~GaussianPostProcessor.regularisation`
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,10 @@ from sciml.models import UNet
 from sciml.training.checkpoint import unwrap
 from sciml.weather.metrics.losses import crps_gaussian_loss
 from sciml.weather.periodic import periodic_lon
+from sciml.weather.postprocess.registry import MODELS
+
+if TYPE_CHECKING:
+    from sciml.weather.postprocess.config import PostprocessConfig
 
 __all__ = [
     "BACKBONES",
@@ -52,6 +56,9 @@ __all__ = [
     "SIGMA_MIN",
     "GaussianPostProcessor",
     "PostProcessor",
+    "build_mlp",
+    "build_postprocessor",
+    "build_unet",
     "gaussian_crps_loss",
     "member_mean_sd",
     "residual_gaussian",
@@ -244,6 +251,27 @@ class PostProcessor(GaussianPostProcessor):
         mean, sd = member_mean_sd(members)
         out = self.backbone(torch.cat([mean, sd, *extras], dim=1))
         return residual_gaussian(mean, sd, out)
+
+
+def build_postprocessor(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
+    """The untrained network of a run's deep model, by its entry's builder.
+
+    The entry is ``config.model``'s in :data:`~sciml.weather.postprocess.registry.MODELS`.
+    """
+    model: GaussianPostProcessor = MODELS[config.model].function("build")(config, channels)
+    return model
+
+
+def build_mlp(config: PostprocessConfig, channels: int) -> PostProcessor:
+    """The ``"mlp"`` model of :data:`~sciml.weather.postprocess.registry.MODELS`."""
+    static = len(config.static or ())
+    return PostProcessor(channels, static=static, backbone="mlp", periodic=config.periodic)
+
+
+def build_unet(config: PostprocessConfig, channels: int) -> PostProcessor:
+    """The ``"unet"`` model of :data:`~sciml.weather.postprocess.registry.MODELS`."""
+    static = len(config.static or ())
+    return PostProcessor(channels, static=static, backbone="unet", periodic=config.periodic)
 
 
 def gaussian_crps_loss(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:

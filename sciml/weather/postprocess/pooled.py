@@ -13,6 +13,8 @@ around in longitude.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
 
@@ -24,7 +26,10 @@ from sciml.weather.postprocess.models import (
     zero_last_conv,
 )
 
-__all__ = ["PooledPostProcessor"]
+if TYPE_CHECKING:
+    from sciml.weather.postprocess.config import PostprocessConfig
+
+__all__ = ["PooledPostProcessor", "build_pooled"]
 
 
 class PooledPostProcessor(GaussianPostProcessor):
@@ -80,3 +85,8 @@ class PooledPostProcessor(GaussianPostProcessor):
         mean, sd = member_mean_sd(members)
         pooled = [*member_mean_sd(encoded), mean, sd, *extras]
         return residual_gaussian(mean, sd, self.head(torch.cat(pooled, dim=1)))
+
+
+def build_pooled(config: PostprocessConfig, channels: int) -> PooledPostProcessor:
+    """The ``"pooled"`` model of :data:`~sciml.weather.postprocess.registry.MODELS`."""
+    return PooledPostProcessor(channels, static=len(config.static or ()), periodic=config.periodic)

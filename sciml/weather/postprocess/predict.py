@@ -1,7 +1,8 @@
-"""The Gaussian forecast of a trained post-processing run on new data (EMOS or a deep model).
+"""The Gaussian forecast of a trained post-processing run on new data (any model of the registry).
 
+:func:`load_postprocessor` rebuilds a deep model from its run folder;
 :func:`predict_run` rebuilds a run from its folder
-(:func:`sciml.weather.postprocess.train.read_run`),
+(:func:`sciml.weather.postprocess.record.read_run`),
 puts the data on the grid the run was trained on (:func:`sciml.weather.grid.align_to_run`:
 latitudes, longitude convention, levels and dim order aligned by label, another grid
 refused; data in other units that convert to the run's are converted, others refused)
@@ -25,18 +26,46 @@ from torch.utils.data import DataLoader
 from sciml.weather.data import refuse_missing
 from sciml.weather.grid import align_to_run
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.emos import emos_predict, unpack_coefficients
-from sciml.weather.postprocess.train import (
-    load_postprocessor,
-    read_data_record,
-    read_run,
-)
+from sciml.weather.postprocess.models import GaussianPostProcessor, build_postprocessor
+from sciml.weather.postprocess.record import read_data_record, read_run
+from sciml.weather.postprocess.registry import MODELS
 
-__all__ = ["Forecast", "combine_seeds", "labelled_like_truth", "predict_run"]
+__all__ = [
+    "Forecast",
+    "combine_seeds",
+    "labelled_like_truth",
+    "load_postprocessor",
+    "predict_run",
+]
 
 SAMPLE_DIMS = ("time", "lead_time")
 #: ``(mu, sigma)`` of every variable.
 Forecast = dict[str, tuple[xr.DataArray, xr.DataArray]]
+
+
+def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
+    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
+
+    Raises:
+        FileNotFoundError: No run or no such checkpoint.
+        ValueError: The run is an EMOS run, or of another run format.
+    """
+    from sciml.training.checkpoint import load_checkpoint
+
+    config, stats = read_run(run_dir)
+    entry = MODELS[config.model]
+    if not entry.deep:
+        article = "an" if entry.called[0].lower() in "aeiou" else "a"
+        raise ValueError(
+            f"{run_dir} is {article} {entry.called} run, a closed-form fit: its parameters are "
+            f"in {entry.params}"
+        )
+    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
+    model = build_postprocessor(config, len(stats.channels))
+    load_checkpoint(path, model, restore_rng=False)
+    return model.eval()
 
 
 def _deep_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:
@@ -86,33 +115,6 @@ def labelled_like_truth(
     return xr.DataArray(block, dims=dims, coords=truth.coords).transpose(*truth.dims)
 
 
-def _own_coefficients(
-    packed: xr.Dataset, var: str, config: PostprocessConfig, test: xr.Dataset, *, source: Path
-) -> xr.Dataset:
-    """``var``'s EMOS coefficients, on the channel dims it had in training.
-
-    ``emos.nc`` holds each variable's fits on its own dims
-    (:func:`~sciml.weather.postprocess.emos.pack_coefficients`): a surface field's have no
-    ``level``.
-
-    Raises:
-        ValueError: An ``emos.nc`` of the older layout, no fit of ``var``, or ``var`` with
-            other channel dims in ``test`` than in training.
-    """
-    try:
-        coef = unpack_coefficients(packed, var)
-    except ValueError as error:
-        raise ValueError(f"{source}: {error}") from error
-    trained = {str(d) for d in coef.dims if d in config.channel_dims}
-    own = {d for d in config.channel_dims if d in test[var].dims}
-    if own != trained:
-        raise ValueError(
-            f"{var!r} had channel dims {sorted(trained)} in training and has {sorted(own)} in "
-            "the test data; EMOS coefficients are not broadcast to other dims"
-        )
-    return coef
-
-
 def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data") -> Forecast:
     """The Gaussian forecast ``(mu, sigma)`` of every variable of a run, on ``test``.
 
@@ -128,7 +130,8 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
         sciml.datasets.cf.UnitsMismatch: A variable of ``test`` in units that do not
             convert to the run's (both named).
         ValueError: An EMOS run whose ``emos.nc`` has the older layout (refit it) or
-            whose variables have other channel dims in ``test`` than in training.
+            whose variables have other channel dims in ``test`` than in training (a
+            closed-form model's forecast refuses data in its own terms).
         KeyError: A variable or static field of the run is missing from ``test`` (both
             named).
     """
@@ -144,7 +147,7 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
             f"{data} lack {absent}, which the run in {run_dir} (--run-dir) reads; they have "
             f"{sorted(map(str, test.data_vars))}"
         )
-    if config.missing == "refuse":  # every model: EMOS predicted NaN there, unsaid
+    if config.missing == "refuse":  # every model: a closed-form one predicted NaN there, unsaid
         refuse_missing(
             test,
             [*(config.variables or ()), *(config.static or ())],
@@ -152,10 +155,10 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
             "them, or use a run trained with --missing mask",
         )
     aligned = align_to_run(test, read_data_record(run_dir), run=str(run_dir), data=data)
-    if config.model == "emos":
-        forecast = _emos_forecast(run_dir, config, aligned.data)
-    else:
+    if MODELS[config.model].deep:
         forecast = _deep_forecast(run_dir, config, aligned.data)
+    else:
+        forecast = _closed_form_forecast(run_dir, config, aligned.data)
     own = {var: [d for d in test[var].dims if d != "member"] for var in config.variables or ()}
     out = {
         var: (
@@ -171,19 +174,14 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
     return out
 
 
-def _emos_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:
-    """EMOS's ``(mu, sigma)`` of every variable, from ``emos.nc``."""
-    path = run_dir / "emos.nc"
+def _closed_form_forecast(run_dir: Path, config: PostprocessConfig, test: xr.Dataset) -> Forecast:
+    """A closed-form model's ``(mu, sigma)`` of every variable, from its parameter file."""
+    entry = MODELS[config.model]
+    path = run_dir / entry.params
     with xr.open_dataset(path) as stored:
-        packed = stored.load()
-    out: Forecast = {}
-    for var in config.variables or ():
-        coef = _own_coefficients(packed, var, config, test, source=path)
-        if "lead_time" in coef.dims:  # the data may hold some of the run's lead times
-            coef = coef.sel(lead_time=test["lead_time"].values)
-        forecast = emos_predict(coef, test[var].isel(member=slice(config.members)))
-        out[var] = (forecast["mu"], forecast["sigma"])
-    return out
+        params = stored.load()
+    forecast: Forecast = entry.function("forecast")(params, config, test, source=path)
+    return forecast
 
 
 def combine_seeds(forecasts: Sequence[Forecast]) -> Forecast:

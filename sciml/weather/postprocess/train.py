@@ -1,25 +1,27 @@
-"""Train a post-processing model on an ensemble dataset and rebuild it from its run folder.
+"""Train a post-processing model on an ensemble dataset, in its run folder.
 
 ``sciml weather train`` calls :func:`train_postprocessor` with a
-:class:`~sciml.weather.postprocess.config.PostprocessConfig`. For the deep models the last
-``validation`` fraction of the start dates validates (:func:`sciml.weather.data.split_start_dates`
-without a test part: test on another file) and the rest trains; EMOS, which has nothing to
-choose on validation dates, fits on every start date it is given (its run records
-``validation`` 0). The run folder holds
-``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the model and data
-configuration, and the data's grid: :func:`sciml.weather.grid.data_record`), ``stats.json``
-(the forecasts' channel statistics, from the training dates) and either ``emos.nc``
-(EMOS coefficients, one fit per variable, level and lead time over all dates and grid points, on the
-first ``members`` members: per-point fits need many more dates than a toy set has, see
-:func:`sciml.weather.postprocess.emos.fit_emos` for them) or
-:func:`sciml.training.fit`'s checkpoints and metrics (the deep models: progress, exact
-resume, preemption; a rerun with another configuration is refused). The deep models
-(:data:`DEEP_MODELS`: ``mlp``, ``unet``, ``mixed``, ``pooled``) read the lead time and, by
-default, train on the CRPS relative to the raw ensemble's per channel and lead time
-(:mod:`sciml.weather.postprocess.loss_scale`; the scale is kept as ``crps_scale.nc``); their
-convolutions wrap around in longitude when the grid closes the circle
-(:func:`~sciml.weather.periodic.is_periodic_lon`). A run folder records
-:data:`RUN_VERSION`; folders of another version are refused by name (retrain in a new folder).
+:class:`~sciml.weather.postprocess.config.PostprocessConfig`; the model's entry in
+:data:`~sciml.weather.postprocess.registry.MODELS` says how it is built or fitted. For the
+deep models the last ``validation`` fraction of the start dates validates
+(:func:`sciml.weather.split.split_start_dates` without a test part: test on another file) and
+the rest trains; a closed-form model such as EMOS, which has nothing to choose on validation
+dates, fits on every start date it is given (its run records ``validation`` 0). The run
+folder holds ``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the
+model and data configuration, and the data's grid: :func:`sciml.weather.grid.data_record`),
+``stats.json`` (the forecasts' channel statistics, from the training dates) and either a
+closed-form model's parameters, ``<model>.nc`` (``emos.nc``: EMOS coefficients, one fit per
+variable, level and lead time over all dates and grid points, on the first ``members``
+members: per-point fits need many more dates than a toy set has, see
+:func:`sciml.weather.postprocess.emos.fit_emos` for them) or :func:`sciml.training.fit`'s
+checkpoints and metrics (the deep models: progress, exact resume, preemption; a rerun with
+another configuration is refused). The deep models (``mlp``, ``unet``, ``mixed``,
+``pooled``) read the lead time and, by default, train on the CRPS relative to the raw
+ensemble's per channel and lead time (:mod:`sciml.weather.postprocess.loss_scale`; the
+scale is kept as ``crps_scale.nc``); their convolutions wrap around in longitude when the
+grid closes the circle (:func:`~sciml.weather.periodic.is_periodic_lon`). The record and
+its format are :mod:`sciml.weather.postprocess.record`'s; :mod:`~sciml.weather.postprocess.predict`
+rebuilds a trained run.
 
 Every check happens before the first byte is written: a rerun in a folder that holds
 another configuration, or was trained on other data (another grid, other levels, lead
@@ -30,14 +32,12 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import xarray as xr
 from torch.nn.parallel import DistributedDataParallel
@@ -45,66 +45,34 @@ from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
-from sciml.io_utils import atomic_path, atomic_write_text
+from sciml.io_utils import atomic_path
 from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
-from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
-from sciml.weather.grid import data_record, spatial_dims
-from sciml.weather.options import (
-    DATA_KEY,
-    DEEP_MODELS,
-    MODELS,
-    check_sweep,
-    config_from_record,
-    run_records,
+from sciml.training.run_record import claim_run_dirs
+from sciml.weather.data import refuse_missing
+from sciml.weather.grid import (
+    SAMPLE_DIMS,
+    data_record,
+    forecast_variables,
+    spatial_dims,
+    static_variables,
 )
+from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.emos import fit_emos, pack_coefficients
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
-from sciml.weather.postprocess.mixed import MixedPostProcessor
-from sciml.weather.postprocess.models import Backbone, GaussianPostProcessor, PostProcessor
-from sciml.weather.postprocess.pooled import PooledPostProcessor
+from sciml.weather.postprocess.models import build_postprocessor
+from sciml.weather.postprocess.record import RUN_RECORD
+from sciml.weather.postprocess.registry import MODELS
+from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
+from sciml.weather.split import split_start_dates
 
 __all__ = [
-    "DEEP_MODELS",
-    "MODELS",
-    "RUN_RECORD",
-    "RUN_VERSION",
     "fit_runs",
-    "forecast_variables",
-    "load_postprocessor",
-    "read_data_record",
-    "read_run",
-    "record_reads",
     "run_dir_advice",
-    "split_validation",
-    "static_variables",
     "train_postprocessor",
     "train_postprocessors",
 ]
 
-RUN_CONFIG = "weather_run.json"
-#: Format of ``weather_run.json``; 5: the configuration nests the loop's options (``train``:
-#: epochs, batch size, seed); 4: the run record's layout (kind, version, config); 3: it
-#: records the training data's grid, lead times and start dates (2: the deep models read the
-#: lead time, a 4-output head).
-RUN_VERSION = 5
-_GRID = "a run now records the grid, lead times and start dates it was trained on"
-_CHANGES = {
-    1: _GRID,
-    2: _GRID,
-    3: "the record now names its kind and format",
-    4: "the configuration now nests the training loop's options (train)",
-}
-#: The run record of a weather post-processing run.
-RUN_RECORD = RecordKind(
-    "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
-)
-SAMPLE_DIMS = ("time", "lead_time")
-#: The run folder's record of the memory limit and of how the data were read (a runtime
-#: record, written at every start of the run).
-READS = "reads.json"
 #: Says which path the data take (in memory or streamed) and why (``INFO``).
 logger = logging.getLogger(__name__)
 
@@ -116,43 +84,6 @@ def run_dir_advice() -> Iterator[None]:
         yield
     except RunDirError as err:
         raise err.with_advice("give this run another --run-dir") from None
-
-
-def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
-    """Variables with members and a ``<variable>_truth``, in the dataset's order."""
-    return [
-        str(name)
-        for name, var in ds.data_vars.items()
-        if member_dim in var.dims and f"{name}_truth" in ds.data_vars
-    ]
-
-
-def static_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
-    """Fields on the grid without members and sample dims (e.g. ``topography``).
-
-    A variable off the grid (a scalar ``crs``, bounds) is no static field.
-    """
-    varying = {member_dim, *SAMPLE_DIMS}
-    return [
-        str(name)
-        for name, var in ds.data_vars.items()
-        if not varying & set(var.dims) and {"lat", "lon"} <= set(var.dims)
-    ]
-
-
-def split_validation(ds: xr.Dataset, *, validation: float) -> tuple[xr.Dataset, xr.Dataset]:
-    """Training and validation start dates: the last ``validation`` fraction validates."""
-    if not 0 < validation < 1:
-        raise ValueError(f"validation must be a fraction in (0, 1), got {validation}")
-    if "time" not in ds.dims:
-        raise ValueError(f"the data have no start-date dimension 'time': {dict(ds.sizes)}")
-    times = np.unique(ds["time"].values)
-    held = max(1, round(validation * times.size))
-    if held >= times.size:
-        raise ValueError(
-            f"{times.size} start date(s) cannot be split into training and validation ({held})"
-        )
-    return ds.sel(time=times[:-held]), ds.sel(time=times[-held:])
 
 
 def train_postprocessor(
@@ -178,9 +109,9 @@ def train_postprocessor(
         device: Where a deep model trains (default: the CPU).
         memory_limit: Bytes of training (or validation) dates a deep model reads into
             memory; larger ones are streamed, a chunk of the file at a time in an order
-            that follows the chunks (:class:`~sciml.weather.dataset.StreamedEnsemble`);
+            that follows the chunks (:class:`~sciml.weather.streamed.StreamedEnsemble`);
             0: always stream. Data read into memory are read in the order streaming
-            would take (:func:`~sciml.weather.dataset.chunk_layout`: the file's chunks),
+            would take (:func:`~sciml.weather.streamed.chunk_layout`: the file's chunks),
             so the limit changes no result, and a resumed run may change it. The run says
             which path it took, and why, and keeps it in ``reads.json``.
 
@@ -229,23 +160,26 @@ def train_postprocessors(
             advice="give --missing mask (PostprocessConfig.missing='mask') to leave missing "
             "points out of the loss and the scores, or fill them first",
         )
-    emos = first.model == "emos"
-    if len(configs) > 1 and emos:
-        raise ValueError("EMOS has no seed or learning rate to sweep: fit it once")
+    entry = MODELS[first.model]
+    closed_form = not entry.deep
+    if len(configs) > 1 and closed_form:
+        raise ValueError(
+            f"{entry.called} has no seed or learning rate to sweep: fit it once (a closed-form fit)"
+        )
     run_paths = [Path(run_dir) for run_dir in run_dirs]
-    if emos:
-        train, val = ds, None  # no checkpoint to choose: EMOS fits on every date
+    if closed_form:
+        train, val = ds, None  # no checkpoint to choose: a closed-form model fits every date
     else:
-        train, val = split_validation(ds, validation=first.validation)
+        train, val, _ = split_start_dates(ds, validation=first.validation, test=0)
     channel_dims = first.channel_dims
     data = data_record(ds, chosen, channel_dims=channel_dims, static=first.static or ())
     records = run_records(configs, data, run_paths, RUN_RECORD)
-    wants_scale = not emos and first.loss_scale != "none"
+    wants_scale = not closed_form and first.loss_scale != "none"
 
     def prepare() -> tuple[NormStats, xr.DataArray | None]:
-        """Check the folders, compute what they lack, then write them (rank 0; EMOS fits here)."""
+        """Check the folders, compute what they lack, then write them (rank 0; closed-form fits)."""
         with claim_run_dirs(run_paths, RUN_RECORD, records) as claims:
-            resumed = [claim.resumed and not emos for claim in claims]  # EMOS refits
+            resumed = [claim.resumed and not closed_form for claim in claims]  # a fit is redone
             stats_paths = [run_dir / "stats.json" for run_dir in run_paths]
             scale_paths = [run_dir / "crps_scale.nc" for run_dir in run_paths]
             keep_stats = [r and p.exists() for r, p in zip(resumed, stats_paths, strict=True)]
@@ -262,7 +196,7 @@ def train_postprocessors(
                     scale = stored.load()
             elif wants_scale:
                 scale = raw_crps_scale(train, chosen, stats=stats, channel_dims=channel_dims)
-            coefficients = _fit_emos(train, first) if emos else None
+            params = entry.function("fit")(train, first) if closed_form else None
             # every check and computation is done: only now are the folders written
             for k, (run_dir, claim) in enumerate(zip(run_paths, claims, strict=True)):
                 claim.write()
@@ -271,9 +205,9 @@ def train_postprocessors(
                 if scale is not None and not keep_scale[k]:
                     with atomic_path(scale_paths[k], suffix=".nc") as tmp:
                         scale.to_netcdf(tmp)
-                if coefficients is not None:
-                    with atomic_path(run_dir / "emos.nc", suffix=".nc") as tmp:
-                        coefficients.to_netcdf(tmp)
+                if params is not None:
+                    with atomic_path(run_dir / entry.params, suffix=".nc") as tmp:
+                        params.to_netcdf(tmp)
         return stats, scale
 
     stats, scale = on_rank0(prepare)
@@ -301,7 +235,7 @@ def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
             f"PostprocessConfig.members must be at most the ensemble's {size} members, "
             f"got {config.members}"
         )
-    emos = config.model == "emos"
+    closed_form = not MODELS[config.model].deep
     chosen = list(config.variables or forecast_variables(ds))
     if not chosen:
         raise ValueError(
@@ -311,23 +245,12 @@ def _resolved(ds: xr.Dataset, config: PostprocessConfig) -> PostprocessConfig:
     return replace(
         config,
         variables=tuple(chosen),
-        static=() if emos else tuple(static),
-        choice=config.choice or ("random" if config.model == "pooled" else "first"),
-        validation=0.0 if emos else config.validation,
-        grid=() if emos else _grid(ds, chosen, config.channel_dims),
-        periodic=not emos and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
+        static=() if closed_form else tuple(static),
+        choice=config.choice or MODELS[config.model].choice,
+        validation=0.0 if closed_form else config.validation,
+        grid=() if closed_form else _grid(ds, chosen, config.channel_dims),
+        periodic=not closed_form and is_periodic_lon(ds, dim=str(ds[chosen[0]].dims[-1])),
     )
-
-
-def _fit_emos(train: xr.Dataset, config: PostprocessConfig) -> xr.Dataset:
-    """One EMOS fit per variable, level and lead time (pooled over dates and grid), packed."""
-    fits = {}
-    for var in config.variables or ():
-        truth = train[f"{var}_truth"]
-        pooled = [d for d in truth.dims if d not in ("lead_time", *config.channel_dims)]
-        forecasts = train[var].isel(member=slice(config.members))
-        fits[var] = fit_emos(truth, forecasts, dim=pooled)
-    return pack_coefficients(fits)
 
 
 def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> tuple[int, ...]:
@@ -339,19 +262,6 @@ def _grid(ds: xr.Dataset, variables: list[str], channel_dims: Sequence[str]) -> 
             f"and channel_dims {tuple(channel_dims)}; {variables[0]!r} has {spatial}"
         )
     return tuple(ds.sizes[d] for d in spatial)
-
-
-def _build(config: PostprocessConfig, channels: int) -> GaussianPostProcessor:
-    static, periodic = len(config.static or ()), config.periodic
-    if config.model in ("mlp", "unet"):
-        backbone: Backbone = "mlp" if config.model == "mlp" else "unet"
-        return PostProcessor(channels, static=static, backbone=backbone, periodic=periodic)
-    if config.model == "mixed":
-        height, width = config.grid
-        return MixedPostProcessor(
-            channels, height=height, width=width, static=static, periodic=periodic
-        )
-    return PooledPostProcessor(channels, static=static, periodic=periodic)
 
 
 def _train_deep(
@@ -381,7 +291,7 @@ def _train_deep(
     models: list[torch.nn.Module] = []
     for run in configs:  # each run's weights from its own seed, as a separate run's
         seed_everything(run.train.seed)
-        models.append(_build(run, len(stats.channels)).to(device))
+        models.append(build_postprocessor(run, len(stats.channels)).to(device))
     variables = list(config.variables or ())
     train_set, train_path = _samples(
         train, variables, what="the training dates", limit=memory_limit, **options
@@ -400,12 +310,13 @@ def _train_deep(
 def _samples(
     part: xr.Dataset, variables: list[str], *, what: str, limit: int, **options: Any
 ) -> tuple[Dataset[Any], dict[str, str]]:
-    """The samples of ``part``, in memory or streamed (:func:`~sciml.weather.data.read_path`).
+    """The samples of ``part``, in memory or streamed (:func:`~sciml.weather.reads.read_path`).
 
     Returns:
         The dataset, and the path it takes and why (as ``reads.json`` keeps them).
     """
-    from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble, chunk_layout
+    from sciml.weather.dataset import EnsembleDataset
+    from sciml.weather.streamed import StreamedEnsemble, chunk_layout
 
     options["choice"] = options["choice"] or "first"
     stream, why = read_path(part, what=what, limit=limit)
@@ -420,16 +331,6 @@ def _samples(
     why = f"{why}: {streamed.describe()}"
     logger.info(why)
     return streamed, {"path": "stream", "why": why}
-
-
-def record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str]]) -> None:
-    """Keep the memory limit and the paths the data took in each run's ``reads.json``.
-
-    A runtime record: a resumed run writes its own (the limit may change on a resume).
-    """
-    record = {"memory_limit": limit, "train": paths[0], "validation": paths[1]}
-    for run_dir in run_dirs:
-        atomic_write_text(run_dir / READS, json.dumps(record, indent=1) + "\n")
 
 
 def fit_runs(
@@ -479,49 +380,3 @@ def fit_runs(
             val_dataset=val_set,
         )
     return [result.status]
-
-
-def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
-    """The configuration and channel statistics of a weather run folder.
-
-    Raises:
-        FileNotFoundError: Not a weather run folder.
-        ValueError: A run folder of another format.
-    """
-    run_dir = Path(run_dir)
-    raw = read_run_record(run_dir, RUN_RECORD)
-    raw.pop(DATA_KEY, None)
-    raw.setdefault("missing", "refuse")  # a run recorded before the policy refused them
-    config = config_from_record(PostprocessConfig, raw, str(run_dir / RUN_CONFIG))
-    return config, NormStats.from_json(run_dir / "stats.json")
-
-
-def read_data_record(run_dir: Path | str) -> dict[str, Any]:
-    """What a weather run recorded of its training data (:func:`sciml.weather.grid.data_record`).
-
-    Raises:
-        FileNotFoundError: Not a weather run folder.
-        ValueError: A run folder of another format.
-    """
-    record: dict[str, Any] = read_run_record(run_dir, RUN_RECORD)[DATA_KEY]
-    return record
-
-
-def load_postprocessor(run_dir: Path | str, *, checkpoint: str = "best") -> GaussianPostProcessor:
-    """The deep model of a run folder, with the weights of its ``best`` or ``last`` checkpoint.
-
-    Raises:
-        FileNotFoundError: No run or no such checkpoint.
-        ValueError: The run is an EMOS run, or of another run format.
-    """
-    from sciml.training.checkpoint import load_checkpoint
-
-    config, stats = read_run(run_dir)
-    if config.model == "emos":
-        raise ValueError(f"{run_dir} is an EMOS run: its coefficients are in emos.nc")
-    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
-    model = _build(config, len(stats.channels))
-    load_checkpoint(path, model, restore_rng=False)
-    return model.eval()

@@ -6,7 +6,7 @@ import argparse
 
 from sciml.cli_args import Subparsers, add_config_arguments
 from sciml.weather.options import add_memory_limit, add_sweep_arguments, sweep_runs
-from sciml.weather.spread.options import SpreadConfig
+from sciml.weather.spread.config import SpreadConfig
 
 __all__ = ["register_spread"]
 
@@ -37,8 +37,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sciml.cli_args import runs_and_test_data
     from sciml.io_utils import atomic_write_text
     from sciml.weather.data import open_ensemble
-    from sciml.weather.spread.config import RUN_CONFIG
     from sciml.weather.spread.evaluate import evaluate_spread
+    from sciml.weather.spread.record import RUN_CONFIG
 
     runs, test_data = runs_and_test_data(args.run_dir, args.test_data, marker=RUN_CONFIG)
     table = evaluate_spread(

@@ -30,7 +30,8 @@ from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats
 from sciml.datasets.chunked import ChunkLayout
-from sciml.weather.dataset import EnsembleDataset, StreamedEnsemble
+from sciml.weather.dataset import EnsembleDataset
+from sciml.weather.streamed import StreamedEnsemble
 
 __all__ = ["SpreadDataset", "check_spread_data", "lead_days"]
 
@@ -102,7 +103,7 @@ class SpreadDataset(Dataset[Sample]):
         choice: ``"first"`` or ``"random"`` members (one choice for all steps).
         stats: Channel statistics (``"compute"``: from ``ds``; pass the training split's).
         stream: Read ``ds`` a chunk of start dates at a time, ahead of the steps
-            (:class:`~sciml.weather.dataset.StreamedEnsemble`; ``stats`` must be given), for
+            (:class:`~sciml.weather.streamed.StreamedEnsemble`; ``stats`` must be given), for
             data larger than memory: in the order :func:`sciml.training.fit` draws from
             :attr:`chunk_layout`, the samples are those of the data in memory, bit for bit.
     """

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from sciml.weather.spread.config import read_spread_run
-from sciml.weather.spread.options import SpreadConfig
-from sciml.weather.spread.train import predict_spread
+from sciml.weather.spread.config import SpreadConfig
+from sciml.weather.spread.predict import predict_spread
+from sciml.weather.spread.record import read_spread_run
 
 __all__ = ["evaluate_spread", "spread_scores"]
 
@@ -79,7 +79,7 @@ def evaluate_spread(
     Args:
         run_dirs: Spread run folders.
         test: Test ensemble; put on each run's grid by label
-            (:func:`~sciml.weather.spread.train.predict_spread`).
+            (:func:`~sciml.weather.spread.predict.predict_spread`).
         data: How error messages name ``test`` (e.g. the file).
 
     Raises:

@@ -1,4 +1,4 @@
-"""Train a spread predictor and rebuild it, or its forecast, from its run folder.
+"""Train a spread predictor, in its run folder.
 
 ``sciml weather spread train`` calls :func:`train_spread`: as for the post-processing
 models (:mod:`sciml.weather.postprocess.train`), the last ``validation`` fraction of the start dates
@@ -7,13 +7,10 @@ checkpoints, exact resume, preemption), data-parallel under an initialised
 ``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
 :func:`~sciml.weather.postprocess.train.train_postprocessor` does. The run folder holds
 ``spread_run.json`` (the configuration and the training data's grid,
-:mod:`sciml.weather.spread.config`: a rerun with another one, or on other data, is refused
+:mod:`sciml.weather.spread.record`: a rerun with another one, or on other data, is refused
 before anything is written), ``stats.json`` (the forecasts' channel statistics, from the
-training dates; a resumed run reads them) and ``fit``'s checkpoints and metrics.
-:func:`predict_spread` gives a run's predicted standard deviation on new data, in the data's
-units: the spread of an ensemble of the training data's size (``ensemble`` in the
-configuration), whatever the size of the data it is applied to, after putting the data on
-the run's grid by label (:func:`sciml.weather.grid.align_to_run`).
+training dates; a resumed run reads them) and ``fit``'s checkpoints and metrics;
+:mod:`sciml.weather.spread.predict` rebuilds a trained run and forecasts with it.
 """
 
 from __future__ import annotations
@@ -26,29 +23,24 @@ from pathlib import Path
 
 import torch
 import xarray as xr
-from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.run_record import claim_run_dirs
-from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
-from sciml.weather.dataset import StreamedEnsemble, chunk_layout
-from sciml.weather.grid import align_to_run, data_record
+from sciml.weather.data import refuse_missing
+from sciml.weather.grid import data_record, forecast_variables
 from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
-from sciml.weather.postprocess.predict import labelled_like_truth
-from sciml.weather.postprocess.train import (
-    fit_runs,
-    forecast_variables,
-    record_reads,
-    split_validation,
-)
-from sciml.weather.spread.config import SPREAD_RECORD, read_spread_data, read_spread_run
+from sciml.weather.postprocess.train import fit_runs
+from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
+from sciml.weather.split import split_start_dates
+from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
-from sciml.weather.spread.model import SpreadPredictor, spread_loss
-from sciml.weather.spread.options import SpreadConfig
+from sciml.weather.spread.model import spread_loss
+from sciml.weather.spread.record import SPREAD_RECORD
+from sciml.weather.streamed import StreamedEnsemble, chunk_layout
 
-__all__ = ["load_spread_model", "predict_spread", "train_spread", "train_spreads"]
+__all__ = ["train_spread", "train_spreads"]
 
 #: Says whether the data are read into memory, and why (``INFO``).
 logger = logging.getLogger(__name__)
@@ -124,7 +116,7 @@ def train_spreads(
         [*chosen, *(f"{var}_truth" for var in chosen)],
         advice="a spread run does not mask missing values: fill them first",
     )
-    train, val = split_validation(ds, validation=first.validation)
+    train, val, _ = split_start_dates(ds, validation=first.validation, test=0)
     run_paths = [Path(run_dir) for run_dir in run_dirs]
     data = data_record(ds, chosen, channel_dims=("level",))
     records = run_records(configs, data, run_paths, SPREAD_RECORD)
@@ -235,70 +227,3 @@ def _fit(
     val_set, val_path = dataset(val, "first", "the validation dates")
     on_rank0(lambda: record_reads(run_dirs, memory_limit, [train_path, val_path]))
     return fit_runs(models, configs, train_set, val_set, loss, run_dirs, device)
-
-
-def load_spread_model(run_dir: Path | str, *, checkpoint: str = "best") -> SpreadPredictor:
-    """The model of a spread run with the weights of its ``best`` or ``last`` checkpoint.
-
-    Raises:
-        FileNotFoundError: No run or no such checkpoint.
-    """
-    from sciml.training.checkpoint import load_checkpoint
-
-    config, _ = read_spread_run(run_dir)
-    path = Path(run_dir) / "checkpoints" / f"{checkpoint}.pt"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} has no {checkpoint!r} checkpoint ({path})")
-    model = config.build()
-    load_checkpoint(path, model, restore_rng=False)
-    return model.eval()
-
-
-def predict_spread(
-    run_dir: Path | str, test: xr.Dataset, *, batch_size: int = 16, data: str = "the data"
-) -> dict[str, xr.DataArray]:
-    """A run's predicted standard deviation of every variable on ``test``, in its units.
-
-    It is the spread of an ensemble of the run's ``ensemble`` members (the training data's
-    size), predicted from the first ``members`` of ``test``, on ``test``'s own order of
-    points and levels (``test`` is put on the run's grid by label first).
-
-    Args:
-        run_dir: The spread run folder.
-        test: The data.
-        batch_size: Samples per forward pass.
-        data: How error messages name ``test`` (e.g. ``"the test data (test.nc)"``).
-
-    Raises:
-        FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
-            on, or with levels or lead times it never saw (both sides named).
-        KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
-            than the run needs, or (for a temporal run) other lead times than it was
-            trained on (the earlier steps would be other intervals back).
-    """
-    config, stats = read_spread_run(run_dir)
-    aligned = align_to_run(test, read_spread_data(run_dir), run=str(run_dir), data=data)
-    on_grid = aligned.data
-    model = load_spread_model(run_dir)
-    samples = SpreadDataset(
-        on_grid, config.variables or (), members=config.members, history=config.history, stats=stats
-    )
-    if config.history > 1 and lead_days(on_grid) != config.lead_days:
-        raise ValueError(
-            f"--run-dir {run_dir} stacks {config.history} lead times and was trained on lead "
-            f"times {list(config.lead_days)} days; {data} has {list(lead_days(on_grid))}"
-        )
-    with torch.no_grad():
-        parts = [model(b["history"], b["available"]) for b in DataLoader(samples, batch_size)]
-    scale = torch.tensor(stats.std, dtype=torch.float64)[:, None, None]
-    sd = torch.cat(parts).double() * scale
-    out = {}
-    for v, var in enumerate(config.variables or ()):
-        picked = sd[:, v * config.levels : (v + 1) * config.levels]
-        truth = on_grid[f"{var}_truth"]
-        spread = labelled_like_truth(picked, truth, own=["level"])
-        out[var] = aligned.restore(
-            aligned.in_data_units(var, spread, difference=True), test[f"{var}_truth"].dims
-        )
-    return out

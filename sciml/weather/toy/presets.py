@@ -15,7 +15,7 @@ A preset is a truth model, a forecast model and the ensemble settings. Two are d
 Once published, a preset never changes (a change gets a new name), so scores stay
 comparable. Its raw ensemble's bias, spread-skill ratio and CRPS are reported by
 ``benchmarks/weather_preset.py``. Split the start dates with
-:func:`sciml.weather.data.split_start_dates` (the last 20 % for testing, the 20 % before
+:func:`sciml.weather.split.split_start_dates` (the last 20 % for testing, the 20 % before
 for validation); never tune on the test dates.
 """
 

@@ -12,7 +12,8 @@ from sciml.training import TrainConfig
 from sciml.weather.metrics.reliability import reliability_index
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import emos_predict, fit_emos
-from sciml.weather.postprocess.evaluate import SCORES, evaluate_runs, score_runs
+from sciml.weather.postprocess.evaluate import evaluate_runs, score_runs
+from sciml.weather.postprocess.evaluate_rows import SCORES
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.conftest import pairwise_crps

@@ -14,7 +14,8 @@ from sciml.training import TrainConfig
 from sciml.training.run_dir import LabelMismatch
 from sciml.weather.blocks import auto_block_dates, date_blocks
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.evaluate import SCORES, score_runs
+from sciml.weather.postprocess.evaluate import score_runs
+from sciml.weather.postprocess.evaluate_rows import SCORES
 from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble
 

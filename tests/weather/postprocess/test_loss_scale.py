@@ -15,7 +15,8 @@ from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
 from sciml.weather.postprocess.models import PostProcessor, gaussian_crps_loss
-from sciml.weather.postprocess.train import read_run, train_postprocessor
+from sciml.weather.postprocess.record import read_run
+from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.conftest import pairwise_crps
 
 LEADS = np.arange(3) * np.timedelta64(1, "D")

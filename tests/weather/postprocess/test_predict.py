@@ -13,8 +13,9 @@ from sciml.training import TrainConfig
 from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.emos import unpack_coefficients
-from sciml.weather.postprocess.predict import combine_seeds, predict_run
-from sciml.weather.postprocess.train import load_postprocessor, read_run, train_postprocessor
+from sciml.weather.postprocess.predict import combine_seeds, load_postprocessor, predict_run
+from sciml.weather.postprocess.record import read_run
+from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_evaluate import _ensemble, _with_surface
 from tests.weather.postprocess.test_train_evaluate import _write
 

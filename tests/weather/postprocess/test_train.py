@@ -18,13 +18,9 @@ from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.mixed import MixedPostProcessor
 from sciml.weather.postprocess.models import PostProcessor
 from sciml.weather.postprocess.pooled import PooledPostProcessor
-from sciml.weather.postprocess.predict import predict_run
-from sciml.weather.postprocess.train import (
-    RUN_CONFIG,
-    load_postprocessor,
-    read_run,
-    train_postprocessor,
-)
+from sciml.weather.postprocess.predict import load_postprocessor, predict_run
+from sciml.weather.postprocess.record import RUN_CONFIG, read_run
+from sciml.weather.postprocess.train import train_postprocessor
 from tests.weather.postprocess.test_train_evaluate import _write
 from tests.weather.test_grid import _hashes
 

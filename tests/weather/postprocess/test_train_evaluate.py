@@ -11,7 +11,9 @@ from sciml.cli import main
 from sciml.training import TrainConfig
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import evaluate_runs
-from sciml.weather.postprocess.train import load_postprocessor, read_run, train_postprocessor
+from sciml.weather.postprocess.predict import load_postprocessor
+from sciml.weather.postprocess.record import read_run
+from sciml.weather.postprocess.train import train_postprocessor
 
 
 def _write(path: Path, *, dates: int, seed: int) -> Path:

@@ -21,7 +21,8 @@ import xarray as xr
 from sciml.cli import main
 from sciml.training import TrainConfig
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.postprocess.train import read_run, train_postprocessor, train_postprocessors
+from sciml.weather.postprocess.record import read_run
+from sciml.weather.postprocess.train import train_postprocessor, train_postprocessors
 from tests.weather.postprocess.test_train_evaluate import _write
 
 #: A batch's CRPS terms: 4 samples x 4 channels (2 variables x 2 levels) x 8 x 8.

@@ -16,10 +16,11 @@ import xarray as xr
 import sciml.weather.spread.train as spread_train
 from sciml.training import TrainConfig
 from sciml.weather.spread.cli import register_spread
-from sciml.weather.spread.config import read_spread_run
+from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.evaluate import evaluate_spread
-from sciml.weather.spread.options import SpreadConfig
-from sciml.weather.spread.train import load_spread_model, predict_spread, train_spread
+from sciml.weather.spread.predict import load_spread_model, predict_spread
+from sciml.weather.spread.record import read_spread_run
+from sciml.weather.spread.train import train_spread
 from tests.weather.spread.test_data import write_tiny
 from tests.weather.test_grid import _hashes
 

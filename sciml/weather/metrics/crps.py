@@ -1,8 +1,8 @@
-"""Ensemble verification metrics: labelled arrays in, labelled arrays out, lazy under Dask.
+"""The CRPS family and :func:`latitude_weights`: labelled arrays in and out, lazy under Dask.
 
-This module holds the CRPS family and :func:`latitude_weights`; the dispersion
-diagnostics (RMSE, spread, spread-skill ratio, rank histogram) live in :mod:`.dispersion`
-and every public metric is importable from here.
+The public face of the metrics is :mod:`sciml.weather.metrics` (``from
+sciml.weather.metrics import crps_ensemble, crps_gaussian``); the dispersion diagnostics
+(RMSE, spread, spread-skill ratio, rank histogram) live in :mod:`.dispersion`.
 
 Conventions (as in xskillscore):
 
@@ -54,24 +54,14 @@ from sciml.weather.metrics.alignment import (
     reduce_over,
     single_member_chunk,
 )
-from sciml.weather.metrics.dispersion import (
-    ensemble_mean_rmse,
-    ensemble_spread,
-    rank_histogram,
-    spread_skill_ratio,
-)
 
 __all__ = [
     "crps_ensemble",
     "crps_ensemble_efi_weighted",
     "crps_gaussian",
     "crps_skill_score",
-    "ensemble_mean_rmse",
-    "ensemble_spread",
     "extreme_forecast_index",
     "latitude_weights",
-    "rank_histogram",
-    "spread_skill_ratio",
     "twcrps_ensemble",
 ]
 

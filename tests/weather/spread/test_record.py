@@ -10,13 +10,13 @@ from sciml.datasets.channels import NormStats
 from sciml.training import TrainConfig
 from sciml.training.run_record import check_run_record, record_text
 from sciml.weather.options import config_record
-from sciml.weather.spread.config import (
+from sciml.weather.spread.config import SpreadConfig
+from sciml.weather.spread.record import (
     SPREAD_RECORD,
     SPREAD_VERSION,
     read_spread_data,
     read_spread_run,
 )
-from sciml.weather.spread.options import SpreadConfig
 
 CONFIG = SpreadConfig(
     members=5,
