@@ -26,7 +26,7 @@ with one start date per chunk (the presets' writer, :func:`sciml.weather.toy.io.
 and with ``--chunk-dates`` start dates per chunk (the netCDF library's defaults give dozens
 per chunk; the presets wrote those before they wrote one per chunk). Training takes the
 path ``sciml weather train`` takes (in memory up to ``--memory-limit``, else streamed:
-:func:`sciml.weather.data.read_path`, :class:`sciml.weather.dataset.StreamedEnsemble`):
+:func:`sciml.weather.reads.read_path`, :class:`sciml.weather.streamed.StreamedEnsemble`):
 
 * ``memory``: the 1x file read into memory (the limit above it; the read timed apart);
 * ``stream``: each file streamed at the limit (the 1x file lies just above it).
