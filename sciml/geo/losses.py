@@ -60,7 +60,9 @@ def masked_loss(
 def make_loss_fn(
     *, kind: LossKind = "bce", masked: bool = True
 ) -> Callable[[nn.Module, dict[str, Any]], dict[str, torch.Tensor]]:
-    """A ``loss_fn(model, batch)`` for :func:`sciml.training.fit` on :class:`SceneTiles` batches.
+    """A ``loss_fn(model, batch)`` for :func:`sciml.training.fit` on scene tiles' batches.
+
+    The batches are those of :class:`~sciml.geo.tiles.SceneTiles`.
 
     ``masked=True`` feeds the mask and counts only valid pixels; ``masked=False``
     is the baseline that ignores the mask (input mask of ones, every pixel counts,

@@ -240,8 +240,9 @@ def estimate(
         profile: The machine.
         optimizer: ``"adam"``, ``"momentum"`` or ``"sgd"``.
         bucket_mb: Gradient bucket size, MiB.
-        costs: Measured local convolutions (:mod:`planner_layers`), by key; the
-            times are of one rank alone, so they are scaled by the profile's contention.
+        costs: Measured local convolutions
+            (:mod:`~sciml.spatial_parallel.planner.layers`), by key; the times are of one
+            rank alone, so they are scaled by the profile's contention.
 
     Raises:
         GridError: If the grid cannot split the activations (more replicas than

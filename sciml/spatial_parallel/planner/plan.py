@@ -11,11 +11,11 @@ Example::
     plan.best.time       # seconds per term: compute, halo, norm, allreduce, optimizer, read
     print(plan.table())  # the recommendation, the runners-up, the grids that do not fit
 
-The model is traced once (:mod:`planner_graph`), each grid is priced by
-:mod:`planner_cost` with a :class:`~sciml.spatial_parallel.planner.profile.Profile`,
-and the fastest grid whose peak memory per rank fits the limit is recommended.
-Grids that cannot split the model (a block smaller than a halo, more replicas
-than samples) are listed with the reason.
+The model is traced once (:mod:`~sciml.spatial_parallel.planner.graph`), each grid is
+priced by :mod:`~sciml.spatial_parallel.planner.cost` with a
+:class:`~sciml.spatial_parallel.planner.profile.Profile`, and the fastest grid whose peak
+memory per rank fits the limit is recommended. Grids that cannot split the model (a block
+smaller than a halo, more replicas than samples) are listed with the reason.
 """
 
 from __future__ import annotations

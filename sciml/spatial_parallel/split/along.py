@@ -12,7 +12,7 @@
 
 Each has the single-device backward: the collectives are
 :func:`~sciml.spatial_parallel.halo.collectives.replicated_sum` and
-:func:`~sciml.spatial_parallel.split.tensor.split_use` (gradients summed back
+:func:`~sciml.spatial_parallel.split.crossings.split_use` (gradients summed back
 over the ranks that used a value) and the redistribution's own.
 """
 

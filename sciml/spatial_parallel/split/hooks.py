@@ -1,6 +1,6 @@
 """Where blocks are wrapped and unwrapped: the parallel model's entry and exit, its split layers.
 
-The model's own forward code sees :class:`~.split_tensor.SplitTensor` blocks;
+The model's own forward code sees :class:`~sciml.spatial_parallel.split.tensor.SplitTensor` blocks;
 the split layers (which compute on blocks with halos and collectives of their
 own) and whoever calls the model see plain tensors. A block is split in space
 only: its batch is this data-parallel replica's, as under

@@ -6,13 +6,13 @@ gradient is the whole gradient on every rank (as
 :class:`~sciml.spatial_parallel.layers.heads.SpatialAdaptiveAvgPool3d`'s output):
 sums pass it straight through (:func:`~sciml.spatial_parallel.halo.collectives.replicated_sum`),
 and the mean used inside ``var``, ``std`` and ``logsumexp`` meets the block
-again through :func:`~sciml.spatial_parallel.split.tensor.split_use`. A
+again through :func:`~sciml.spatial_parallel.split.crossings.split_use`. A
 reduction over unsplit dims only runs on the block.
 
 A reduction over some split dims but not others (``keepdim=True``) runs the
 same collectives over the reduced dims' mesh axes only, and stays split: each
 reduced dim has global size 1, held by the first rank along its axis
-(:func:`~sciml.spatial_parallel.split.tensor.own_first`), so that it
+(:func:`~sciml.spatial_parallel.split.crossings.own_first`), so that it
 broadcasts against the full blocks as on one tensor.
 """
 

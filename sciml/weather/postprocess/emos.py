@@ -168,8 +168,8 @@ def fit_emos(
         Dataset with ``a``, ``b``, ``c``, ``d`` over the dimensions not pooled.
 
     Raises:
-        ValueError: Misaligned inputs (see :mod:`.alignment`), fewer than two members, no
-            dimension to pool, or a fit without any valid sample.
+        ValueError: Misaligned inputs (see :mod:`~sciml.weather.metrics.alignment`), fewer
+            than two members, no dimension to pool, or a fit without any valid sample.
         RuntimeError: A fit not converged after ``max_iter`` iterations.
     """
     forecasts = check_pair(observations, forecasts, member_dim, at_least=2)

@@ -29,10 +29,10 @@ a 30-60 N, 0-360 E box purely for plotting (the model is a beta-plane, so verify
 unweighted means). Everything is non-dimensional (``units = "1"``) and deterministic for a
 seed. With bottom topography the truth's (static) ``topography`` field is included. Named,
 fixed configurations (with their train/validation/test start dates) are in
-:mod:`.toy_presets`.
+:mod:`~sciml.weather.toy.presets`.
 
-The settings and their validation are in :mod:`.toy_settings`; netCDF writing and the
-resumable batched runs of :func:`write_toy_ensemble` in :mod:`.toy_io` (its
+The settings and their validation are in :mod:`~sciml.weather.toy.settings`; netCDF writing and the
+resumable batched runs of :func:`write_toy_ensemble` in :mod:`~sciml.weather.toy.io` (its
 :func:`~sciml.weather.toy.io.write_ensemble` is importable from here too).
 """
 
