@@ -154,8 +154,8 @@ def _train_runs(train: xr.Dataset, folder: Path, *, k: int, epochs: int) -> list
 
     The models are small (the MLP has about 2,000 weights, applied point by point): they
     train on one torch thread, as the QG integration and EMOS do. With the default of one
-    thread per core, the MLP's threads wait on each other (on 2 busy cores: 30 s of CPU
-    and 27 s instead of 8.5 s and 11 s).
+    thread per core, the MLP's threads wait on each other: more CPU time and more wall time
+    than on one thread.
     """
     from sciml.demos import DemoInterrupted
     from sciml.training import TrainConfig

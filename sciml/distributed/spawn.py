@@ -4,10 +4,9 @@
 traceback to the caller, and fails (instead of hanging) when a rank dies or
 the whole run outlasts its timeout. :mod:`sciml.distributed` re-exports it.
 Its ranks come from a fork server that has imported torch (:data:`PRELOAD`):
-a rank starts in milliseconds instead of the 2 s of CPU that importing torch
-took in each fresh interpreter. ``SCIML_SPAWN_PRELOAD`` (comma-separated module
-names) adds the heavy third-party modules that rank functions import, such as
-``monai.networks.nets`` (6 s of CPU per fresh import here).
+a rank starts without the seconds of CPU that importing torch takes in each fresh
+interpreter. ``SCIML_SPAWN_PRELOAD`` (comma-separated module names) adds the heavy
+third-party modules that rank functions import, such as ``monai.networks.nets``.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ R = TypeVar("R")
 
 
 #: Third-party modules a fork server imports once, so that the ranks it forks start
-#: with them loaded (torch took 2 s of CPU per rank, and the compiler, which the split
-#: blocks of ``sciml.spatial_parallel`` register with, 1.7 s more); not sciml's own,
-#: which a long session may edit between calls.
+#: with them loaded (torch takes seconds of CPU per rank, and the compiler, which the
+#: split blocks of ``sciml.spatial_parallel`` register with, about as long again); not
+#: sciml's own, which a long session may edit between calls.
 PRELOAD = ("numpy", "torch", "torch.distributed", "torch._dynamo")
 #: Names more modules for the fork server to import (comma-separated).
 PRELOAD_VARIABLE = "SCIML_SPAWN_PRELOAD"

@@ -4,10 +4,9 @@ PyTorch's CPU convolution runs on oneDNN only where a heuristic on the input
 shape holds (``use_mkldnn`` in ``aten/src/ATen/native/Convolution.cpp``): in
 float32, a batch-1 input with ``groups == 1`` and a kernel of at most 3 along
 one of its last two dims needs ``N * C * D * H > 20480``, ``W`` ignored;
-otherwise it falls back to the native ``vol2col`` kernel (``Slow3d``). On one
-thread, the ``(1, 16, 26, 48, 48)`` block of a depth-split 48^3 volume took
-0.38 s forward and backward there against 0.021 s on oneDNN in the layout
-``(48, 48, 26)``, where the whole ``(1, 16, 48, 48, 48)`` took 0.054 s. A split
+otherwise it falls back to the native ``vol2col`` kernel (``Slow3d``), many times
+slower: the ``(1, 16, 26, 48, 48)`` block of a depth-split 48^3 volume, on that
+kernel, takes longer than the whole volume on oneDNN. A split
 block, thinner than the whole tensor, can fall below the threshold where the
 unsplit layer did not. A permutation of the three spatial axes, applied alike
 to the input, the weight and the geometry, is the same convolution:

@@ -157,12 +157,11 @@ def memory_bandwidth(*, device: str = "cpu", cold: bool = True) -> float:
     With ``cold``, on the CPU each timed call starts from cold caches
     (:func:`~sciml.spatial_parallel.planner.measure.cache_evictor`), as the
     local convolutions are timed: a step's activations stream through the
-    cache, and on the 2-core virtual machine of the package's validation
-    (480 MiB of last-level cache) 32 MiB timed hot ran at 26 GB/s and cold at
-    13 GB/s, where a split CosmoFlow step's ``LeakyReLU`` backward ran at
-    7 GB/s. A new 32 MiB output per call is a fresh mapping on the CPU (glibc
-    maps blocks that large), whose page faults made the figure 5-15x lower
-    than the bandwidth elementwise layers reach on the tensors they reuse.
+    cache, and timed hot the same copy runs at about twice its cold rate, faster
+    than a split CosmoFlow step's ``LeakyReLU`` backward runs. A new 32 MiB output
+    per call is a fresh mapping on the CPU (glibc maps blocks that large), whose page
+    faults make the figure several times lower than the bandwidth elementwise layers
+    reach on the tensors they reuse.
     Without ``cold``, the operands stay in cache between calls: the rate of a
     normalisation's later passes over its block.
     """
@@ -265,8 +264,8 @@ def _halo_overhead() -> float:
     backward, less the same local convolution, timed by this thread's CPU time
     (what remains includes the CPU side of its messages and of its parameters'
     all-reduce): the waits are priced on their own (latency and bandwidth), and
-    a difference of wall-clock medians of such short calls swung from 0 to 3 ms
-    between quiet calibrations and to 9 ms at load 14.
+    a difference of wall-clock medians of such short calls swings by milliseconds
+    between quiet calibrations, and more under load.
     """
     from sciml.spatial_parallel import SpatialMesh, parallelize, shard
 

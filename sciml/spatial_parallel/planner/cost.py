@@ -48,8 +48,8 @@ SPLIT_NORM_EXTRA = 1
 NORM_KERNELS, NORM_PASSES = (7, 14), (12, 31)
 #: Of those passes, the reads from memory: the input forward; the output gradient and
 #: the two kept blocks backward. The others re-read or write blocks still in cache
-#: (``Profile.cache_bw``): priced all at ``mem_bw``, the U-Net 32^3's normalisations
-#: came out at 37 ms of a 1-rank step whose kernels took 20 ms (``torch.profiler``).
+#: (``Profile.cache_bw``): priced all at ``mem_bw``, a U-Net's normalisations came out
+#: slower than the whole step's kernels measured by ``torch.profiler``.
 NORM_FROM_MEMORY = (1, 3)
 #: Blocks a split normalisation's forward holds beyond what it keeps and its
 #: output: its input, and the scaled block before the bias is added.

@@ -7,8 +7,7 @@ sends a batch-1 convolution with a small ``N x C x D x H`` (at most 20480)
 to ``vol2col``, several times slower per sample than oneDNN at batch 2. Pooling
 layers are measured the same way (:data:`POOL_KINDS`): the CPU's max pooling
 with indices computes at a few ns per input element, far below the memory
-bandwidth a roofline would price it at (8 ms against 0.7 ms for a
-``2 x 8 x 48^3`` block). As in
+bandwidth a roofline would price it at. As in
 Dryden et al.'s performance model, :func:`measure_convs` times the very
 convolutions the ranks run (:func:`local_conv`: the largest block with its
 halos, the native padding left on unsplit dims) forward and backward, each

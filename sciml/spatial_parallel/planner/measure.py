@@ -15,11 +15,10 @@ allocator policy. :func:`time_step` times steps as :func:`sciml.training.fit`
 runs them, under :func:`sciml.distributed.cpu_allocator.keep_freed_memory` (freed memory
 is reused, no page faults after the first step: the steady state the planner
 prices). Under ``mmap_large_allocations`` every page of every activation
-faults on first touch, which on this 2-core virtual machine slowed a
-CosmoFlow 48^3 step from 60 to 95 ms on one rank and doubled each rank's CPU
-time on two (concurrent page faults contend). Switched on after timing
-instead, the heap the timed steps left behind is reused and fragments, and
-the growth came out 30% high.
+faults on first touch, which slows a step on one rank and more on two
+(concurrent page faults contend). Switched on after timing instead, the heap
+the timed steps left behind is reused and fragments, and the growth comes out
+high.
 """
 
 from __future__ import annotations
@@ -199,9 +198,9 @@ def step_memory(
     to compare with the planner's activations, halos and workspace. On the CPU
     it switches :func:`sciml.distributed.cpu_allocator.mmap_large_allocations` on first:
     run it in a fresh process. It then counts blocks of 64 KiB and more: the
-    smaller ones come from a heap the warm-up step already grew. A U-Net with
-    blocks of 8-32 KiB measured 18% above its prediction on 2 ranks, and
-    within 4% with blocks of 64-256 KiB.
+    smaller ones come from a heap the warm-up step already grew, so a model of many
+    small blocks measures above its prediction (``benchmarks/spatial_plan_validation.py``
+    compares the two).
 
     Args:
         model: The single-device model (parallelised here for ``mesh_shape``).
