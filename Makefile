@@ -2,10 +2,11 @@
 #   make demo    end-to-end run on the bundled data -> runs/demo/report.md
 #   make test    the test suite, in about 10 minutes on 2 cores
 #   make system-test   the product end to end: README blocks as pasted, notebooks in quick
-#                mode, the demo's sections, real Slurm jobs, the GPU check's dry run,
-#                benchmark quick runs; and the tests marked slow (costlier cases of code
-#                that make test runs in quicker ones: compiled U-Nets, measured peaks)
-#   make notebooks   each notebook run as shipped (the sizes a user opens it with)
+#                mode (in a fresh venv of the notebooks extra, and in the docs build), the
+#                docs site in a browser, the demo's sections, real Slurm jobs, the GPU
+#                check's dry run, benchmark quick runs; and the tests marked slow (costlier
+#                cases of code that make test runs in quicker ones: compiled U-Nets, peaks)
+#   make notebooks   each notebook run quick in .venv, then as shipped (a user's sizes)
 #   make docs    the documentation site -> docs/_build/html (notebooks executed quick, the API
 #                reference, the demo's report); warnings fail it; prints its time
 #   make bench   benchmarks/*.py but the _helpers (tables on stdout, JSON under runs/bench/)
@@ -64,7 +65,7 @@ system-test: $(DOCS_STAMP)
 		-m "(system or slow) and not shipped" tests
 
 notebooks: $(NOTEBOOK_STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m shipped tests/test_notebooks.py
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "notebook or shipped" tests/test_notebooks.py
 
 # Sphinx with MyST-NB (docs/conf.py), and Playwright for the site's browser test
 # (tests/test_docs_site.py, in make system-test). The build is incremental: delete

@@ -3,9 +3,12 @@
 Quick mode (``SCIML_QUICK=1``) may change sizes only, never code paths: the
 notebooks read ``QUICK`` in their first code cell alone, where it picks
 values (``NAME = small if QUICK else full``); every other cell runs the same
-code in both modes (checked below). ``make system-test`` runs each notebook quick;
-the shipped mode, what a user who opens the notebook runs (several minutes in
-all), is marked ``shipped`` and run by ``make notebooks``.
+code in both modes (checked below). ``make notebooks`` runs each notebook quick
+in the development environment (marked ``notebook``) and as shipped, what a user who
+opens the notebook runs (several minutes in all; marked ``shipped``); ``make
+system-test`` runs them quick twice, in a venv of the runtime plus the ``notebooks``
+extra alone (``tests/test_extras.py``) and in the documentation's build
+(``tests/test_docs_site.py``).
 
 The kernel plots with Jupyter's own inline backend, as for a user, and every
 figure a cell creates must be shown in that cell's outputs: a library that
@@ -64,7 +67,7 @@ def test_quick_mode_changes_values_only(path: Path) -> None:
     assert branches == []
 
 
-@pytest.mark.system
+@pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_runs_quick(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _run(path, monkeypatch, quick=True)
