@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sciml.io_utils import atomic_write_text
+from sciml.training.config import RESUMABLE_FIELDS
 from sciml.training.run_dir import LOCK_NAME, RunDirError, RunLock, differences
 
 __all__ = [
@@ -70,6 +71,10 @@ class RecordKind:
         binding: The file of the run folder (e.g. :data:`LAST_CHECKPOINT`) from which on
             the record binds; before it exists, another configuration replaces the record
             (``None``: the record binds as soon as it is written).
+        loop: The key of the configuration that holds the training loop's options (a
+            :class:`~sciml.training.TrainConfig`): their :data:`RESUMABLE_FIELDS` may
+            differ when the run is resumed (a finished run trains on with more epochs),
+            and the record then takes the new values.
     """
 
     name: str
@@ -81,6 +86,7 @@ class RecordKind:
     sole: bool = True
     option: str = "--run-dir"
     binding: str | None = None
+    loop: str = "train"
 
 
 def record_binds(run_dir: Path | str, kind: RecordKind) -> bool:
@@ -133,6 +139,14 @@ def _legacy_version(raw: dict[str, Any]) -> int:
     return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
+def _binding(config: dict[str, Any], kind: RecordKind) -> dict[str, Any]:
+    """``config`` without what a resumed run may change (its loop's resumable fields)."""
+    loop = config.get(kind.loop)
+    if not isinstance(loop, dict):
+        return config
+    return config | {kind.loop: {k: v for k, v in loop.items() if k not in RESUMABLE_FIELDS}}
+
+
 def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool:
     """Whether ``run_dir`` holds this record already (a resumed run) or none yet; reads only.
 
@@ -162,7 +176,8 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
                 advice,
             )
         return False
-    changed = differences(saved, json.loads(record_text(kind, config))["config"])
+    current = json.loads(record_text(kind, config))["config"]
+    changed = differences(_binding(saved, kind), _binding(current, kind))
     if changed and not record_binds(run_dir, kind):
         return False
     if changed:
@@ -183,7 +198,8 @@ class RunClaim:
         run_dir: The folder.
         kind: Its record.
         text: The record this run writes.
-        resumed: The folder held this record already.
+        resumed: The folder held this record already (but perhaps for the loop's
+            resumable fields).
     """
 
     run_dir: Path
@@ -192,9 +208,10 @@ class RunClaim:
     resumed: bool
 
     def write(self) -> None:
-        """Write the record atomically (a resumed run's is left as it is)."""
-        if not self.resumed:
-            atomic_write_text(self.run_dir / self.kind.file, self.text)
+        """Write the record atomically (a resumed run's only if a resumable field changed)."""
+        path = self.run_dir / self.kind.file
+        if not (self.resumed and path.read_text() == self.text):
+            atomic_write_text(path, self.text)
 
 
 @contextmanager

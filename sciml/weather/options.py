@@ -24,7 +24,7 @@ from sciml.cli_args import (
     positive_int,
     sweep_option,
 )
-from sciml.training.config import TrainConfig
+from sciml.training.config import SHOWN_FIELDS, TrainConfig
 
 __all__ = [
     "DATA_KEY",
@@ -65,9 +65,6 @@ SPREAD_LOSSES = ("l1", "mse", "log_l1", "crps")
 #: configuration.
 DATA_KEY = "data"
 
-#: :class:`TrainConfig` fields that change how a run shows and stops, not what it computes:
-#: a run record leaves them out, so a resumed run may change them.
-_RUNTIME = ("progress", "tensorboard", "handle_signals")
 _Config = TypeVar("_Config")
 
 
@@ -88,9 +85,13 @@ def train_field(batch_help: str, **defaults: Any) -> Any:
 
 
 def config_record(config: object) -> dict[str, Any]:
-    """``config`` as its run record keeps it: the nested ``train`` without its runtime fields."""
+    """``config`` as its run record keeps it: the nested ``train`` without what it only shows.
+
+    The loop's resumable fields (:data:`~sciml.training.config.RESUMABLE_FIELDS`: epochs,
+    checkpoint_every) are kept, and a resumed run may change them (the record takes them).
+    """
     record: dict[str, Any] = dataclasses.asdict(config)  # type: ignore[call-overload]
-    record["train"] = {k: v for k, v in record["train"].items() if k not in _RUNTIME}
+    record["train"] = {k: v for k, v in record["train"].items() if k not in SHOWN_FIELDS}
     return record
 
 
