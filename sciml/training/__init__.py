@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
-    from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
+    from sciml.training.config import TrainConfig
     from sciml.training.fused import FusedModels
     from sciml.training.fused_loop import fit_fused
     from sciml.training.loop import EXIT_REQUEUE, epoch_batches, fit, seed_everything
-    from sciml.training.run_dir import RunDirError
+    from sciml.training.runs.record import RESUMABLE_FIELDS, RunDirError
     from sciml.training.setup import TrainResult
 
 #: The module of each public name (imported on first use).
 _HOMES = {
     "EXIT_REQUEUE": "loop",
     "FusedModels": "fused",
-    "RESUMABLE_FIELDS": "config",
-    "RunDirError": "run_dir",
+    "RESUMABLE_FIELDS": "runs.record",
+    "RunDirError": "runs.record",
     "TrainConfig": "config",
     "TrainResult": "setup",
     "epoch_batches": "loop",

@@ -8,13 +8,7 @@ from typing import Literal
 
 from sciml.progress import ALWAYS, Progress
 
-__all__ = ["RESUMABLE_FIELDS", "SHOWN_FIELDS", "TrainConfig"]
-
-#: :class:`TrainConfig` fields that change only what a run shows: no run record keeps them.
-SHOWN_FIELDS = ("progress", "tensorboard", "handle_signals")
-#: :class:`TrainConfig` fields that may differ when a run is resumed, in every workflow:
-#: they change how long it runs and what it shows, never what it computes.
-RESUMABLE_FIELDS = ("epochs", "checkpoint_every", *SHOWN_FIELDS)
+__all__ = ["TrainConfig"]
 
 
 def _require_int(name: str, value: object, minimum: int, *, optional: bool = False) -> None:

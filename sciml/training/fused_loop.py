@@ -33,7 +33,7 @@ from sciml.training.checkpoint import get_rng_state, set_rng_state
 from sciml.training.config import TrainConfig
 from sciml.training.fused import FusedModels
 from sciml.training.loop import _Trainer
-from sciml.training.run_dir import lock_run_dir
+from sciml.training.runs.folder import lock_run_dir
 from sciml.training.setup import (
     LossFn,
     Status,

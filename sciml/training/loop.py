@@ -44,11 +44,12 @@ from sciml.distributed.cpu_allocator import keep_freed_memory
 from sciml.progress import bar_visible
 from sciml.training.batches import EpochLoader, accumulate, micro_batches, progress, tagged
 from sciml.training.checkpoint import save_checkpoint
-from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
+from sciml.training.config import TrainConfig
 from sciml.training.perf import EpochClock, log_perf
 from sciml.training.report import TrainReport, epoch_line
-from sciml.training.run_dir import RunDirError, lock_run_dir
 from sciml.training.run_log import open_metrics_log
+from sciml.training.runs.folder import lock_run_dir
+from sciml.training.runs.record import RESUMABLE_FIELDS, RunDirError
 from sciml.training.setup import (
     LoopState,
     LossFn,

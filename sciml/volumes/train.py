@@ -31,8 +31,7 @@ from sciml.distributed import world
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.training import RESUMABLE_FIELDS, TrainResult, fit, fit_fused
-from sciml.training.run_dir import PlainValue, plain
-from sciml.training.run_record import record_binds
+from sciml.training.runs.record import PlainValue, plain, record_binds
 from sciml.training.setup import LossFn, LossOutput
 from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes, run_stats

@@ -24,7 +24,8 @@ from sciml.cli_args import (
     positive_int,
     sweep_option,
 )
-from sciml.training.config import SHOWN_FIELDS, TrainConfig
+from sciml.training.config import TrainConfig
+from sciml.training.runs.record import SHOWN_FIELDS
 
 __all__ = [
     "DATA_KEY",
@@ -87,7 +88,7 @@ def train_field(batch_help: str, **defaults: Any) -> Any:
 def config_record(config: object) -> dict[str, Any]:
     """``config`` as its run record keeps it: the nested ``train`` without what it only shows.
 
-    The loop's resumable fields (:data:`~sciml.training.config.RESUMABLE_FIELDS`: epochs,
+    The loop's resumable fields (:data:`~sciml.training.runs.record.RESUMABLE_FIELDS`: epochs,
     checkpoint_every) are kept, and a resumed run may change them (the record takes them).
     """
     record: dict[str, Any] = dataclasses.asdict(config)  # type: ignore[call-overload]
@@ -110,9 +111,9 @@ def run_records(
         configs: The runs' configurations.
         data: What the data decided (:func:`sciml.weather.grid.data_record`).
         run_dirs: The runs' folders.
-        kind: Their :class:`~sciml.training.run_record.RecordKind`.
+        kind: Their :class:`~sciml.training.runs.record.RecordKind`.
     """
-    from sciml.training.run_record import RunRecordError, read_run_record
+    from sciml.training.runs.record import RunRecordError, read_run_record
 
     records = []
     for config, run_dir in zip(configs, run_dirs, strict=True):

@@ -6,7 +6,7 @@
 without a test part: test on another file) and the rest trains; EMOS, which has nothing to
 choose on validation dates, fits on every start date it is given (its run records
 ``validation`` 0). The run folder holds
-``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the model and data
+``weather_run.json`` (the run record of :mod:`sciml.training.runs.record`: the model and data
 configuration, and the data's grid: :func:`sciml.weather.grid.data_record`), ``stats.json``
 (the forecasts' channel statistics, from the training dates) and either ``emos.nc``
 (EMOS coefficients, one fit per variable, level and lead time over all dates and grid points, on the
@@ -46,8 +46,8 @@ from torch.utils.data import Dataset
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0, world
 from sciml.io_utils import atomic_path, atomic_write_text
-from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import RecordKind, claim_run_dirs, read_run_record
+from sciml.training.runs.folder import claim_run_dirs
+from sciml.training.runs.record import RecordKind, RunDirError, read_run_record
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
-from sciml.training.run_record import claim_run_dirs
+from sciml.training.runs.folder import claim_run_dirs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.dataset import StreamedEnsemble, chunk_layout
 from sciml.weather.grid import align_to_run, data_record
@@ -271,7 +271,7 @@ def predict_spread(
 
     Raises:
         FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+        sciml.weather.labels.LabelMismatch: ``test`` on another grid than the run was trained
             on, or with levels or lead times it never saw (both sides named).
         KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
             than the run needs, or (for a temporal run) other lead times than it was

@@ -1,52 +1,175 @@
-"""The one run record every workflow keeps in its run folder: claim, compare, write, read.
+"""The one record of a run folder: what it holds, compared with a new run, read back.
+
+The principle every workflow follows: **every artefact a later command consumes** (a run
+folder, statistics, a store, a mask, a checkpoint, a model) **records what is needed to
+check that the next input fits it** -- dimension names and order, shapes, dtype and
+scaling, coordinate values or a fingerprint of them (:mod:`sciml.weather.labels`), CRS
+and transform, versions -- **and the consumer aligns that input by label or refuses it,
+naming both sides** (the artefact and the input, in the user's terms: the option and the
+file). Every check happens before the first byte is written, so a refused run leaves its
+folder as it was.
 
 A record is a JSON file of one layout, ``{"kind": ..., "version": ..., "config": ...}``:
 the workflow that wrote it (:class:`RecordKind`), the format of its configuration and the
-configuration itself (a dataclass or a plain JSON-able mapping). :func:`claim_run_dir`
-takes the folder's lock (:class:`~sciml.training.run_dir.RunLock` on ``run.lock``, so two
-processes never write one run), compares the configuration about to be written with the
-folder's and refuses another one **before anything is written**; a run that passes its own
-checks then writes the record atomically (:meth:`RunClaim.write`). :func:`read_run_record`
-reads the configuration back for the commands that consume the run.
+configuration itself (a dataclass or a plain JSON-able mapping): the workflow's options,
+its training loop's (:class:`~sciml.training.TrainConfig`, under :attr:`RecordKind.loop`)
+and what the data decided. :func:`check_run_record` compares the configuration about to be
+written with the folder's and refuses another one, each difference named
+(:func:`differences`), but for :data:`RESUMABLE_FIELDS`: the one list of the loop's fields
+that a resumed run may change, in every workflow (a finished run trains on with more
+epochs). :func:`read_run_record` reads the configuration back for the commands that
+consume the run; the folder holding it is claimed with
+:func:`sciml.training.runs.folder.claim_run_dir`.
 
 A record may bind from a run's first checkpoint on (:attr:`RecordKind.binding`,
 :data:`LAST_CHECKPOINT`): a run that failed before it (bad inputs found late, a crash in
 its first epoch) left nothing to resume, so the same folder takes a corrected configuration
-and its record is replaced.
+and its record is replaced. :func:`training_record` is what :func:`sciml.training.fit`
+records of its own run (its loop, model, optimiser and data sizes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from sciml.io_utils import atomic_write_text
-from sciml.training.config import RESUMABLE_FIELDS
-from sciml.training.run_dir import LOCK_NAME, RunDirError, RunLock, differences
+import torch
+from torch import nn
+
+from sciml.training.checkpoint import model_signature
 
 __all__ = [
     "LAST_CHECKPOINT",
+    "RESUMABLE_FIELDS",
+    "PlainValue",
+    "SHOWN_FIELDS",
     "RecordKind",
-    "RunClaim",
+    "RunDirError",
     "RunRecordError",
     "check_run_record",
-    "claim_run_dir",
-    "claim_run_dirs",
+    "differences",
+    "plain",
     "read_run_record",
     "record_binds",
     "record_text",
+    "training_record",
 ]
 
+#: :class:`~sciml.training.TrainConfig` fields that change only what a run shows: no run
+#: record keeps them.
+SHOWN_FIELDS = ("progress", "tensorboard", "handle_signals")
+#: :class:`~sciml.training.TrainConfig` fields that a resumed run may change, in every
+#: workflow: they change how long it runs and what it shows, never what it computes.
+RESUMABLE_FIELDS = ("epochs", "checkpoint_every", *SHOWN_FIELDS)
 #: Differences named in a refusal before the rest are counted.
 _SHOWN = 8
 #: The checkpoint :func:`sciml.training.fit` writes in a run folder at every epoch's end (and
 #: on a signal): once it exists the run has something to resume.
 LAST_CHECKPOINT = "checkpoints/last.pt"
+
+
+class RunDirError(RuntimeError):
+    """A run folder is in use by another process, or holds a run with another configuration.
+
+    The message is ``"<problem>; <advice>"``: a command-line caller replaces the advice
+    (given in library terms, ``run_dir`` and ``resume=False``) by its own options with
+    :meth:`with_advice`.
+    """
+
+    def __init__(self, problem: str, advice: str = "") -> None:
+        """The problem (what and which folder) and what to do about it."""
+        super().__init__(f"{problem}; {advice}" if advice else problem)
+        self.problem, self.advice = problem, advice
+
+    def with_advice(self, advice: str) -> RunDirError:
+        """The same problem with other advice (e.g. the command line's options)."""
+        return RunDirError(self.problem, advice)
+
+
+#: JSON-like data: what :func:`plain` returns.
+PlainValue: TypeAlias = "None | bool | int | float | str | list[PlainValue] | dict[str, PlainValue]"
+
+
+def plain(value: Any) -> PlainValue:
+    """``value`` as plain Python data that compares by value and loads with ``weights_only``."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def training_record(
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None,
+    sizes: tuple[int, int | None],
+    replicas: int,
+) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote the checkpoint.
+
+    Args:
+        config: The loop options that must not change on resume.
+        model: The model (class and parameter shapes).
+        optimizer: The optimiser (class and hyperparameters, before any step).
+        scheduler: The learning-rate scheduler (class) or ``None``.
+        sizes: Lengths of the training and validation sets (``None``: no validation).
+        replicas: Number of data-parallel replicas.
+    """
+    groups = [
+        {k: plain(v) for k, v in group.items() if k != "params"}
+        | {"parameters": len(group["params"])}
+        for group in optimizer.param_groups
+    ]
+    return {
+        "config": config,
+        "model": type(model).__qualname__,
+        "parameters": model_signature(model),
+        "optimizer": type(optimizer).__qualname__,
+        "param_groups": groups,
+        "scheduler": None if scheduler is None else type(scheduler).__qualname__,
+        "train_samples": sizes[0],
+        "val_samples": sizes[1],
+        "replicas": replicas,
+    }
+
+
+def differences(saved: Any, current: Any, *, where: str = "") -> list[str]:
+    """``where: saved -> current`` for every leaf that differs."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        return [
+            line
+            for key in sorted(set(saved) | set(current), key=str)
+            for line in differences(
+                saved.get(key), current.get(key), where=f"{where}.{key}".strip(".")
+            )
+        ]
+    groups = isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current)
+    if groups and all(isinstance(v, dict) for v in saved + current):
+        return [
+            line
+            for i, (a, b) in enumerate(zip(saved, current, strict=True))
+            for line in differences(a, b, where=f"{where}[{i}]")
+        ]
+    return (
+        [] if saved == current else [f"{where}: {_short(saved)} in the run, {_short(current)} now"]
+    )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters (a grid's labels are long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]} ...{text[-1]}"
+
 
 
 class RunRecordError(RunDirError, ValueError):
@@ -190,73 +313,6 @@ def check_run_record(run_dir: Path | str, kind: RecordKind, config: Any) -> bool
     return True
 
 
-@dataclass
-class RunClaim:
-    """A run folder held by this process (see :func:`claim_run_dir`).
-
-    Attributes:
-        run_dir: The folder.
-        kind: Its record.
-        text: The record this run writes.
-        resumed: The folder held this record already (but perhaps for the loop's
-            resumable fields).
-    """
-
-    run_dir: Path
-    kind: RecordKind
-    text: str
-    resumed: bool
-
-    def write(self) -> None:
-        """Write the record atomically (a resumed run's only if a resumable field changed)."""
-        path = self.run_dir / self.kind.file
-        if not (self.resumed and path.read_text() == self.text):
-            atomic_write_text(path, self.text)
-
-
-@contextmanager
-def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterator[RunClaim]:
-    """Hold ``run_dir`` for a run of ``config``: refuse another one before writing anything.
-
-    The record is checked before the lock is taken (a refused run creates no lock file)
-    and again under it; the caller does its own checks and computations, then calls
-    :meth:`RunClaim.write` and writes the rest of the folder. The lock is released on
-    leaving (:func:`sciml.training.fit` takes it again to train).
-
-    Args:
-        run_dir: The run folder (created under the lock).
-        kind: The workflow's record.
-        config: The run's configuration (a dataclass or a JSON-able mapping).
-
-    Raises:
-        RunRecordError: As :func:`check_run_record`.
-        sciml.training.run_dir.RunDirError: Another process holds the folder (the advice
-            in the terms of :attr:`RecordKind.advice`).
-
-    Examples:
-        >>> import tempfile
-        >>> kind = RecordKind("demo", 1, "demo_run.json", "a demo run")
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     with claim_run_dir(folder, kind, {"lr": 0.1}) as claim:
-        ...         claim.write()
-        ...     read_run_record(folder, kind)
-        {'lr': 0.1}
-    """
-    run_dir = Path(run_dir)
-    check_run_record(run_dir, kind, config)
-    lock = RunLock(run_dir, name=LOCK_NAME)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        lock.acquire()
-    except RunDirError as err:  # in use: the advice in the workflow's terms
-        raise err.with_advice(f"wait for it to finish, or {kind.advice}") from None
-    try:
-        resumed = check_run_record(run_dir, kind, config)
-        yield RunClaim(run_dir, kind, record_text(kind, config), resumed)
-    finally:
-        lock.release()
-
-
 def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
     """The configuration a run folder recorded, as plain JSON data.
 
@@ -274,28 +330,3 @@ def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
             f"holding {kind.what}"
         )
     return config
-
-
-@contextmanager
-def claim_run_dirs(
-    run_dirs: Sequence[Path | str], kind: RecordKind, configs: Sequence[Any]
-) -> Iterator[list[RunClaim]]:
-    """:func:`claim_run_dir` for the runs of a sweep, every folder checked before any is held.
-
-    One refused run leaves all of the folders as they were.
-
-    Raises:
-        ValueError: Not one configuration per folder.
-        RunRecordError, sciml.training.run_dir.RunDirError: As :func:`claim_run_dir`.
-    """
-    if len(run_dirs) != len(configs):
-        raise ValueError(
-            f"one configuration per run folder: {len(configs)} for {len(run_dirs)} folder(s)"
-        )
-    for run_dir, config in zip(run_dirs, configs, strict=True):
-        check_run_record(Path(run_dir), kind, config)
-    with ExitStack() as stack:
-        yield [
-            stack.enter_context(claim_run_dir(run_dir, kind, config))
-            for run_dir, config in zip(run_dirs, configs, strict=True)
-        ]
