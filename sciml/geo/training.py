@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sciml.datasets.sampling import seed_everything
 from sciml.geo.config import SegmenterConfig
 from sciml.geo.losses import make_loss_fn
 from sciml.geo.model import MaskedUNet
 from sciml.geo.pixels import PixelScaling
-from sciml.training.loop import seed_everything
 from sciml.training.runs.record import RESUMABLE_FIELDS, RecordKind, RunRecordError, read_run_record
 
 if TYPE_CHECKING:

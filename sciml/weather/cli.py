@@ -11,7 +11,8 @@ from sciml.cli_args import (
     positive_float,
     runs_and_test_data,
 )
-from sciml.weather.options import add_memory_limit, add_sweep_arguments, sweep_runs
+from sciml.training.sweeps import add_sweep_arguments, sweep_runs
+from sciml.weather.options import add_memory_limit
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.spread.cli import register_spread
 from sciml.weather.toy.cli import register_toy

@@ -16,13 +16,10 @@ from typing import Any, TypeVar
 
 from sciml.cli_args import (
     byte_size,
-    comma_list,
     nested,
     non_negative_int,
     option,
-    positive_float,
     positive_int,
-    sweep_option,
 )
 from sciml.training.config import TrainConfig
 from sciml.training.runs.record import SHOWN_FIELDS
@@ -35,12 +32,9 @@ __all__ = [
     "MODELS",
     "SPREAD_LOSSES",
     "add_memory_limit",
-    "add_sweep_arguments",
-    "check_sweep",
     "config_from_record",
     "config_record",
     "run_records",
-    "sweep_runs",
     "train_field",
 ]
 
@@ -176,75 +170,3 @@ def add_memory_limit(parser: argparse.ArgumentParser) -> None:
         "stream); the run says which path it took and why (its reads.json keeps it); a "
         "resumed run may change it",
     )
-
-
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--seeds`` and a comma-separated ``--lr`` on a training command (:func:`sweep_runs`)."""
-    sweep_option(parser, "lr", positive_float)
-    parser.add_argument(
-        "--seeds",
-        type=comma_list(non_negative_int),
-        help="comma-separated seeds: one run each, trained together (fused), in "
-        "<run-dir>/seed<S> (with several --lr: <run-dir>/seed<S>-lr<LR>)",
-    )
-
-
-def _sweep_free(config: Any) -> Any:
-    """``config`` without what a sweep varies (seed, learning rate, progress bar)."""
-    loop = dataclasses.replace(config.train, seed=0, progress=False)
-    return dataclasses.replace(config, lr=1.0, train=loop)
-
-
-def check_sweep(configs: Sequence[Any], run_dirs: Sequence[Path | str]) -> None:
-    """Refuse a sweep of other than one folder per run, or whose runs differ in more.
-
-    The runs of one sweep may differ in ``train.seed`` and ``lr`` only.
-
-    Raises:
-        ValueError: Naming the counts, or the first configuration that differs.
-    """
-    if len(configs) != len(run_dirs) or not configs:
-        raise ValueError(
-            f"give one run folder per configuration, got {len(configs)} configuration(s) "
-            f"and {len(run_dirs)} folder(s)"
-        )
-    for k, config in enumerate(configs):
-        if _sweep_free(config) != _sweep_free(configs[0]):
-            raise ValueError(
-                f"configuration {k} differs from configuration 0 in more than train.seed and "
-                "lr: the runs of one sweep share everything else"
-            )
-
-
-def sweep_runs(
-    args: argparse.Namespace, config_type: type[_Config]
-) -> tuple[list[_Config], list[Path]]:
-    """The configurations of ``--seeds`` and ``--lr``, each with its folder under ``--run-dir``.
-
-    ``--lr`` is a :func:`sciml.cli_args.sweep_option`; ``--quiet`` turns the bar off. One
-    seed and one rate without ``--seeds``: the one run, in ``--run-dir`` itself.
-    Otherwise ``seed<S>``, ``lr<LR>`` or ``seed<S>-lr<LR>`` under it, for what varies.
-
-    Raises:
-        ValueError: ``--seed`` and ``--seeds`` both given (a ``--seed`` of the default
-            value cannot be told from none).
-    """
-    from sciml.cli_args import config_from_args
-
-    first = config_from_args(config_type, argparse.Namespace(**{**vars(args), "lr": args.lr[0]}))
-    loop = dataclasses.replace(first.train, progress=not args.quiet)  # type: ignore[attr-defined]
-    config = dataclasses.replace(first, train=loop)  # type: ignore[type-var]
-    root, rates = Path(args.run_dir), tuple(args.lr)
-    if args.seeds is not None and args.seed != TrainConfig().seed:
-        raise ValueError("give --seed (one run) or --seeds (several), not both")
-    if args.seeds is None and len(rates) == 1:
-        return [config], [root]
-    configs, folders = [], []
-    for seed in args.seeds or (config.train.seed,):  # type: ignore[attr-defined]
-        for rate in rates:
-            parts = [f"seed{seed}"] if args.seeds is not None else []
-            parts += [f"lr{rate:g}"] if len(rates) > 1 else []
-            loop = dataclasses.replace(config.train, seed=seed)  # type: ignore[attr-defined]
-            configs.append(dataclasses.replace(config, lr=rate, train=loop))  # type: ignore[type-var]
-            folders.append(root / "-".join(parts))
-    return configs, folders

@@ -29,10 +29,9 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,21 +39,20 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
-from sciml.distributed.collectives import on_rank0, world
+from sciml.distributed.collectives import on_rank0
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.training.runs.folder import claim_run_dirs
-from sciml.training.runs.record import RecordKind, RunDirError, read_run_record
+from sciml.training.runs.record import RecordKind, read_run_record
+from sciml.training.sweeps import check_sweep, fit_runs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (
     DATA_KEY,
     DEEP_MODELS,
     MODELS,
-    check_sweep,
     config_from_record,
     run_records,
 )
@@ -71,13 +69,11 @@ __all__ = [
     "MODELS",
     "RUN_RECORD",
     "RUN_VERSION",
-    "fit_runs",
     "forecast_variables",
     "load_postprocessor",
     "read_data_record",
     "read_run",
     "record_reads",
-    "run_dir_advice",
     "split_validation",
     "static_variables",
     "train_postprocessor",
@@ -107,15 +103,6 @@ SAMPLE_DIMS = ("time", "lead_time")
 READS = "reads.json"
 #: Says which path the data take (in memory or streamed) and why (``INFO``).
 logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def run_dir_advice() -> Iterator[None]:
-    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
-    try:
-        yield
-    except RunDirError as err:
-        raise err.with_advice("give this run another --run-dir") from None
 
 
 def forecast_variables(ds: xr.Dataset, *, member_dim: str = "member") -> list[str]:
@@ -218,7 +205,7 @@ def train_postprocessors(
             seed and learning rate, a sweep of EMOS (it has neither), or not one run folder
             per configuration.
     """
-    check_sweep(configs, run_dirs)
+    check_sweep(configs, run_dirs, label="configuration {}")
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
     chosen = list(first.variables or ())
@@ -430,55 +417,6 @@ def record_reads(run_dirs: Sequence[Path], limit: int, paths: list[dict[str, str
     record = {"memory_limit": limit, "train": paths[0], "validation": paths[1]}
     for run_dir in run_dirs:
         atomic_write_text(run_dir / READS, json.dumps(record, indent=1) + "\n")
-
-
-def fit_runs(
-    models: Sequence[torch.nn.Module],
-    configs: Sequence[Any],
-    train_set: Dataset[Any],
-    val_set: Dataset[Any],
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
-    run_dirs: Sequence[Path],
-    device: torch.device,
-) -> list[str]:
-    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
-
-    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
-    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
-    Returns each run's status.
-    """
-    from sciml.training import fit, fit_fused
-
-    optimizers = [
-        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
-    ]
-    with run_dir_advice():
-        if len(models) > 1:
-            results = fit_fused(
-                models,
-                optimizers,
-                train_set,
-                loss_fn,
-                run_dirs=run_dirs,
-                configs=[c.train for c in configs],
-                val_dataset=val_set,
-            )
-            return [result.status for result in results]
-        model = models[0]
-        if world()[1] > 1:
-            model = DistributedDataParallel(
-                model, device_ids=[device] if device.type == "cuda" else None
-            )
-        result = fit(
-            model,
-            optimizers[0],
-            train_set,
-            loss_fn,
-            run_dir=run_dirs[0],
-            config=configs[0].train,
-            val_dataset=val_set,
-        )
-    return [result.status]
 
 
 def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:

@@ -31,14 +31,14 @@ from torch.utils.data import DataLoader
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.training.runs.folder import claim_run_dirs
+from sciml.training.sweeps import check_sweep, fit_runs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.dataset import StreamedEnsemble, chunk_layout
 from sciml.weather.grid import align_to_run, data_record
-from sciml.weather.options import check_sweep, run_records
+from sciml.weather.options import run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.predict import labelled_like_truth
 from sciml.weather.postprocess.train import (
-    fit_runs,
     forecast_variables,
     record_reads,
     split_validation,
@@ -114,7 +114,7 @@ def train_spreads(
         ValueError: As :func:`train_spread`; configurations that differ in more than seed
             and learning rate, or not one run folder per configuration.
     """
-    check_sweep(configs, run_dirs)
+    check_sweep(configs, run_dirs, label="configuration {}")
     target = torch.device(device or "cpu")  # a bad device string fails here, before writing
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
