@@ -127,7 +127,7 @@ def _train_epoch(runs: list[_Run], step: Step, stop: SharedStop) -> bool:
         if len({tuple(sizes) for _, sizes in steps.values()}) != 1:
             raise RuntimeError("fused runs reached steps of different sizes")
         values = step([run.trainer for run in runs], [steps[k] for k in range(len(runs))])
-        stop.refresh()
+        stop.next_step()
         for k, run in enumerate(runs):
             with run.own_rng():
                 try:
@@ -142,7 +142,7 @@ def _train_epoch(runs: list[_Run], step: Step, stop: SharedStop) -> bool:
 
 def _drive(
     runs: list[_Run],
-    step: Callable[[list[RunTrainer]], Step],
+    make_step: Callable[[list[RunTrainer]], Step],
     *,
     handle_signals: bool,
 ) -> list[TrainResult]:
@@ -150,7 +150,7 @@ def _drive(
 
     Args:
         runs: The runs, each built (seeded, resumed) and its folder held.
-        step: The seam: the step of the runs training this epoch.
+        make_step: The seam: makes the step of the runs training an epoch.
         handle_signals: Checkpoint and return on SIGTERM/SIGUSR1.
     """
     places = {(r.trainer.state.epoch, r.trainer.state.step_in_epoch) for r in runs if not r.status}
@@ -169,7 +169,7 @@ def _drive(
                 if active[0].trainer.state.epoch >= active[0].trainer.s.config.epochs:
                     for run in active:
                         run.status = "completed"
-                elif not _train_epoch(active, step([r.trainer for r in active]), stop):
+                elif not _train_epoch(active, make_step([r.trainer for r in active]), stop):
                     for run in active:
                         run.status = "interrupted"
                 else:

@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 
 from sciml.distributed import check_replica, world
 from sciml.io_utils import atomic_write_text
-from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
+from sciml.training.checkpoint import read_checkpoint, restore_checkpoint, training_record
 from sciml.training.config import TrainConfig
 from sciml.training.runs.record import (
     LAST_CHECKPOINT,
@@ -34,7 +34,6 @@ from sciml.training.runs.record import (
     check_run_record,
     differences,
     record_text,
-    training_record,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +104,7 @@ class LoopState:
     A checkpoint holds every rank's in ``rank_sums``/``rank_counts`` (indexed by
     rank), so that each rank resumes its own sums and the epoch's reduction adds
     the same numbers in the same order as an uninterrupted run (bit for bit).
-    ``run`` describes the run (:func:`sciml.training.runs.record.training_record`), to refuse
+    ``run`` describes the run (:func:`sciml.training.checkpoint.training_record`), to refuse
     resuming with another one.
     """
 

@@ -47,23 +47,29 @@ __all__ = ["RunTrainer", "SharedStop"]
 
 
 class SharedStop:
-    """The signal flag as the runs trained together read it: once a step, so all stop together."""
+    """The signal flag as the runs trained together read it: once a step, so all stop together.
+
+    The first run to ask after a step (:meth:`any_rank`) reads the flag on every rank
+    (collective); the others that step get the same answer. A request (a run's
+    ``preempt_after``, the same step for every run) raises the flag before it is read.
+    """
 
     def __init__(self, flag: PreemptionFlag) -> None:
-        """``flag`` as the runs read it; not yet raised."""
-        self.flag, self.stop = flag, False
+        """``flag`` as the runs read it; not read yet."""
+        self.flag, self.stop, self.read = flag, False, False
 
-    def refresh(self) -> None:
-        """Read the flag (collective) before the runs apply a step."""
-        self.stop = self.flag.any_rank()
+    def next_step(self) -> None:
+        """A new step: the flag is read again by the first run that asks."""
+        self.read = False
 
     def request(self, signum: int = signal.SIGUSR1) -> None:
-        """Stop every run after this step (a run's ``preempt_after``)."""
+        """Raise the flag as ``signum`` would: stop after this step."""
         self.flag.request(signum)
-        self.stop = True
 
     def any_rank(self) -> bool:
-        """Whether the runs stop after this step."""
+        """Whether the runs stop after this step (collective on its first call)."""
+        if not self.read:
+            self.stop, self.read = self.flag.any_rank(), True
         return self.stop
 
 

@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sciml.cli_args import (
     byte_size,
-    nested,
-    non_negative_int,
-    option,
-    positive_int,
 )
 from sciml.training.config import TrainConfig
-from sciml.training.runs.record import SHOWN_FIELDS
 
 __all__ = [
-    "DATA_KEY",
     "DEEP_MODELS",
     "LOSS_SCALES",
     "MISSING",
@@ -33,9 +26,6 @@ __all__ = [
     "SPREAD_LOSSES",
     "add_memory_limit",
     "config_from_record",
-    "config_record",
-    "run_records",
-    "train_field",
 ]
 
 #: The deep post-processors of :mod:`sciml.weather.postprocess.train` (they read the lead time).
@@ -56,72 +46,8 @@ MISSING = ("refuse", "mask")
 #: The spread predictor's losses against the full ensemble's spread (:mod:`sciml.weather.spread`).
 SPREAD_LOSSES = ("l1", "mse", "log_l1", "crps")
 
-#: Key of the training data's record (:func:`sciml.weather.grid.data_record`) in a run's
-#: configuration.
-DATA_KEY = "data"
 
 _Config = TypeVar("_Config")
-
-
-def train_field(batch_help: str, **defaults: Any) -> Any:
-    """The ``train`` field of a weather configuration: epochs, batch size and seed as options.
-
-    The default loop logs no TensorBoard files; its other options are ``defaults`` (e.g.
-    ``epochs=30``), else :class:`~sciml.training.TrainConfig`'s.
-    """
-    return dataclasses.field(
-        default_factory=lambda: TrainConfig(tensorboard=False, **defaults),
-        metadata=nested(
-            epochs=option("training epochs", type=positive_int),
-            batch_size=option(batch_help, type=positive_int),
-            seed=option("seed of the run", type=non_negative_int),
-        ),
-    )
-
-
-def config_record(config: object) -> dict[str, Any]:
-    """``config`` as its run record keeps it: the nested ``train`` without what it only shows.
-
-    The loop's resumable fields (:data:`~sciml.training.runs.record.RESUMABLE_FIELDS`: epochs,
-    checkpoint_every) are kept, and a resumed run may change them (the record takes them).
-    """
-    record: dict[str, Any] = dataclasses.asdict(config)  # type: ignore[call-overload]
-    record["train"] = {k: v for k, v in record["train"].items() if k not in SHOWN_FIELDS}
-    return record
-
-
-def run_records(
-    configs: Sequence[Any], data: dict[str, Any], run_dirs: Sequence[Path], kind: Any
-) -> list[dict[str, Any]]:
-    """Each run's record: its configuration (:func:`config_record`) and ``data``'s record.
-
-    A folder that holds a record from before runs recorded the data's units and the
-    missing-value policy (``missing``) gets a record without them, as long as the policy
-    is the one those runs had (``"refuse"``): such a run resumes as it was recorded. A
-    folder without a readable record gets the full record (the claim of the folder refuses
-    a damaged one, or one of another kind or format, in its own terms).
-
-    Args:
-        configs: The runs' configurations.
-        data: What the data decided (:func:`sciml.weather.grid.data_record`).
-        run_dirs: The runs' folders.
-        kind: Their :class:`~sciml.training.runs.record.RecordKind`.
-    """
-    from sciml.training.runs.record import RunRecordError, read_run_record
-
-    records = []
-    for config, run_dir in zip(configs, run_dirs, strict=True):
-        record = config_record(config) | {DATA_KEY: data}
-        try:
-            saved = read_run_record(run_dir, kind)
-        except (FileNotFoundError, RunRecordError):
-            saved = None
-        if saved is not None and "missing" not in saved and record.get("missing") == "refuse":
-            del record["missing"]
-        if saved is not None and "units" not in saved.get(DATA_KEY, {}):
-            record[DATA_KEY] = {key: value for key, value in data.items() if key != "units"}
-        records.append(record)
-    return records
 
 
 def config_from_record(config: type[_Config], record: dict[str, Any], where: str) -> _Config:

@@ -24,25 +24,23 @@ consume the run; the folder holding it is claimed with
 A record may bind from a run's first checkpoint on (:attr:`RecordKind.binding`,
 :data:`LAST_CHECKPOINT`): a run that failed before it (bad inputs found late, a crash in
 its first epoch) left nothing to resume, so the same folder takes a corrected configuration
-and its record is replaced. :func:`training_record` is what :func:`sciml.training.fit`
-records of its own run (its loop, model, optimiser and data sizes).
+and its record is replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import torch
-from torch import nn
-
-from sciml.training.checkpoint import model_signature
 
 __all__ = [
+    "ANY",
+    "DATA_KEY",
     "LAST_CHECKPOINT",
     "RESUMABLE_FIELDS",
     "PlainValue",
@@ -51,12 +49,13 @@ __all__ = [
     "RunDirError",
     "RunRecordError",
     "check_run_record",
+    "config_record",
     "differences",
     "plain",
     "read_run_record",
     "record_binds",
     "record_text",
-    "training_record",
+    "run_records",
 ]
 
 #: :class:`~sciml.training.TrainConfig` fields that change only what a run shows: no run
@@ -65,6 +64,10 @@ SHOWN_FIELDS = ("progress", "tensorboard", "handle_signals")
 #: :class:`~sciml.training.TrainConfig` fields that a resumed run may change, in every
 #: workflow: they change how long it runs and what it shows, never what it computes.
 RESUMABLE_FIELDS = ("epochs", "checkpoint_every", *SHOWN_FIELDS)
+#: The key of a workflow run's record under which it keeps what the data decided.
+DATA_KEY = "data"
+#: In :attr:`RecordKind.added`: runs of an older format had the field with any value.
+ANY: Any = type("Any", (), {"__repr__": lambda self: "ANY"})()
 #: Differences named in a refusal before the rest are counted.
 _SHOWN = 8
 #: The checkpoint :func:`sciml.training.fit` writes in a run folder at every epoch's end (and
@@ -105,42 +108,6 @@ def plain(value: Any) -> PlainValue:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return repr(value)
-
-
-def training_record(
-    config: dict[str, Any],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any | None,
-    sizes: tuple[int, int | None],
-    replicas: int,
-) -> dict[str, Any]:
-    """What a resumed run must share with the run that wrote the checkpoint.
-
-    Args:
-        config: The loop options that must not change on resume.
-        model: The model (class and parameter shapes).
-        optimizer: The optimiser (class and hyperparameters, before any step).
-        scheduler: The learning-rate scheduler (class) or ``None``.
-        sizes: Lengths of the training and validation sets (``None``: no validation).
-        replicas: Number of data-parallel replicas.
-    """
-    groups = [
-        {k: plain(v) for k, v in group.items() if k != "params"}
-        | {"parameters": len(group["params"])}
-        for group in optimizer.param_groups
-    ]
-    return {
-        "config": config,
-        "model": type(model).__qualname__,
-        "parameters": model_signature(model),
-        "optimizer": type(optimizer).__qualname__,
-        "param_groups": groups,
-        "scheduler": None if scheduler is None else type(scheduler).__qualname__,
-        "train_samples": sizes[0],
-        "val_samples": sizes[1],
-        "replicas": replicas,
-    }
 
 
 def differences(saved: Any, current: Any, *, where: str = "") -> list[str]:
@@ -198,6 +165,10 @@ class RecordKind:
             :class:`~sciml.training.TrainConfig`): their :data:`RESUMABLE_FIELDS` may
             differ when the run is resumed (a finished run trains on with more epochs),
             and the record then takes the new values.
+        added: Fields (dotted paths, e.g. ``"data.units"``) that this format records and
+            runs of an older one did not, each with the value those runs had (:data:`ANY`:
+            whatever it is): :func:`run_records` leaves such a field out of the record of
+            a folder whose record lacks it, so the run resumes as it was recorded.
     """
 
     name: str
@@ -210,6 +181,7 @@ class RecordKind:
     option: str = "--run-dir"
     binding: str | None = None
     loop: str = "train"
+    added: Mapping[str, Any] = field(default_factory=dict)
 
 
 def record_binds(run_dir: Path | str, kind: RecordKind) -> bool:
@@ -330,3 +302,65 @@ def read_run_record(run_dir: Path | str, kind: RecordKind) -> dict[str, Any]:
             f"holding {kind.what}"
         )
     return config
+
+
+def config_record(config: Any, loop: str = "train") -> dict[str, Any]:
+    """A workflow's configuration (a dataclass) as its run record keeps it.
+
+    Its loop's options (``config.<loop>``, a :class:`~sciml.training.TrainConfig`) without
+    what they only show (:data:`SHOWN_FIELDS`); their other resumable fields (epochs,
+    checkpoint_every) are kept, and a resumed run may change them (the record takes them).
+    """
+    record: dict[str, Any] = dataclasses.asdict(config)
+    record[loop] = {k: v for k, v in record[loop].items() if k not in SHOWN_FIELDS}
+    return record
+
+
+def _lookup(record: Mapping[str, Any], path: str) -> tuple[bool, Any]:
+    """Whether the dotted ``path`` is in ``record``, and its value there."""
+    value: Any = record
+    for key in path.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return False, None
+        value = value[key]
+    return True, value
+
+
+def _without(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """``record`` without the dotted ``path`` (a copy of each level on the way)."""
+    head, _, rest = path.partition(".")
+    if not rest or not isinstance(record.get(head), dict):
+        return {k: v for k, v in record.items() if k != head}
+    return record | {head: _without(record[head], rest)}
+
+
+def run_records(
+    configs: Sequence[Any], data: dict[str, Any], run_dirs: Sequence[Path], kind: RecordKind
+) -> list[dict[str, Any]]:
+    """Each run's one record: its configuration (:func:`config_record`) and ``data``.
+
+    ``data`` (what the data decided) is kept under :data:`DATA_KEY`. A folder whose record
+    lacks a field of :attr:`RecordKind.added` gets a record without it, as long as the
+    run's value is the one such runs had; a folder without a readable record gets the full
+    record (its claim refuses a damaged one, or one of another kind or format, in its own
+    terms).
+
+    Args:
+        configs: The runs' configurations (dataclasses that nest their loop's options).
+        data: What the data decided, the same for every run.
+        run_dirs: The runs' folders.
+        kind: Their record.
+    """
+    records = []
+    for config, run_dir in zip(configs, run_dirs, strict=True):
+        record = config_record(config, kind.loop) | {DATA_KEY: data}
+        try:
+            saved = read_run_record(run_dir, kind)
+        except (FileNotFoundError, RunRecordError):
+            saved = None
+        for path, before in kind.added.items() if saved is not None else ():
+            found, value = _lookup(record, path)
+            if found and not _lookup(saved or {}, path)[0] and before in (ANY, value):
+                record = _without(record, path)
+        records.append(record)
+    return records

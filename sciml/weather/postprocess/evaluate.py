@@ -55,11 +55,11 @@ import xarray as xr
 
 from sciml.datasets.cf import conform_units, units_of
 from sciml.progress import phase
+from sciml.training.runs.record import config_record
 from sciml.weather import metrics
 from sciml.weather.blocks import auto_block_dates
 from sciml.weather.metrics.extremes import check_fraction, efi_weight, extreme_events
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
-from sciml.weather.options import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate_blocks import score_blocks
 from sciml.weather.postprocess.predict import Forecast, combine_seeds, predict_run

@@ -45,16 +45,14 @@ from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.io_utils import atomic_path, atomic_write_text
 from sciml.training.runs.folder import claim_run_dirs
-from sciml.training.runs.record import RecordKind, read_run_record
+from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record, run_records
 from sciml.training.sweeps import check_sweep, fit_runs
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (
-    DATA_KEY,
     DEEP_MODELS,
     MODELS,
     config_from_record,
-    run_records,
 )
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
@@ -95,7 +93,12 @@ _CHANGES = {
 }
 #: The run record of a weather post-processing run.
 RUN_RECORD = RecordKind(
-    "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
+    "weather-postprocess",
+    RUN_VERSION,
+    RUN_CONFIG,
+    "a weather run",
+    changes=_CHANGES,
+    added={"missing": "refuse", "data.units": ANY},  # before runs recorded them
 )
 SAMPLE_DIMS = ("time", "lead_time")
 #: The run folder's record of the memory limit and of how the data were read (a runtime

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sciml.datasets.channels import NormStats
-from sciml.training.runs.record import RecordKind, read_run_record
-from sciml.weather.options import DATA_KEY, config_from_record
+from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record
+from sciml.weather.options import config_from_record
 from sciml.weather.spread.options import SpreadConfig
 
 __all__ = [
@@ -44,7 +44,12 @@ _CHANGES = {
 }
 #: The run record of a spread run.
 SPREAD_RECORD = RecordKind(
-    "weather-spread", SPREAD_VERSION, RUN_CONFIG, "a spread run", changes=_CHANGES
+    "weather-spread",
+    SPREAD_VERSION,
+    RUN_CONFIG,
+    "a spread run",
+    changes=_CHANGES,
+    added={"data.units": ANY},  # before runs recorded them
 )
 
 
