@@ -30,157 +30,48 @@ swapped in around everything it does, so that a dataset's random draws are those
 separate run. A run that stops early leaves the others training; a signal stops every run
 after the same step.
 
-Both are one driver, :func:`_drive`, over K >= 1 runs (``fit`` is K = 1), each a
-:class:`~sciml.training.trainer.RunTrainer`: epoch after epoch, the runs still training
-take their steps in lockstep; the step's forward and backward pass is the seam
-(:data:`Step`): the run's own :class:`~sciml.training.step.StepRunner` for ``fit``, the
-fused batched step for ``fit_fused``. A run that ended before a resume (its last epoch
-done, or stopped early) stays ended.
+Both are one driver over K >= 1 runs (``fit`` is K = 1, :mod:`sciml.training.driver`), the
+step a seam: the run's own :class:`~sciml.training.step.StepRunner`, or one batched step for
+all. :func:`fit_runs` trains a workflow's sweep (:mod:`sciml.training.sweeps`): one run with
+``fit``, several fused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
-from sciml.distributed import PreemptionFlag, world
+from sciml.distributed import world
 from sciml.distributed.cpu_allocator import keep_freed_memory
-from sciml.training.checkpoint import get_rng_state, set_rng_state
 from sciml.training.config import TrainConfig
+from sciml.training.driver import Run, Step, drive, own_step
 from sciml.training.fused import FusedModels, fused_backward
 from sciml.training.runs.folder import lock_run_dir
+from sciml.training.runs.record import RunDirError
 from sciml.training.setup import (
     LossFn,
-    Status,
     TrainResult,
     check_inputs,
     claim_training_record,
 )
 from sciml.training.sweeps import check_steps, check_sweep, datasets_per_run, per_run
-from sciml.training.trainer import RunTrainer, SharedStop
+from sciml.training.trainer import RunTrainer
 
-__all__ = ["EXIT_REQUEUE", "Step", "fit", "fit_fused"]
+__all__ = ["EXIT_REQUEUE", "fit", "fit_fused", "fit_runs"]
 
 #: Exit code a script returns after checkpointing on a signal, so that a
 #: Slurm batch script knows to requeue the job.
 EXIT_REQUEUE = 3
-
-#: The seam of the driver: given the runs training this epoch, the step that
-#: back-propagates each run's batch parts (and their sizes) and returns each run's values.
-Step = Callable[
-    [Sequence[RunTrainer], Sequence[tuple[list[Any], list[int]]]], list[dict[str, float]]
-]
-
-
-def _own_step(active: list[RunTrainer]) -> Step:
-    """One run's step, its own :class:`~sciml.training.step.StepRunner` (``fit``)."""
-
-    def step(
-        trainers: Sequence[RunTrainer], steps: Sequence[tuple[list[Any], list[int]]]
-    ) -> list[dict[str, float]]:
-        (trainer,), ((parts, sizes),) = trainers, steps
-        return [trainer.runner.backward(parts, sizes, where=trainer.where())]
-
-    return step
-
-
-class _Run:
-    """One run of the driver: its trainer, its status and (among several) its own random state."""
-
-    def __init__(self, trainer: RunTrainer, *, swap: bool) -> None:
-        self.trainer = trainer
-        self.rng = get_rng_state() if swap else None  # as the trainer just left it
-        self.status: Status | None = trainer.ended()  # a run that ended stays ended
-
-    @contextmanager
-    def own_rng(self) -> Iterator[None]:
-        """Run the block with this run's random state, and keep what it leaves."""
-        if self.rng is None:
-            yield
-            return
-        set_rng_state(self.rng)
-        try:
-            yield
-        finally:
-            self.rng = get_rng_state()
-
-
-def _train_epoch(runs: list[_Run], step: Step, stop: SharedStop) -> bool:
-    """The runs' current epoch in lockstep; false if a signal stopped them."""
-    pending, steps, finished = {}, {}, {}
-    for k, run in enumerate(runs):
-        with run.own_rng():
-            pending[k] = run.trainer.epoch_steps(stop)
-            try:
-                steps[k] = next(pending[k])
-            except StopIteration as done:  # resumed at the end of its epoch
-                finished[k] = bool(done.value)
-    while steps and not finished:
-        if len({tuple(sizes) for _, sizes in steps.values()}) != 1:
-            raise RuntimeError("fused runs reached steps of different sizes")
-        values = step([run.trainer for run in runs], [steps[k] for k in range(len(runs))])
-        stop.next_step()
-        for k, run in enumerate(runs):
-            with run.own_rng():
-                try:
-                    steps[k] = pending[k].send(values[k])
-                except StopIteration as done:
-                    finished[k] = bool(done.value)
-                    del steps[k]
-    if steps:
-        raise RuntimeError("fused runs ended an epoch at different steps")
-    return all(finished.values())
-
-
-def _drive(
-    runs: list[_Run],
-    make_step: Callable[[list[RunTrainer]], Step],
-    *,
-    handle_signals: bool,
-) -> list[TrainResult]:
-    """Train K >= 1 runs to their end (the module docstring); what each did.
-
-    Args:
-        runs: The runs, each built (seeded, resumed) and its folder held.
-        make_step: The seam: makes the step of the runs training an epoch.
-        handle_signals: Checkpoint and return on SIGTERM/SIGUSR1.
-    """
-    places = {(r.trainer.state.epoch, r.trainer.state.step_in_epoch) for r in runs if not r.status}
-    if len(places) > 1:
-        raise ValueError(
-            f"the runs' checkpoints are at different steps ({sorted(places)} as (epoch, step)): "
-            "fused runs resume together; resume each with fit"
-        )
-    for run in runs:
-        with run.own_rng():
-            run.trainer.started()
-    try:
-        with PreemptionFlag(handle_signals) as flag:
-            stop = SharedStop(flag)
-            while active := [run for run in runs if run.status is None]:
-                if active[0].trainer.state.epoch >= active[0].trainer.s.config.epochs:
-                    for run in active:
-                        run.status = "completed"
-                elif not _train_epoch(active, make_step([r.trainer for r in active]), stop):
-                    for run in active:
-                        run.status = "interrupted"
-                else:
-                    for run in active:
-                        with run.own_rng():
-                            if run.trainer.end_of_epoch():
-                                run.status = "early_stopped"
-    finally:
-        for run in runs:
-            run.trainer.close()
-    return [run.trainer.finished(run.status or "interrupted") for run in runs]
 
 
 def fit(
@@ -283,8 +174,8 @@ def fit(
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
         claim_training_record(setup, resume=resume)
-        run = _Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=False)
-        return _drive([run], _own_step, handle_signals=setup.config.handle_signals)[0]
+        run = Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=False)
+        return drive([run], own_step, handle_signals=setup.config.handle_signals)[0]
     finally:
         lock.release()
 
@@ -363,7 +254,7 @@ def fit_fused(
         for setup in setups:
             claim_training_record(setup, resume=resume)
         runs = [  # each run's random state as its trainer left it: seeded, or resumed
-            _Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=True)
+            Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=True)
             for setup in setups
         ]
 
@@ -372,7 +263,7 @@ def fit_fused(
                 fused_backward, FusedModels([t.s.model for t in active]), loss_fn
             )
 
-        return _drive(runs, fused, handle_signals=setups[0].config.handle_signals)
+        return drive(runs, fused, handle_signals=setups[0].config.handle_signals)
 
 
 def _check_runs(
@@ -396,3 +287,59 @@ def _check_runs(
             "fit_fused trains its runs in one process; under torch.distributed train each "
             "run with fit"
         )
+
+
+@contextlib.contextmanager
+def run_dir_advice() -> Iterator[None]:
+    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
+    try:
+        yield
+    except RunDirError as err:
+        raise err.with_advice("give this run another --run-dir") from None
+
+
+def fit_runs(
+    models: Sequence[torch.nn.Module],
+    configs: Sequence[Any],
+    train_set: Dataset[Any],
+    val_set: Dataset[Any],
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    run_dirs: Sequence[Path],
+    device: torch.device,
+) -> list[str]:
+    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
+
+    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
+    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
+    Returns each run's status.
+    """
+    optimizers = [
+        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
+    ]
+    with run_dir_advice():
+        if len(models) > 1:
+            results = fit_fused(
+                models,
+                optimizers,
+                train_set,
+                loss_fn,
+                run_dirs=run_dirs,
+                configs=[c.train for c in configs],
+                val_dataset=val_set,
+            )
+            return [result.status for result in results]
+        model = models[0]
+        if world()[1] > 1:
+            model = DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None
+            )
+        result = fit(
+            model,
+            optimizers[0],
+            train_set,
+            loss_fn,
+            run_dir=run_dirs[0],
+            config=configs[0].train,
+            val_dataset=val_set,
+        )
+    return [result.status]

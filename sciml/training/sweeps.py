@@ -12,9 +12,8 @@ for all). Kept free of heavy imports: a command's ``--help`` imports this module
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,7 +21,6 @@ from sciml.cli_args import comma_list, non_negative_int, positive_float, sweep_o
 from sciml.training.config import TrainConfig
 
 if TYPE_CHECKING:
-    import torch
     from torch.utils.data import Dataset
 
 __all__ = [
@@ -30,9 +28,7 @@ __all__ = [
     "check_steps",
     "check_sweep",
     "datasets_per_run",
-    "fit_runs",
     "per_run",
-    "run_dir_advice",
     "sweep_runs",
 ]
 
@@ -171,67 +167,3 @@ def check_steps(datasets: Sequence[Dataset[Any]]) -> None:
             f"the runs' training sets hold {lengths} samples: fused runs take the same steps, "
             "so each run's set needs as many samples"
         )
-
-
-@contextlib.contextmanager
-def run_dir_advice() -> Iterator[None]:
-    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
-    from sciml.training.runs.record import RunDirError
-
-    try:
-        yield
-    except RunDirError as err:
-        raise err.with_advice("give this run another --run-dir") from None
-
-
-def fit_runs(
-    models: Sequence[torch.nn.Module],
-    configs: Sequence[Any],
-    train_set: Dataset[Any],
-    val_set: Dataset[Any],
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
-    run_dirs: Sequence[Path],
-    device: torch.device,
-) -> list[str]:
-    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
-
-    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
-    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
-    Returns each run's status.
-    """
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
-
-    from sciml.distributed.collectives import world
-    from sciml.training.loop import fit, fit_fused
-
-    optimizers = [
-        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
-    ]
-    with run_dir_advice():
-        if len(models) > 1:
-            results = fit_fused(
-                models,
-                optimizers,
-                train_set,
-                loss_fn,
-                run_dirs=run_dirs,
-                configs=[c.train for c in configs],
-                val_dataset=val_set,
-            )
-            return [result.status for result in results]
-        model = models[0]
-        if world()[1] > 1:
-            model = DistributedDataParallel(
-                model, device_ids=[device] if device.type == "cuda" else None
-            )
-        result = fit(
-            model,
-            optimizers[0],
-            train_set,
-            loss_fn,
-            run_dir=run_dirs[0],
-            config=configs[0].train,
-            val_dataset=val_set,
-        )
-    return [result.status]

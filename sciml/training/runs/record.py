@@ -138,7 +138,6 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]} ...{text[-1]}"
 
 
-
 class RunRecordError(RunDirError, ValueError):
     """A run record that cannot be used: another configuration, kind or format, or damaged."""
 

@@ -44,9 +44,10 @@ from torch.utils.data import Dataset
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
 from sciml.io_utils import atomic_path, atomic_write_text
+from sciml.training.loop import fit_runs
 from sciml.training.runs.folder import claim_run_dirs
 from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record, run_records
-from sciml.training.sweeps import check_sweep, fit_runs
+from sciml.training.sweeps import check_sweep
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.grid import data_record, spatial_dims
 from sciml.weather.options import (

@@ -30,9 +30,10 @@ from torch.utils.data import DataLoader
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
+from sciml.training.loop import fit_runs
 from sciml.training.runs.folder import claim_run_dirs
 from sciml.training.runs.record import run_records
-from sciml.training.sweeps import check_sweep, fit_runs
+from sciml.training.sweeps import check_sweep
 from sciml.weather.data import IN_MEMORY_BYTES, in_memory, read_path, refuse_missing
 from sciml.weather.dataset import StreamedEnsemble, chunk_layout
 from sciml.weather.grid import align_to_run, data_record
