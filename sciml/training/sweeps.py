@@ -4,9 +4,10 @@ A sweep is given on the command line (:func:`add_sweep_arguments`: ``--seeds`` a
 comma-separated ``--lr``; :func:`sweep_runs` makes one configuration and run folder of
 each), checked once (:func:`check_sweep`: one folder of its own per run, and runs that
 differ in nothing but their seed and learning rate, whichever workflow's configurations
-they are), and trained by :func:`fit_runs`: one run through :func:`sciml.training.fit`,
-several fused through :func:`sciml.training.fit_fused` (the same driver, one batched step
-for all). Kept free of heavy imports: a command's ``--help`` imports this module.
+they are), and trained with the loop, :func:`sciml.training.loop.fit_runs`: one run
+through :func:`sciml.training.fit`, several fused through :func:`sciml.training.fit_fused`
+(the same driver, one batched step for all). Kept free of heavy imports: a command's
+``--help`` imports this module.
 """
 
 from __future__ import annotations
