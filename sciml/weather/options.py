@@ -1,9 +1,9 @@
 """The names and shared option pieces of the weather commands, kept free of heavy imports.
 
 ``sciml weather ... --help`` lists them without importing torch, xarray or pandas; the
-modules that implement each option import their names from here, and the configurations
-(:mod:`sciml.weather.postprocess.config`, :mod:`sciml.weather.spread.options`) their shared
-training options and their run-record form.
+modules that implement each option import their names from here, and the run folders'
+readers a configuration back from its record (:func:`config_from_record`; the record itself
+is :func:`sciml.training.runs.record.run_records`'s).
 """
 
 from __future__ import annotations
