@@ -1,7 +1,7 @@
 """Training runs of the masked segmenter: run folders, training, loading.
 
 A run folder holds ``model.json`` (the run record of
-:mod:`sciml.training.run_record`, :data:`RUN_RECORD`: the run's
+:mod:`sciml.training.runs.record`, :data:`RUN_RECORD`: the run's
 :class:`~sciml.geo.config.SegmenterConfig` and the U-Net's arguments,
 :func:`run_config`, with the pixel scaling of the training image) and the
 checkpoints of :func:`sciml.training.fit`; it resumes only the run it describes,
@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sciml.datasets.sampling import seed_everything
 from sciml.geo.config import SegmenterConfig
 from sciml.geo.losses import make_loss_fn
 from sciml.geo.model import MaskedUNet
 from sciml.geo.pixels import PixelScaling
-from sciml.training.config import RESUMABLE_FIELDS
-from sciml.training.loop import seed_everything
-from sciml.training.run_record import RecordKind, RunRecordError, read_run_record
+from sciml.training.runs.record import RESUMABLE_FIELDS, RecordKind, RunRecordError, read_run_record
 
 if TYPE_CHECKING:
     from sciml.training import TrainResult
@@ -125,7 +124,7 @@ def train_segmenter(
     """Train the :class:`MaskedUNet` of ``config`` with :func:`sciml.training.fit` (Adam).
 
     Everything is checked before any file is written: the tiles against the U-Net,
-    and the run folder (:func:`sciml.training.run_record.claim_run_dir`: a folder resumes
+    and the run folder (:func:`sciml.training.runs.folder.claim_run_dir`: a folder resumes
     only a run of the same configuration). Then the configuration (:func:`run_config`)
     is written atomically to ``run_dir/model.json`` so that :func:`load_segmenter`
     rebuilds the model. ``checkpoints/best.pt`` holds the epoch with the lowest
@@ -153,10 +152,10 @@ def train_segmenter(
         ValueError: Tiles the model cannot take.
         RunConfigError: ``run_dir`` holds a run of another configuration, or checkpoints
             without its record.
-        sciml.training.run_dir.RunDirError: Another process is training in ``run_dir``.
+        sciml.training.runs.record.RunDirError: Another process is training in ``run_dir``.
     """
     from sciml.training import fit
-    from sciml.training.run_record import claim_run_dir
+    from sciml.training.runs.folder import claim_run_dir
 
     _check_tiles(train_dataset, config.depth)
     model = build_segmenter(config, int(train_dataset[0]["image"].shape[0]))

@@ -1,8 +1,9 @@
 """The one training loop, :func:`fit`, and its parts.
 
-Config, setup, batches, step, performance, checkpoints, the run log and the run
-folder; :func:`fit_fused` trains several runs of one small model as one
-(:class:`FusedModels`).
+Config, setup, batches, step, performance, checkpoints, the run log, the run folder
+and its record (:mod:`sciml.training.runs`); :func:`fit_fused` trains several runs of one
+small model as one (:class:`FusedModels`, a sweep: :mod:`sciml.training.sweeps`), with
+the driver that :func:`fit` runs for one.
 """
 
 from typing import TYPE_CHECKING
@@ -10,25 +11,25 @@ from typing import TYPE_CHECKING
 from sciml.lazy_package import make_lazy
 
 if TYPE_CHECKING:
-    from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
+    from sciml.training.config import TrainConfig
     from sciml.training.fused import FusedModels
-    from sciml.training.fused_loop import fit_fused
-    from sciml.training.loop import EXIT_REQUEUE, epoch_batches, fit, seed_everything
-    from sciml.training.run_dir import RunDirError
+    from sciml.training.loop import EXIT_REQUEUE, fit, fit_fused
+    from sciml.training.runs.record import RESUMABLE_FIELDS, RunDirError
     from sciml.training.setup import TrainResult
+    from sciml.training.trainer import epoch_batches, seed_everything
 
 #: The module of each public name (imported on first use).
 _HOMES = {
     "EXIT_REQUEUE": "loop",
     "FusedModels": "fused",
-    "RESUMABLE_FIELDS": "config",
-    "RunDirError": "run_dir",
+    "RESUMABLE_FIELDS": "runs.record",
+    "RunDirError": "runs.record",
     "TrainConfig": "config",
     "TrainResult": "setup",
-    "epoch_batches": "loop",
+    "epoch_batches": "trainer",
     "fit": "loop",
-    "fit_fused": "fused_loop",
-    "seed_everything": "loop",
+    "fit_fused": "loop",
+    "seed_everything": "trainer",
 }
 
 __all__ = [

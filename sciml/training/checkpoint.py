@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from sciml.io_utils import atomic_path
+from sciml.training.runs.record import plain
 
 __all__ = [
     "FORMAT",
@@ -30,6 +31,7 @@ __all__ = [
     "restore_checkpoint",
     "save_checkpoint",
     "set_rng_state",
+    "training_record",
     "unwrap",
 ]
 
@@ -52,6 +54,42 @@ def unwrap(model: nn.Module) -> nn.Module:
 def model_signature(model: nn.Module) -> dict[str, list[int]]:
     """Names and shapes of a model's parameters and buffers."""
     return {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def training_record(
+    config: dict[str, Any],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None,
+    sizes: tuple[int, int | None],
+    replicas: int,
+) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote the checkpoint.
+
+    Args:
+        config: The loop options that must not change on resume.
+        model: The model (class and parameter shapes).
+        optimizer: The optimiser (class and hyperparameters, before any step).
+        scheduler: The learning-rate scheduler (class) or ``None``.
+        sizes: Lengths of the training and validation sets (``None``: no validation).
+        replicas: Number of data-parallel replicas.
+    """
+    groups = [
+        {k: plain(v) for k, v in group.items() if k != "params"}
+        | {"parameters": len(group["params"])}
+        for group in optimizer.param_groups
+    ]
+    return {
+        "config": config,
+        "model": type(model).__qualname__,
+        "parameters": model_signature(model),
+        "optimizer": type(optimizer).__qualname__,
+        "param_groups": groups,
+        "scheduler": None if scheduler is None else type(scheduler).__qualname__,
+        "train_samples": sizes[0],
+        "val_samples": sizes[1],
+        "replicas": replicas,
+    }
 
 
 def get_rng_state() -> dict[str, Any]:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from sciml.cli_args import nested, non_negative_int, option, positive_int
 from sciml.progress import ALWAYS, Progress
 
-__all__ = ["RESUMABLE_FIELDS", "TrainConfig"]
-
-#: :class:`TrainConfig` fields that may differ when a run is resumed: they
-#: change how long it runs and what it shows, never what it computes.
-RESUMABLE_FIELDS = ("epochs", "checkpoint_every", "progress", "tensorboard", "handle_signals")
+__all__ = ["TrainConfig", "train_field"]
 
 
 def _require_int(name: str, value: object, minimum: int, *, optional: bool = False) -> None:
@@ -146,3 +144,19 @@ class TrainConfig:
         if self.mode == "min":
             return value < best - self.min_delta
         return value > best + self.min_delta
+
+
+def train_field(batch_help: str, **defaults: Any) -> Any:
+    """The ``train`` field of a workflow's configuration: epochs, batch size and seed as options.
+
+    The default loop logs no TensorBoard files; its other options are ``defaults`` (e.g.
+    ``epochs=30``), else :class:`~sciml.training.TrainConfig`'s.
+    """
+    return dataclasses.field(
+        default_factory=lambda: TrainConfig(tensorboard=False, **defaults),
+        metadata=nested(
+            epochs=option("training epochs", type=positive_int),
+            batch_size=option(batch_help, type=positive_int),
+            seed=option("seed of the run", type=non_negative_int),
+        ),
+    )

@@ -32,14 +32,18 @@ data and preparation, with results equal to the separate runs'.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-__all__ = ["STRATEGIES", "FusedModels"]
+if TYPE_CHECKING:
+    from sciml.training.trainer import RunTrainer
+
+__all__ = ["STRATEGIES", "FusedModels", "fused_backward"]
 
 #: How the copies are called: ``"vmap"`` (one batched computation), ``"loop"`` (one after
 #: another) or ``"auto"`` (``vmap`` when the copies are on a GPU, else ``loop``).
@@ -234,16 +238,64 @@ def _pick(inputs: Any, k: int) -> Any:
     return inputs
 
 
-def _stacked(outs: list[Any]) -> Any:
-    """The copies' outputs with every tensor stacked along a new leading dim."""
+def _stacked(outs: Sequence[Any], what: str = "a fused call's outputs") -> Any:
+    """The copies' outputs (or the runs' batches) with every tensor stacked along a new dim 0."""
     first = outs[0]
     if isinstance(first, Tensor):
-        return torch.stack(outs)
+        return torch.stack(list(outs))
     if isinstance(first, dict):
-        return {key: _stacked([out[key] for out in outs]) for key in first}
+        return {key: _stacked([out[key] for out in outs], what) for key in first}
     if isinstance(first, list | tuple):
-        return type(first)(_stacked(list(parts)) for parts in zip(*outs, strict=True))
-    raise TypeError(f"a fused call returns tensors (in dicts, lists, tuples), got {first!r}")
+        return type(first)(_stacked(list(parts), what) for parts in zip(*outs, strict=True))
+    raise TypeError(f"{what} must hold tensors (in dicts, lists, tuples), got {first!r}")
+
+
+def fused_backward(
+    models: FusedModels,
+    loss_fn: Callable[[nn.Module, Any], Any],
+    trainers: Sequence[RunTrainer],
+    steps: Sequence[tuple[list[Any], list[int]]],
+) -> list[dict[str, float]]:
+    """Back-propagate every run's batch at once: :func:`~sciml.training.fit_fused`'s step.
+
+    Args:
+        models: The runs' models, fused (one copy per run, in the order of ``trainers``).
+        loss_fn: ``loss_fn(model, batch)``, as for :func:`~sciml.training.fit`.
+        trainers: The runs.
+        steps: Each run's batch parts and their sizes (the same sizes for every run).
+
+    Returns:
+        Each run's values, as its own :class:`~sciml.training.step.StepRunner` gives them.
+    """
+    sizes = steps[0][1]
+    total = sum(sizes)
+    values: list[dict[str, float]] = [{} for _ in trainers]
+    bf16 = trainers[0].s.config.precision == "bf16"
+    device = trainers[0].s.device
+    for index, size in enumerate(sizes):
+        batch = _stacked([parts[index] for parts, _ in steps], "the fused runs' batches")
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            output = models.apply_each(loss_fn, batch)
+        named = {"loss": output} if isinstance(output, Tensor) else dict(output)
+        if "loss" not in named or any(
+            not isinstance(v, Tensor) or tuple(v.shape) != (len(trainers),) for v in named.values()
+        ):
+            raise TypeError(
+                "loss_fn must return a scalar tensor, or a dict with a 'loss' entry of "
+                "scalar tensors, for each run"
+            )
+        listed = {name: tensor.detach().tolist() for name, tensor in named.items()}  # one read
+        for trainer, loss in zip(trainers, listed["loss"], strict=True):
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"loss is {loss} {trainer.where()}; lower the learning rate or check the inputs"
+                )
+        losses = named["loss"]
+        (losses.sum() * (size / total) if len(sizes) > 1 else losses.sum()).backward()
+        for name, per_run in listed.items():
+            for k, value in enumerate(per_run):
+                values[k][name] = values[k].get(name, 0.0) + value * size / total
+    return values
 
 
 def _check_leading_dim(inputs: Any, k: int) -> None:

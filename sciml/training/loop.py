@@ -1,4 +1,4 @@
-"""The training loop that every workflow uses.
+"""The training loop that every workflow uses, for one run or K runs trained as one.
 
 :func:`fit` trains a model on a map-style dataset with deterministic
 shuffling, shows a tqdm bar with the running loss on rank 0 (on a terminal or
@@ -18,385 +18,60 @@ a run stopped, stops early on a validation metric, and turns SIGTERM/SIGUSR1
         sys.exit(EXIT_REQUEUE)  # the batch script requeues the job
 
 Parallel models log global values, resumes are exact (bit for bit on CPU) and a run
-folder belongs to one run: ``docs/training_loop.md``. This module is the driver:
-:class:`_Trainer` runs named steps (train epoch, train step, end of epoch, evaluate,
-checkpoint), as torchtitan's trainer does; the other modules of :mod:`sciml.training`
-each hold one of its jobs.
+folder belongs to one run: ``docs/training_loop.md``.
+
+:func:`fit_fused` trains K runs of one small model (a sweep, :mod:`sciml.training.sweeps`)
+as one: each is what ``fit`` makes of its model, optimiser, scheduler, seed, data and run
+folder (the same batches in the same order, checkpoints, metrics, status lines and exact
+resume, in a folder of its own), and only the forward and backward passes are shared, one
+batched step for all (:func:`~sciml.training.fused.fused_backward`); each run then applies
+its own optimiser step. Each run keeps its own random state (Python's, NumPy's, torch's),
+swapped in around everything it does, so that a dataset's random draws are those of the
+separate run. A run that stops early leaves the others training; a signal stops every run
+after the same step.
+
+Both are one driver over K >= 1 runs (``fit`` is K = 1, :mod:`sciml.training.driver`), the
+step a seam: the run's own :class:`~sciml.training.step.StepRunner`, or one batched step for
+all. :func:`fit_runs` trains a workflow's sweep (:mod:`sciml.training.sweeps`): one run with
+``fit``, several fused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import math
-import time
-from collections.abc import Callable, Generator
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
-from sciml.datasets.sampling import epoch_batches, seed_everything
-from sciml.distributed import PreemptionFlag, all_reduce_sums, gather_objects, world
+from sciml.distributed import world
 from sciml.distributed.cpu_allocator import keep_freed_memory
-from sciml.progress import bar_visible
-from sciml.training.batches import EpochLoader, accumulate, micro_batches, progress, tagged
-from sciml.training.checkpoint import save_checkpoint
-from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
-from sciml.training.perf import EpochClock, log_perf
-from sciml.training.report import TrainReport, epoch_line
-from sciml.training.run_dir import RunDirError, lock_run_dir
-from sciml.training.run_log import open_metrics_log
+from sciml.training.config import TrainConfig
+from sciml.training.driver import Run, Step, drive, own_step
+from sciml.training.fused import FusedModels, fused_backward
+from sciml.training.runs.folder import lock_run_dir
+from sciml.training.runs.record import RunDirError
 from sciml.training.setup import (
-    LoopState,
     LossFn,
-    Status,
     TrainResult,
-    TrainSetup,
     check_inputs,
     claim_training_record,
-    dataset_length,
-    resume_state,
 )
-from sciml.training.step import StepRunner, global_values
+from sciml.training.sweeps import check_steps, check_sweep, datasets_per_run, per_run
+from sciml.training.trainer import RunTrainer
 
-__all__ = [
-    "EXIT_REQUEUE",
-    "RESUMABLE_FIELDS",
-    "RunDirError",
-    "TrainConfig",
-    "TrainResult",
-    "epoch_batches",
-    "fit",
-    "seed_everything",
-]
+__all__ = ["EXIT_REQUEUE", "fit", "fit_fused", "fit_runs"]
 
 #: Exit code a script returns after checkpointing on a signal, so that a
 #: Slurm batch script knows to requeue the job.
 EXIT_REQUEUE = 3
-
-
-class _Trainer:
-    """The loop of :func:`fit` as named steps (epoch, step, end of epoch, evaluate, checkpoint).
-
-    Building one seeds every generator, takes the state of ``last.pt`` (when
-    resuming) or a new one, and opens the metrics log.
-    """
-
-    def __init__(
-        self, setup: TrainSetup, *, resume: bool, preempt_after: int | None = None
-    ) -> None:
-        self.s = setup
-        self.preempt_after = preempt_after
-        seed_everything(setup.config.seed)
-        self.state = resume_state(setup) if resume and setup.last.exists() else LoopState()
-        self.state.run = setup.record
-        if setup.rank == 0:
-            setup.last.parent.mkdir(parents=True, exist_ok=True)
-            if self.state.global_step == 0:  # a new run: a best.pt left by an old one is not its
-                self.best_path.unlink(missing_ok=True)
-        self.log = open_metrics_log(
-            setup.run_dir,
-            rows=self.state.rows_written,
-            tensorboard=setup.config.tensorboard,
-            enabled=setup.rank == 0,
-            epoch=lambda: self.state.epoch,
-        )
-        self.signals = PreemptionFlag(False)
-        self.runner = StepRunner(setup.model, setup.loss_fn, setup.config, setup.device, setup.mesh)
-        pin = setup.device.type == "cuda"
-        self.loaders = {
-            name: EpochLoader(data, setup.config, setup.collate_fn, pin_memory=pin)
-            for name, data in (("train", setup.train_dataset), ("val", setup.val_dataset))
-            if data is not None
-        }
-        self.clock = EpochClock()
-        self.report = TrainReport(
-            setup.run_dir, setup.config, setup.monitor, enabled=setup.rank == 0
-        )
-        self.steps = len(self.epoch_parts(self.state.epoch))  # of the epoch being trained
-        self.epoch_start = time.perf_counter()
-
-    @property
-    def best_path(self) -> Path:
-        """The checkpoint of the best epoch so far."""
-        return self.s.run_dir / "checkpoints" / "best.pt"
-
-    def fit(self) -> TrainResult:
-        """Train the remaining epochs; the log and the loader workers are closed however it ends."""
-        self.started()
-        try:
-            with PreemptionFlag(self.s.config.handle_signals) as self.signals:
-                status = self.run()
-        finally:
-            self.close()
-        return self.finished(status)
-
-    def started(self) -> None:
-        """Say what the run is about to do (its first status line)."""
-        s = self.s
-        val_samples = (
-            None if s.val_dataset is None else dataset_length("val_dataset", s.val_dataset)
-        )
-        self.report.started(
-            self.state,
-            steps=self.steps,
-            samples=dataset_length("train_dataset", s.train_dataset),
-            val_samples=val_samples,
-        )
-
-    def close(self) -> None:
-        """Close the metrics log and stop the loader workers."""
-        self.log.close()
-        for loader in self.loaders.values():
-            loader.close()
-
-    def finished(self, status: Status) -> TrainResult:
-        """Say how the run ended (its closing status line); what it did."""
-        self.report.finished(
-            status, self.state, steps=self.steps, best_path=self.best_path, last_path=self.s.last
-        )
-        return self.result(status)
-
-    def run(self) -> Status:
-        """Epoch after epoch until the last, an early stop or a signal."""
-        while self.state.epoch < self.s.config.epochs:
-            if not self.train_epoch():
-                return "interrupted"
-            if self.end_of_epoch():
-                return "early_stopped"
-        return "completed"
-
-    def train_epoch(self) -> bool:
-        """Train the rest of the current epoch; false if stopped by a signal."""
-        steps = self.epoch_steps()
-        try:
-            parts, sizes = next(steps)
-            while True:
-                parts, sizes = steps.send(self.runner.backward(parts, sizes, where=self.where()))
-        except StopIteration as stop:
-            return bool(stop.value)
-
-    def where(self) -> str:
-        """The step being trained, for an error's message."""
-        state = self.state
-        return f"at epoch {state.epoch}, step {state.global_step} of the run in {self.s.run_dir}"
-
-    def epoch_steps(self) -> Generator[tuple[list[Any], list[int]], dict[str, float], bool]:
-        """The rest of the current epoch as steps; returns false if stopped by a signal.
-
-        Yields each step's batch parts and their sizes with the gradients zeroed; the
-        driver back-propagates them (:meth:`StepRunner.backward`, or a fused step of
-        several runs) and sends back the step's values, then the step is applied.
-
-        The bar (on rank 0, where :func:`sciml.progress.bar_visible` says it is seen)
-        counts the epoch's optimiser steps and shows the running mean of the steps'
-        training loss since it started.
-        """
-        s, state = self.s, self.state
-        parts = self.epoch_parts(state.epoch)
-        self.steps, self.epoch_start = len(parts), time.perf_counter()
-        s.model.train()
-        first = sum(len(batch) for batch in parts[: state.step_in_epoch])
-        todo = parts[state.step_in_epoch :]
-        flat = [part for batch in todo for part in batch]
-        following = state.epoch + 1 < s.config.epochs
-        then = (
-            [p for batch in self.epoch_parts(state.epoch + 1) for p in batch] if following else None
-        )
-        loader = self.loaders["train"].epoch(flat, epoch=state.epoch, first=first, then=then)
-        batches = self.clock.batches(loader)
-        bar = progress(
-            total=len(parts),
-            initial=state.step_in_epoch,
-            desc=f"epoch {state.epoch + 1}/{s.config.epochs}",
-            show=s.rank == 0 and bar_visible(s.config.progress),
-        )
-        loss_sum, samples = 0.0, 0
-        with bar:
-            for batch_parts in todo:
-                sizes = [len(p) for p in batch_parts]
-                parts = [next(batches) for _ in batch_parts]
-                s.optimizer.zero_grad(set_to_none=True)
-                values = self.apply_step((yield parts, sizes), sizes)
-                loss_sum, samples = loss_sum + values["loss"] * sum(sizes), samples + sum(sizes)
-                bar.set_postfix(loss=f"{loss_sum / samples:.4g}", refresh=False)
-                bar.update()
-                if state.global_step == self.preempt_after:
-                    self.signals.request()
-                if self.signals.any_rank():
-                    self.checkpoint(s.last)
-                    return False
-                every = s.config.checkpoint_every
-                if every and state.global_step % every == 0:
-                    self.checkpoint(s.last)
-        return True
-
-    def epoch_parts(self, epoch: int) -> list[list[list[int]]]:
-        """The index batches of ``epoch`` for this replica, each split into micro-batches."""
-        s = self.s
-        # a dataset stored in chunks (sciml.datasets.chunked) is read in an order that follows them
-        layout = getattr(s.train_dataset, "chunk_layout", None)
-        batches = epoch_batches(
-            dataset_length("train_dataset", s.train_dataset),
-            s.config.batch_size,
-            epoch=epoch,
-            seed=s.config.seed,
-            shuffle=s.config.shuffle,
-            drop_last=s.config.drop_last,
-            replica=s.replica,
-            chunks=None if layout is None else layout.bounds,
-            buffer=1 if layout is None else layout.buffer,
-        )
-        return [micro_batches(batch, s.config.micro_batches) for batch in batches]
-
-    def apply_step(self, values: dict[str, float], sizes: list[int]) -> dict[str, float]:
-        """The optimiser step after a batch's backward; adds its values to the epoch's sums.
-
-        Returns:
-            The step's global values, as the metrics log records them.
-        """
-        s, state = self.s, self.state
-        where = f"at step {state.global_step}"
-        scale = self.runner.scale()
-        scaled = {name: value * scale for name, value in values.items()}
-        state.count = accumulate(state.sums, state.count, scaled, sum(sizes), where=where)
-        if s.config.grad_clip is not None:
-            nn.utils.clip_grad_norm_(s.model.parameters(), s.config.grad_clip)
-        s.optimizer.step()
-        if s.scheduler is not None and s.config.scheduler_interval == "step":
-            s.scheduler.step()
-        state.step_in_epoch += 1
-        state.global_step += 1
-        self.clock.step_done(sum(sizes))
-        logged = global_values(values, scale)
-        self.log.log(tagged("train_step", logged), state.global_step)
-        return logged
-
-    def end_of_epoch(self) -> bool:
-        """Validate, log, checkpoint; true if early stopping ends the run."""
-        s, state = self.s, self.state
-        sums, count = all_reduce_sums(state.sums, state.count)
-        metrics = {f"train_{k}": v / count for k, v in sums.items()}
-        if s.val_dataset is not None:
-            metrics |= self.evaluate(s.val_dataset)
-        metrics["lr"] = s.optimizer.param_groups[0]["lr"]
-        if s.monitor not in metrics:
-            raise ValueError(
-                f"TrainConfig.monitor={s.monitor!r} is not among the epoch metrics that fit "
-                f"logs for this loss_fn: {sorted(metrics)}"
-            )
-        self.check_finite(metrics)
-        self.log.log(tagged("epoch", metrics), state.global_step)
-        bytes_read = getattr(s.train_dataset, "bytes_read", None)
-        figures = self.clock.figures(s.device, bytes_read)
-        log_perf(s.run_dir / "perf.csv", figures, epoch=state.epoch, step=state.global_step)
-        # every rank of a replica counts its samples: the sum over ranks counts each that often
-        _, samples = all_reduce_sums({}, self.clock.samples)
-        samples //= world()[1] // s.replica[1]
-        self.clock = EpochClock()
-        if s.scheduler is not None and s.config.scheduler_interval == "epoch":
-            s.scheduler.step()
-        state.history.append({"epoch": state.epoch + 1, **metrics})
-        state.epoch += 1
-        state.step_in_epoch, state.sums, state.count = 0, {}, 0
-        improved = s.config.is_better(metrics[s.monitor], state.best)
-        if improved:
-            state.best, state.bad_epochs = metrics[s.monitor], 0
-        else:
-            state.bad_epochs += 1
-        self.report.epoch(
-            epoch_line(
-                state.epoch,
-                s.config.epochs,
-                metrics,
-                monitor=s.monitor,
-                improved=improved,
-                seconds=time.perf_counter() - self.epoch_start,
-                samples=samples,
-            )
-        )
-        self.checkpoint(s.last)
-        if improved:
-            self.checkpoint(self.best_path)
-        return s.config.patience is not None and state.bad_epochs >= s.config.patience
-
-    def check_finite(self, metrics: dict[str, float]) -> None:
-        """Refuse a non-finite validation loss or monitored metric before it is logged or kept.
-
-        ``nan`` compares false with everything: a run that went on would keep ``best.pt``
-        at the last finite epoch and never stop early.
-
-        Raises:
-            FloatingPointError: Naming the metric, the epoch (counted from 0, as the
-                training loss's error counts it) and the run folder.
-        """
-        s = self.s
-        for name in dict.fromkeys(["val_loss", s.monitor]):
-            value = metrics.get(name)
-            if value is not None and not math.isfinite(value):
-                raise FloatingPointError(
-                    f"{name} is {value} at epoch {self.state.epoch} of the run in {s.run_dir}; "
-                    "lower the learning rate or check the validation data"
-                )
-
-    def checkpoint(self, path: Path) -> None:
-        """Save the run on rank 0 (collective: every rank calls it)."""
-        s, state = self.s, self.state
-        gathered = gather_objects((state.sums, state.count))
-        saved = dataclasses.replace(
-            state,
-            sums={},
-            count=0,
-            rank_sums=[sums for sums, _ in gathered],
-            rank_counts=[count for _, count in gathered],
-            rows_written=self.log.rows,
-        )
-        if s.rank == 0:
-            save_checkpoint(
-                path, s.model, optimizer=s.optimizer, scheduler=s.scheduler, state=vars(saved)
-            )
-        if world()[1] > 1:
-            dist.barrier()
-
-    @torch.no_grad()
-    def evaluate(self, dataset: Dataset[Any]) -> dict[str, float]:
-        """Mean of ``loss_fn``'s values over ``dataset`` (samples weighted equally)."""
-        s = self.s
-        s.model.eval()
-        batches = epoch_batches(
-            dataset_length("val_dataset", dataset),
-            s.config.batch_size,
-            epoch=0,
-            seed=s.config.seed,
-            shuffle=False,
-            replica=s.replica,
-        )
-        sums: dict[str, float] = {}
-        count = 0
-        loader = self.loaders["val"].epoch(batches, epoch=0)
-        for indices, batch in zip(batches, loader, strict=True):
-            _, values = self.runner.loss(batch)
-            scaled = {name: value * self.runner.scale() for name, value in values.items()}
-            count = accumulate(sums, count, scaled, len(indices), where="on a validation batch")
-        s.model.train()
-        sums, count = all_reduce_sums(sums, count)
-        return {f"val_{name}": value / count for name, value in sums.items()}
-
-    def result(self, status: Status) -> TrainResult:
-        """What the run did, for :func:`fit` to return."""
-        state = self.state
-        return TrainResult(
-            status,
-            state.epoch,
-            state.global_step,
-            list(state.history),
-            state.best,
-            self.s.last,
-            self.s.run_dir,
-        )
 
 
 def fit(
@@ -499,6 +174,172 @@ def fit(
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
         claim_training_record(setup, resume=resume)
-        return _Trainer(setup, resume=resume, preempt_after=preempt_after).fit()
+        run = Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=False)
+        return drive([run], own_step, handle_signals=setup.config.handle_signals)[0]
     finally:
         lock.release()
+
+
+def fit_fused(
+    models: Sequence[nn.Module],
+    optimizers: Sequence[torch.optim.Optimizer],
+    train_dataset: Dataset[Any] | Sequence[Dataset[Any]],
+    loss_fn: LossFn,
+    *,
+    run_dirs: Sequence[Path | str],
+    configs: Sequence[TrainConfig],
+    val_dataset: Dataset[Any] | Sequence[Dataset[Any] | None] | None = None,
+    schedulers: Sequence[Any | None] | None = None,
+    resume: bool = True,
+    preempt_after: int | None = None,
+) -> list[TrainResult]:
+    """Train K runs at once, each as :func:`fit` would; their results (module docstring).
+
+    Args:
+        models: One model per run, one architecture (each built after its own seed).
+        optimizers: One optimiser per run, over its model's parameters (its own rates).
+        train_dataset: The training samples every run reads (in the order of its seed), or
+            a list of one ``Dataset`` per run, all of one length (e.g. each seed's own data);
+            a plain list of samples is one dataset, shared.
+        loss_fn: ``loss_fn(model, batch)``, as for ``fit``: run under ``torch.func.vmap``,
+            so it may not let a value decide (``if loss > 0``) nor draw random numbers.
+        run_dirs: One run folder per run, each written as ``fit`` writes it.
+        configs: One :class:`TrainConfig` per run, equal but for ``seed`` (and
+            ``progress``: only the first run's bar is drawn).
+        val_dataset: Evaluated by each run after every epoch, as ``fit`` does; or a list
+            of one ``Dataset`` (or ``None``) per run.
+        schedulers: One learning-rate scheduler (or ``None``) per run, over its optimiser,
+            stepped as ``fit`` steps its scheduler.
+        resume: Continue each run from its ``last.pt`` (``False``: start over).
+        preempt_after: Stop every run after this optimiser step, as on a signal.
+
+    Returns:
+        One :class:`TrainResult` per run.
+
+    Raises:
+        ValueError, TypeError: Runs that cannot be fused (named), before anything is
+            written; and every error of ``fit``.
+    """
+    _check_runs(models, optimizers, run_dirs, configs)
+    count = len(models)
+    trains = datasets_per_run("train_dataset", train_dataset, count)
+    check_steps(trains)
+    vals = datasets_per_run("val_dataset", val_dataset, count)
+    scheds = (
+        [None] * count if schedulers is None else per_run("schedulers", list(schedulers), count)
+    )
+    setups = [
+        check_inputs(
+            model,
+            optimizer,
+            train,
+            loss_fn,
+            run_dir=Path(run_dir),
+            config=config if k == 0 else dataclasses.replace(config, progress=False),
+            val_dataset=val,
+            scheduler=scheduler,
+            collate_fn=None,
+            replica=None,
+        )
+        for k, (model, optimizer, train, val, scheduler, run_dir, config) in enumerate(
+            zip(models, optimizers, trains, vals, scheds, run_dirs, configs, strict=True)
+        )
+    ]
+    FusedModels(models)  # one architecture, or refused before anything is written
+    if setups[0].device.type == "cpu":
+        keep_freed_memory()
+    with ExitStack() as stack:
+        for setup in setups:
+            stack.callback(lock_run_dir(setup.run_dir, setup.rank).release)
+        for setup in setups:
+            claim_training_record(setup, resume=resume)
+        runs = [  # each run's random state as its trainer left it: seeded, or resumed
+            Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=True)
+            for setup in setups
+        ]
+
+        def fused(active: list[RunTrainer]) -> Step:
+            return functools.partial(
+                fused_backward, FusedModels([t.s.model for t in active]), loss_fn
+            )
+
+        return drive(runs, fused, handle_signals=setups[0].config.handle_signals)
+
+
+def _check_runs(
+    models: Sequence[nn.Module],
+    optimizers: Sequence[torch.optim.Optimizer],
+    run_dirs: Sequence[Path | str],
+    configs: Sequence[TrainConfig],
+) -> None:
+    counts = {len(models), len(optimizers), len(run_dirs), len(configs)}
+    if len(counts) != 1 or not models:
+        raise ValueError(
+            f"fit_fused needs one model, optimiser, run_dir and config per run, got "
+            f"{len(models)}, {len(optimizers)}, {len(run_dirs)} and {len(configs)}"
+        )
+    for k, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"configs[{k}] must be a TrainConfig, got {type(config).__name__}")
+    check_sweep(configs, run_dirs)
+    if world()[1] > 1:
+        raise ValueError(
+            "fit_fused trains its runs in one process; under torch.distributed train each "
+            "run with fit"
+        )
+
+
+@contextlib.contextmanager
+def run_dir_advice() -> Iterator[None]:
+    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
+    try:
+        yield
+    except RunDirError as err:
+        raise err.with_advice("give this run another --run-dir") from None
+
+
+def fit_runs(
+    models: Sequence[torch.nn.Module],
+    configs: Sequence[Any],
+    train_set: Dataset[Any],
+    val_set: Dataset[Any],
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    run_dirs: Sequence[Path],
+    device: torch.device,
+) -> list[str]:
+    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
+
+    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
+    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
+    Returns each run's status.
+    """
+    optimizers = [
+        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
+    ]
+    with run_dir_advice():
+        if len(models) > 1:
+            results = fit_fused(
+                models,
+                optimizers,
+                train_set,
+                loss_fn,
+                run_dirs=run_dirs,
+                configs=[c.train for c in configs],
+                val_dataset=val_set,
+            )
+            return [result.status for result in results]
+        model = models[0]
+        if world()[1] > 1:
+            model = DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None
+            )
+        result = fit(
+            model,
+            optimizers[0],
+            train_set,
+            loss_fn,
+            run_dir=run_dirs[0],
+            config=configs[0].train,
+            val_dataset=val_set,
+        )
+    return [result.status]

@@ -3,7 +3,7 @@
 :func:`check_inputs` checks every input of ``fit`` before anything is
 written and gathers them in a :class:`TrainSetup`; :func:`claim_training_record`
 refuses a run folder that recorded another run (``training_run.json``, the
-:mod:`~sciml.training.run_record` of :data:`TRAINING_RECORD`) and writes this
+:mod:`~sciml.training.runs.record` of :data:`TRAINING_RECORD`) and writes this
 run's; :class:`LoopState` holds the counters every checkpoint saves, and
 :func:`resume_state` reads them back from ``last.pt`` after checking that it
 belongs to this run.
@@ -25,13 +25,15 @@ from torch.utils.data import Dataset
 from sciml.distributed import check_replica, world
 from sciml.io_utils import atomic_write_text
 from sciml.spatial_parallel.context import parallel_context
-from sciml.training.checkpoint import read_checkpoint, restore_checkpoint
-from sciml.training.config import RESUMABLE_FIELDS, TrainConfig
-from sciml.training.run_dir import RunDirError, differences, run_record
-from sciml.training.run_record import (
+from sciml.training.checkpoint import read_checkpoint, restore_checkpoint, training_record
+from sciml.training.config import TrainConfig
+from sciml.training.runs.record import (
     LAST_CHECKPOINT,
+    RESUMABLE_FIELDS,
     RecordKind,
+    RunDirError,
     check_run_record,
+    differences,
     record_text,
 )
 
@@ -62,6 +64,7 @@ TRAINING_RECORD = RecordKind(
     advice="give this run another run_dir, or pass resume=False to overwrite it",
     sole=False,
     option="run_dir",
+    loop="config",
 )
 
 LossOutput = torch.Tensor | dict[str, torch.Tensor]
@@ -101,7 +104,7 @@ class LoopState:
     A checkpoint holds every rank's in ``rank_sums``/``rank_counts`` (indexed by
     rank), so that each rank resumes its own sums and the epoch's reduction adds
     the same numbers in the same order as an uninterrupted run (bit for bit).
-    ``run`` describes the run (:func:`sciml.training.run_dir.run_record`), to refuse
+    ``run`` describes the run (:func:`sciml.training.checkpoint.training_record`), to refuse
     resuming with another one.
     """
 
@@ -221,7 +224,7 @@ def claim_training_record(setup: TrainSetup, *, resume: bool) -> None:
     record is overwritten, as the rest of the run is.
 
     Raises:
-        sciml.training.run_record.RunRecordError: ``resume`` and the folder's
+        sciml.training.runs.record.RunRecordError: ``resume`` and the folder's
             ``training_run.json`` records another run (each difference named).
     """
     if resume:
@@ -318,7 +321,7 @@ def check_inputs(
         for f in dataclasses.fields(config)
         if f.name not in RESUMABLE_FIELDS
     }
-    record = run_record(
+    record = training_record(
         kept | {"monitor": monitor}, model, optimizer, scheduler, (n_train, n_val), replica[1]
     )
     return TrainSetup(

@@ -18,13 +18,8 @@ from pathlib import Path
 
 from sciml.distributed.collectives import on_rank0, world
 from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.training.run_record import (
-    LAST_CHECKPOINT,
-    RecordKind,
-    claim_run_dir,
-    read_run_record,
-    record_binds,
-)
+from sciml.training.runs.folder import claim_run_dir
+from sciml.training.runs.record import LAST_CHECKPOINT, RecordKind, read_run_record, record_binds
 
 __all__ = [
     "MESH_RECORD",
@@ -39,7 +34,7 @@ __all__ = [
 #: The file of a run folder that records its grid.
 RECORD = "mesh.json"
 _ADVICE = "resume with that grid (or --mesh auto), or start a new --run-dir"
-#: The grid's run record (:mod:`sciml.training.run_record`); 2: it names its kind and format.
+#: The grid's run record (:mod:`sciml.training.runs.record`); 2: it names its kind and format.
 MESH_RECORD = RecordKind(
     "volumes-mesh",
     2,
@@ -102,7 +97,7 @@ def record_mesh(run_dir: Path | str, mesh: Mapping[str, int]) -> None:
     """Record ``mesh`` in ``run_dir`` on rank 0 unless it is recorded already.
 
     Raises:
-        sciml.training.run_record.RunRecordError: ``run_dir`` records another grid.
+        sciml.training.runs.record.RunRecordError: ``run_dir`` records another grid.
     """
     if world()[0] == 0:
         with claim_run_dir(run_dir, MESH_RECORD, {"mesh": full_mesh(mesh)}) as claim:

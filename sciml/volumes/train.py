@@ -21,7 +21,7 @@ trains it with :func:`sciml.training.fit`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -31,9 +31,9 @@ from sciml.distributed import world
 from sciml.models import CosmoFlow, UNet
 from sciml.spatial_parallel import SpatialMesh, parallelize, spatial_mean
 from sciml.training import RESUMABLE_FIELDS, TrainResult, fit, fit_fused
-from sciml.training.run_dir import PlainValue, plain
-from sciml.training.run_record import record_binds
+from sciml.training.runs.record import PlainValue, plain, record_binds
 from sciml.training.setup import LossFn, LossOutput
+from sciml.training.sweeps import check_sweep
 from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.mesh_record import choose_mesh, record_mesh
@@ -268,19 +268,6 @@ def train_volumes(
     )
 
 
-def _check_fusable(options: Sequence[VolumeTraining]) -> None:
-    """Refuse runs whose options differ in more than seed and learning rate (named)."""
-    first = options[0]
-    for k, opts in enumerate(options[1:], start=1):
-        alike = replace(opts, lr=first.lr, config=replace(opts.config, seed=first.config.seed))
-        differ = [f.name for f in fields(first) if getattr(alike, f.name) != getattr(first, f.name)]
-        if differ:
-            raise ValueError(
-                f"options[{k}] differs from options[0] in {', '.join(differ)}: fused runs "
-                "differ in seed and learning rate only"
-            )
-
-
 def train_volumes_fused(
     trains: Sequence[Path | str],
     options: Sequence[VolumeTraining],
@@ -324,7 +311,7 @@ def train_volumes_fused(
             "train_volumes_fused trains its runs in one process; under torch.distributed train "
             "each run with train_volumes"
         )
-    _check_fusable(options)
+    check_sweep(options, run_dirs, label="options[{}]")
     lengths = [
         len(_open(opts, SpatialMesh(), Path(train), f"trains[{k}]"))
         for k, (train, opts) in enumerate(zip(trains, options, strict=True))

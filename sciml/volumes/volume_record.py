@@ -1,6 +1,6 @@
 """The options and volumes a run trains on, recorded in ``RUN_DIR/volumes.json``, checked on resume.
 
-The file is the run record of :mod:`sciml.training.run_record` (:data:`VOLUMES_RECORD`): the
+The file is the run record of :mod:`sciml.training.runs.record` (:data:`VOLUMES_RECORD`): the
 run's options (those a resume must keep) and, under ``train`` and ``val``, its volumes.
 :func:`describe` says what a store holds as the model sees it (the volume's
 ``(channel, z, y, x)`` shape and channel names, the transform, the target
@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sciml.distributed.collectives import on_rank0, world
-from sciml.training.run_dir import PlainValue, differences
-from sciml.training.run_record import (
+from sciml.training.runs.folder import claim_run_dir
+from sciml.training.runs.record import (
     LAST_CHECKPOINT,
+    PlainValue,
     RecordKind,
     check_run_record,
-    claim_run_dir,
+    differences,
     read_run_record,
     record_binds,
 )
@@ -57,6 +58,7 @@ VOLUMES_RECORD = RecordKind(
     changes=_LAYOUT,
     sole=False,
     binding=LAST_CHECKPOINT,
+    loop="config",
 )
 #: What must be the same for a resumed run and for validation volumes (the rest is recorded
 #: for the reader: the path, the file's dims and dtype, which the reading aligns).
@@ -149,7 +151,7 @@ def record_volumes(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
     """Record ``record`` in ``run_dir`` on rank 0 unless it is recorded already.
 
     Raises:
-        sciml.training.run_record.RunRecordError: ``run_dir`` holds another record.
+        sciml.training.runs.record.RunRecordError: ``run_dir`` holds another record.
     """
     if world()[0] == 0:
         with claim_run_dir(run_dir, VOLUMES_RECORD, record) as claim:

@@ -6,7 +6,7 @@ a run reads (forecasts with a truth, static fields on the grid).
 A run folder records (:func:`data_record`, kept in its configuration file) the variables,
 the ensemble size, the spatial dims in their order, the labels of every spatial and
 channel dim (``lat``, ``lon``, ``level``) and of ``lead_time``, and a fingerprint of the
-training start dates, as :mod:`sciml.training.run_dir` describes. :func:`align_to_run` puts new
+training start dates, as :mod:`sciml.training.runs.record` describes. :func:`align_to_run` puts new
 data on that grid: latitudes that run the other way (north to south, as ERA5's do),
 longitudes in the other convention (-180..180 against 0..360), levels in another order and
 spatial dims in another order are reordered to the run's, so that weights per grid point
@@ -32,7 +32,7 @@ import numpy as np
 import xarray as xr
 
 from sciml.datasets.cf import Conversion, conform_units, units_of
-from sciml.training.run_dir import LabelMismatch, coordinate_record, match_labels
+from sciml.weather.labels import LabelMismatch, coordinate_record, match_labels
 
 __all__ = [
     "SAMPLE_DIMS",

@@ -23,7 +23,7 @@ from sciml.datasets.sampling import seed_everything
 from sciml.spatial_parallel.testing import relative_error
 from sciml.training import TrainConfig, fit
 from sciml.training.fused import FusedModels
-from sciml.training.fused_loop import fit_fused
+from sciml.training.loop import fit_fused
 from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.models import gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
@@ -145,7 +145,7 @@ def test_fused_runs_write_what_separate_runs_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str
 ) -> None:
     # the CPU calls the copies one after another; a GPU batches them (vmap): both paths
-    import sciml.training.fused_loop as loop
+    import sciml.training.loop as loop
 
     monkeypatch.setattr(loop, "FusedModels", functools.partial(FusedModels, strategy=strategy))
     _assert_same_runs(_fused(tmp_path / "fused"), _separate(tmp_path / "separate"))

@@ -22,8 +22,8 @@ from sciml.training import (
     fit,
 )
 from sciml.training.checkpoint import save_checkpoint
-from sciml.training.run_dir import RunLock
-from sciml.training.run_record import RunRecordError, read_run_record
+from sciml.training.runs.folder import RunLock
+from sciml.training.runs.record import RunRecordError, read_run_record
 from sciml.training.setup import TRAINING_RECORD
 from tests.scripts.train_job import make_problem, mse
 

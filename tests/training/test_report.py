@@ -15,6 +15,7 @@ from sciml.distributed import spawn
 from sciml.progress import bar_visible, status_lines
 from sciml.training import batches as train_batches
 from sciml.training import loop as training
+from sciml.training import trainer
 from sciml.training.config import TrainConfig
 from tests.scripts.train_job import make_problem, mse
 from tests.training.test_loop import CONFIG, _rows, _train
@@ -170,7 +171,7 @@ def _epoch_samples(run_dir: str, replica: tuple[int, int] | None) -> list[int]:
         counted.append(samples)
         return "an epoch"
 
-    training.epoch_line = spy  # type: ignore[assignment]  # this spawned process only
+    trainer.epoch_line = spy  # type: ignore[assignment]  # this spawned process only
     model, train, _ = make_problem()
     model[2].p = 0.0
     wrapped = nn.parallel.DistributedDataParallel(model) if replica is None else model

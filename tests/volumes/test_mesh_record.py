@@ -6,7 +6,7 @@ import pytest
 
 from sciml.cli import main
 from sciml.distributed import init_distributed
-from sciml.training.run_record import LAST_CHECKPOINT, record_text
+from sciml.training.runs.record import LAST_CHECKPOINT, record_text
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.mesh_record import (
     MESH_RECORD,

@@ -79,7 +79,7 @@ def test_fused_runs_write_what_separate_runs_write(
 ) -> None:
     # two seeds, each on volumes of its own, with its own rate and a warm-up schedule, as the
     # volume-size experiment trains them; both ways of calling the copies (a GPU's, the CPU's)
-    import sciml.training.fused_loop as loop
+    import sciml.training.loop as loop
     from sciml.training.fused import FusedModels
 
     monkeypatch.setattr(loop, "FusedModels", functools.partial(FusedModels, strategy=strategy))

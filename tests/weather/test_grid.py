@@ -11,7 +11,8 @@ import xarray as xr
 from sciml.cli import main
 from sciml.spatial_parallel.testing import error_bound
 from sciml.training import TrainConfig
-from sciml.training.run_dir import LabelMismatch, RunLock
+from sciml.training.runs.folder import RunLock
+from sciml.weather.labels import LabelMismatch
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import predict_run
 from sciml.weather.postprocess.train import train_postprocessor

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from sciml.cli_args import Subparsers, add_config_arguments, positive_float, runs_and_test_data
-from sciml.weather.options import add_memory_limit, add_sweep_arguments, block_dates, sweep_runs
+from sciml.training.sweeps import add_sweep_arguments, sweep_runs
+from sciml.weather.options import add_memory_limit, block_dates
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.registry import MODELS
 

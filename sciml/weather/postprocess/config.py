@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from sciml.cli_args import not_an_option, option, positive_float, positive_int
 from sciml.training.checks import is_count, is_fraction, is_names, is_rate, require
-from sciml.training.config import TrainConfig
-from sciml.weather.options import LOSS_SCALES, MISSING, train_field
+from sciml.training.config import TrainConfig, train_field
+from sciml.weather.options import LOSS_SCALES, MISSING
 from sciml.weather.postprocess.registry import MODELS
 
 __all__ = ["DEFAULT_EPOCHS", "PostprocessConfig"]

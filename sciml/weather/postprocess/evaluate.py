@@ -142,7 +142,7 @@ def score_runs(
     Raises:
         ValueError: Runs of other variables than ``test`` (or ``climate``) holds, runs of
             more members than it has, runs that cannot be told apart, or no run.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than a run's, or with
+        sciml.weather.labels.LabelMismatch: ``test`` on another grid than a run's, or with
             levels or lead times it never saw
             (:func:`~sciml.weather.postprocess.predict.predict_run`
             aligns the rest by label).

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from sciml.weather.options import config_record
+from sciml.training.runs.record import config_record
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import Forecast, combine_seeds
 

@@ -125,7 +125,7 @@ def predict_run(run_dir: Path | str, test: xr.Dataset, *, data: str = "the data"
 
     Raises:
         FileNotFoundError: Not a run folder, or its model file is missing.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+        sciml.weather.labels.LabelMismatch: ``test`` on another grid than the run was trained
             on, or with levels or lead times it never saw (both sides named).
         sciml.datasets.cf.UnitsMismatch: A variable of ``test`` in units that do not
             convert to the run's (both named).

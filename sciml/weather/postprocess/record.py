@@ -1,6 +1,6 @@
 """A post-processing run's record, ``weather_run.json``.
 
-The run record (:data:`RUN_RECORD`, kept by :mod:`sciml.training.run_record`) holds the
+The run record (:data:`RUN_RECORD`, kept by :mod:`sciml.training.runs.record`) holds the
 run's :class:`~sciml.weather.postprocess.config.PostprocessConfig` with the training data's
 record (:func:`sciml.weather.grid.data_record`: grid labels, lead times, start dates).
 :func:`read_run` reads the configuration back with the run's channel statistics
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sciml.datasets.channels import NormStats
-from sciml.training.run_record import RecordKind, read_run_record
-from sciml.weather.options import DATA_KEY, config_from_record
+from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record
+from sciml.weather.options import config_from_record
 from sciml.weather.postprocess.config import PostprocessConfig
 
 __all__ = ["RUN_CONFIG", "RUN_RECORD", "RUN_VERSION", "read_data_record", "read_run"]
@@ -35,7 +35,12 @@ _CHANGES = {
 }
 #: The run record of a weather post-processing run.
 RUN_RECORD = RecordKind(
-    "weather-postprocess", RUN_VERSION, RUN_CONFIG, "a weather run", changes=_CHANGES
+    "weather-postprocess",
+    RUN_VERSION,
+    RUN_CONFIG,
+    "a weather run",
+    changes=_CHANGES,
+    added={"missing": "refuse", "data.units": ANY},  # before runs recorded them
 )
 
 

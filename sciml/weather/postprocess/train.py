@@ -7,7 +7,7 @@ deep models the last ``validation`` fraction of the start dates validates
 (:func:`sciml.weather.split.split_start_dates` without a test part: test on another file) and
 the rest trains; a closed-form model such as EMOS, which has nothing to choose on validation
 dates, fits on every start date it is given (its run records ``validation`` 0). The run
-folder holds ``weather_run.json`` (the run record of :mod:`sciml.training.run_record`: the
+folder holds ``weather_run.json`` (the run record of :mod:`sciml.training.runs.record`: the
 model and data configuration, and the data's grid: :func:`sciml.weather.grid.data_record`),
 ``stats.json`` (the forecasts' channel statistics, from the training dates) and either a
 closed-form model's parameters, ``<model>.nc`` (``emos.nc``: EMOS coefficients, one fit per
@@ -31,23 +31,23 @@ resumed run reads the folder's statistics and loss scale instead of writing them
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import xarray as xr
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 from sciml.datasets.channels import NormStats, compute_stats
-from sciml.distributed.collectives import on_rank0, world
+from sciml.distributed.collectives import on_rank0
 from sciml.io_utils import atomic_path
-from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import claim_run_dirs
+from sciml.training.loop import fit_runs
+from sciml.training.runs.folder import claim_run_dirs
+from sciml.training.runs.record import run_records
+from sciml.training.sweeps import check_sweep
 from sciml.weather.data import refuse_missing
 from sciml.weather.grid import (
     SAMPLE_DIMS,
@@ -56,7 +56,6 @@ from sciml.weather.grid import (
     spatial_dims,
     static_variables,
 )
-from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
@@ -67,23 +66,12 @@ from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_re
 from sciml.weather.split import split_start_dates
 
 __all__ = [
-    "fit_runs",
-    "run_dir_advice",
     "train_postprocessor",
     "train_postprocessors",
 ]
 
 #: Says which path the data take (in memory or streamed) and why (``INFO``).
 logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def run_dir_advice() -> Iterator[None]:
-    """A run folder's refusal by :func:`sciml.training.fit`, advising the ``--run-dir`` option."""
-    try:
-        yield
-    except RunDirError as err:
-        raise err.with_advice("give this run another --run-dir") from None
 
 
 def train_postprocessor(
@@ -149,7 +137,7 @@ def train_postprocessors(
             seed and learning rate, a sweep of EMOS (it has neither), or not one run folder
             per configuration.
     """
-    check_sweep(configs, run_dirs)
+    check_sweep(configs, run_dirs, label="configuration {}")
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]
     chosen = list(first.variables or ())
@@ -331,52 +319,3 @@ def _samples(
     why = f"{why}: {streamed.describe()}"
     logger.info(why)
     return streamed, {"path": "stream", "why": why}
-
-
-def fit_runs(
-    models: Sequence[torch.nn.Module],
-    configs: Sequence[Any],
-    train_set: Dataset[Any],
-    val_set: Dataset[Any],
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
-    run_dirs: Sequence[Path],
-    device: torch.device,
-) -> list[str]:
-    """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
-
-    One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
-    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
-    Returns each run's status.
-    """
-    from sciml.training import fit, fit_fused
-
-    optimizers = [
-        torch.optim.Adam(m.parameters(), lr=c.lr) for m, c in zip(models, configs, strict=True)
-    ]
-    with run_dir_advice():
-        if len(models) > 1:
-            results = fit_fused(
-                models,
-                optimizers,
-                train_set,
-                loss_fn,
-                run_dirs=run_dirs,
-                configs=[c.train for c in configs],
-                val_dataset=val_set,
-            )
-            return [result.status for result in results]
-        model = models[0]
-        if world()[1] > 1:
-            model = DistributedDataParallel(
-                model, device_ids=[device] if device.type == "cuda" else None
-            )
-        result = fit(
-            model,
-            optimizers[0],
-            train_set,
-            loss_fn,
-            run_dir=run_dirs[0],
-            config=configs[0].train,
-            val_dataset=val_set,
-        )
-    return [result.status]

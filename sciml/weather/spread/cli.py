@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from sciml.cli_args import Subparsers, add_config_arguments
-from sciml.weather.options import add_memory_limit, add_sweep_arguments, sweep_runs
+from sciml.training.sweeps import add_sweep_arguments, sweep_runs
+from sciml.weather.options import add_memory_limit
 from sciml.weather.spread.config import SpreadConfig
 
 __all__ = ["register_spread"]

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from sciml.cli_args import not_an_option, option, positive_float, positive_int
 from sciml.training.checks import is_count, is_fraction, is_names, is_rate, require
-from sciml.training.config import TrainConfig
-from sciml.weather.options import SPREAD_LOSSES, train_field
+from sciml.training.config import TrainConfig, train_field
+from sciml.weather.options import SPREAD_LOSSES
 
 if TYPE_CHECKING:
     from sciml.weather.spread.model import SpreadPredictor

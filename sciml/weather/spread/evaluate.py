@@ -85,7 +85,7 @@ def evaluate_spread(
     Raises:
         ValueError: No run, runs of more members than ``test`` has, or runs that predict
             the spread of an ensemble of another size than ``test``'s.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than a run's.
+        sciml.weather.labels.LabelMismatch: ``test`` on another grid than a run's.
         KeyError: A variable of a run is missing from ``test``.
         FileNotFoundError: A folder that is not a spread run.
     """

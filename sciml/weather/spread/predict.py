@@ -58,7 +58,7 @@ def predict_spread(
 
     Raises:
         FileNotFoundError: Not a spread run, or no ``best`` checkpoint.
-        sciml.training.run_dir.LabelMismatch: ``test`` on another grid than the run was trained
+        sciml.weather.labels.LabelMismatch: ``test`` on another grid than the run was trained
             on, or with levels or lead times it never saw (both sides named).
         KeyError, ValueError: ``test`` lacks a variable, has fewer members or lead times
             than the run needs, or (for a temporal run) other lead times than it was

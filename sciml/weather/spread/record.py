@@ -1,6 +1,6 @@
 """A spread run's record, ``spread_run.json``.
 
-The run record (:data:`SPREAD_RECORD`, kept by :mod:`sciml.training.run_record`) holds the
+The run record (:data:`SPREAD_RECORD`, kept by :mod:`sciml.training.runs.record`) holds the
 run's :class:`~sciml.weather.spread.config.SpreadConfig` with the training data's record
 (:func:`sciml.weather.grid.data_record`: grid labels, lead times, start dates).
 :func:`read_spread_run` reads the configuration back with the run's channel statistics
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sciml.datasets.channels import NormStats
-from sciml.training.run_record import RecordKind, read_run_record
-from sciml.weather.options import DATA_KEY, config_from_record
+from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record
+from sciml.weather.options import config_from_record
 from sciml.weather.spread.config import SpreadConfig
 
 __all__ = [
@@ -44,7 +44,12 @@ _CHANGES = {
 }
 #: The run record of a spread run.
 SPREAD_RECORD = RecordKind(
-    "weather-spread", SPREAD_VERSION, RUN_CONFIG, "a spread run", changes=_CHANGES
+    "weather-spread",
+    SPREAD_VERSION,
+    RUN_CONFIG,
+    "a spread run",
+    changes=_CHANGES,
+    added={"data.units": ANY},  # before runs recorded them
 )
 
 

@@ -26,12 +26,13 @@ import xarray as xr
 
 from sciml.datasets.channels import NormStats, compute_stats
 from sciml.distributed.collectives import on_rank0
-from sciml.training.run_record import claim_run_dirs
+from sciml.training.loop import fit_runs
+from sciml.training.runs.folder import claim_run_dirs
+from sciml.training.runs.record import run_records
+from sciml.training.sweeps import check_sweep
 from sciml.weather.data import refuse_missing
 from sciml.weather.grid import data_record, forecast_variables
-from sciml.weather.options import check_sweep, run_records
 from sciml.weather.periodic import is_periodic_lon
-from sciml.weather.postprocess.train import fit_runs
 from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
 from sciml.weather.split import split_start_dates
 from sciml.weather.spread.config import SpreadConfig
@@ -106,7 +107,7 @@ def train_spreads(
         ValueError: As :func:`train_spread`; configurations that differ in more than seed
             and learning rate, or not one run folder per configuration.
     """
-    check_sweep(configs, run_dirs)
+    check_sweep(configs, run_dirs, label="configuration {}")
     target = torch.device(device or "cpu")  # a bad device string fails here, before writing
     configs = [_resolved(ds, config) for config in configs]
     first = configs[0]

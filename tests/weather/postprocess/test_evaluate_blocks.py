@@ -11,8 +11,8 @@ import pytest
 import xarray as xr
 
 from sciml.training import TrainConfig
-from sciml.training.run_dir import LabelMismatch
 from sciml.weather.blocks import auto_block_dates, date_blocks
+from sciml.weather.labels import LabelMismatch
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.evaluate import score_runs
 from sciml.weather.postprocess.evaluate_rows import SCORES

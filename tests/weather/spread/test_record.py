@@ -8,8 +8,7 @@ import pytest
 
 from sciml.datasets.channels import NormStats
 from sciml.training import TrainConfig
-from sciml.training.run_record import check_run_record, record_text
-from sciml.weather.options import config_record
+from sciml.training.runs.record import check_run_record, config_record, record_text
 from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.record import (
     SPREAD_RECORD,

@@ -1,19 +1,11 @@
-"""Run folders: the lock leaves nothing behind, labels are matched or refused."""
-
-from pathlib import Path
+"""Recorded labels are matched (another order, another longitude convention) or refused."""
 
 import numpy as np
 import pytest
 
-from sciml.training.run_dir import LabelMismatch, RunLock, coordinate_record, match_labels
+from sciml.weather.labels import LabelMismatch, coordinate_record, match_labels
 
 SIDES = ("the run in R (--run-dir)", "the data (test.nc)")
-
-
-def test_a_released_lock_is_empty_and_names_its_holder_while_held(tmp_path: Path) -> None:
-    with RunLock(tmp_path, name="x.lock") as lock:
-        assert lock.path.read_text().startswith("pid ")
-    assert lock.path.read_bytes() == b""  # a run that took it and was refused changed nothing
 
 
 def test_labels_in_another_order_or_convention_are_found() -> None:

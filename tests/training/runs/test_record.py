@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sciml.training.run_dir import RunDirError
-from sciml.training.run_record import (
+from sciml.training.runs.folder import claim_run_dir
+from sciml.training.runs.record import (
     RecordKind,
+    RunDirError,
     RunRecordError,
-    claim_run_dir,
     read_run_record,
     record_text,
 )
@@ -107,7 +107,7 @@ def test_a_second_process_cannot_claim_a_held_folder(tmp_path: Path) -> None:
     holder = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from sciml.training.run_dir import RunLock\n"
+        "from sciml.training.runs.folder import RunLock\n"
         "with RunLock(Path(sys.argv[1])):\n"
         "    print('held', flush=True)\n"
         "    sys.stdin.readline()\n"
