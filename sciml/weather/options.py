@@ -44,7 +44,9 @@ _Config = TypeVar("_Config")
 
 
 def config_from_record(config: type[_Config], record: dict[str, Any], where: str) -> _Config:
-    """The ``config`` dataclass of a record written by :func:`config_record`.
+    """The ``config`` dataclass of a run record's configuration.
+
+    The record is one :func:`~sciml.training.runs.record.config_record` wrote.
 
     Args:
         config: The configuration's dataclass.
