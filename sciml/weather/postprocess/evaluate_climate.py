@@ -102,7 +102,7 @@ def _points(values: xr.DataArray, template: xr.DataArray) -> np.ndarray:
 
 @dataclass
 class Climate:
-    """One variable's extremes: climatology, extreme thresholds and |EFI| on disk."""
+    """One variable's extremes: climatology, extreme thresholds and ``|EFI|`` on disk."""
 
     climatology: xr.DataArray  # per point (no time), aligned to the test truth
     threshold: xr.DataArray  # per row (lead time, level)
@@ -115,7 +115,7 @@ class Climate:
         return (anomaly >= self.threshold).rename("extreme")
 
     def weight(self, dates: slice, truth: xr.DataArray) -> xr.DataArray:
-        """The |EFI| weights of the test dates ``dates``, on ``truth``'s dims and coordinates."""
+        """The ``|EFI|`` weights of the test dates ``dates``, on ``truth``'s dims and labels."""
         values = self.efi.rows(dates).reshape(dates.stop - dates.start, *self.points.shape)
         dims = ("time", *self.points.dims)
         coords = {d: truth[d] for d in dims if d in truth.coords}
@@ -134,7 +134,7 @@ def block_climate(
     scratch: Path,
     budget: int,
 ) -> Climate:
-    """``var``'s climatology, extreme thresholds and |EFI| weights, in bounded memory.
+    """``var``'s climatology, extreme thresholds and ``|EFI|`` weights, in bounded memory.
 
     ``budget``: the bytes of a slab of points' climate and test ensembles (float64); the
     block's ensemble in float64, so that the EFI takes about the scoring's memory.
