@@ -58,7 +58,7 @@ demo: $(RUNTIME)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
-		-m "not shipped and not system and not slow" tests
+		-m "not shipped and not notebook and not system and not slow" tests
 
 system-test: $(DOCS_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 \
