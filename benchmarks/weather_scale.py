@@ -6,14 +6,15 @@ At the size the package defaults to (``weather train --memory-limit``'s 1 GiB):
 ``--memory-limit 1GiB`` (files of 1, 4 and 8 GiB decoded, twice over; about 8 times the
 default's time and temporary disk: hours on 2 cores, about 12 GiB of files at a time).
 
-Measured on this 2-core machine at the default 128 MiB (load average 3 rising to 17-21
-from other work during the run: the wall rates are noisy, and at that load even the CPU
-seconds inflate), one start date per chunk: 0.0192 CPU s per sample in memory (1x
-file), 0.0153, 0.0156 and 0.0164 streamed from the 1x, 4x and 8x files (1.25, 1.23 and
-1.17 times the in-memory rate), each chunk read once; the float64 step losses streamed
-and in memory on the 4x file equal (largest difference 0). ``weather evaluate`` by blocks:
-peak resident memory 753, 807 and 886 MiB on the 1x, 4x and 8x files (129 MiB to 1 GiB of
-data; 78, 555 and 802 s under that load); the 1x file whole: 1461 MiB (207 s). A stream
+Measured on this 2-core machine at the default 128 MiB, training with ``--no-evaluate`` on
+a quiet machine: one start date per chunk, 0.0107 CPU s per sample in memory (1x file),
+0.0142, 0.0138 and 0.0152 streamed from the 1x, 4x and 8x files (0.75, 0.77 and 0.70 times
+the in-memory rate: a one-date chunk's read is mostly xarray's per-chunk overhead); 48
+dates per chunk, 0.0108 in memory, 0.0108, 0.0101 and 0.0100 streamed (1.00, 1.08 and
+1.08 times); each chunk read once, and the float64 step losses streamed and in memory on
+the 4x files equal (largest difference 0). ``weather evaluate`` by blocks (another run, at
+load average 17-21): peak resident memory 753, 807 and 886 MiB on the 1x, 4x and 8x files
+of one date per chunk (129 MiB to 1 GiB of data); the 1x file whole: 1461 MiB. A stream
 holds up to 2 x 256 MiB of decoded chunks whatever the limit (``holds_mib``: 510 MiB at
 4x and 8x here).
 
