@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-__all__ = ["ChunkLayout", "ChunkStream", "common_bounds"]
+__all__ = ["ChunkLayout", "ChunkStream", "coalesce_chunks", "common_bounds"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,32 @@ def common_bounds(bounds: Sequence[Sequence[int]]) -> tuple[int, ...]:
         raise ValueError(f"chunkings of axes of different lengths: {sorted(ends)}")
     common = set.intersection(*(set(map(int, b)) for b in bounds))
     return tuple(sorted(common))
+
+
+def coalesce_chunks(
+    bounds: Sequence[int], item_bytes: float, least_bytes: float
+) -> tuple[int, ...]:
+    """Bounds of reads of whole consecutive chunks, each of at least ``least_bytes`` decoded.
+
+    A read has a cost of its own beside its bytes (building the arrays, the task graph),
+    which a small chunk (one start date, a few MiB) pays once per chunk: reading several
+    neighbours at once pays it once for all. Chunks of ``least_bytes`` or more are read
+    alone; a short last read joins the one before it.
+
+    Args:
+        bounds: Chunk ``c`` holds items ``bounds[c]`` to ``bounds[c + 1] - 1``.
+        item_bytes: Decoded bytes of one item.
+        least_bytes: Decoded bytes a read covers at least (``0``: each chunk alone).
+    """
+    reads = [int(bounds[0])]
+    for end in map(int, bounds[1:]):
+        if (end - reads[-1]) * item_bytes >= least_bytes:
+            reads.append(end)
+    if reads[-1] != int(bounds[-1]):  # a short last read joins the one before it
+        if len(reads) > 1:
+            reads.pop()
+        reads.append(int(bounds[-1]))
+    return tuple(reads)
 
 
 class ChunkStream(Dataset[Any]):

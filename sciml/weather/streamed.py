@@ -18,15 +18,19 @@ import torch
 import xarray as xr
 
 from sciml.datasets.channels import NormStats
-from sciml.datasets.chunked import ChunkLayout, ChunkStream, common_bounds
+from sciml.datasets.chunked import ChunkLayout, ChunkStream, coalesce_chunks, common_bounds
 from sciml.weather.dataset import EnsembleDataset, Sample
 
-__all__ = ["SHUFFLE_BYTES", "StreamedEnsemble", "chunk_layout", "date_bounds"]
+__all__ = ["READS_PER_BUFFER", "SHUFFLE_BYTES", "StreamedEnsemble", "chunk_layout", "date_bounds"]
 
 
 #: Decoded bytes of the chunks whose samples a streamed epoch shuffles together (about
 #: twice this is held: the chunks in use and those read ahead).
 SHUFFLE_BYTES = 2**28
+#: Reads the shuffle buffer holds: smaller chunks (one start date of a few MiB) are read
+#: with their neighbours, a sixteenth of the buffer at a time
+#: (:func:`~sciml.datasets.chunked.coalesce_chunks`).
+READS_PER_BUFFER = 16
 
 
 def date_bounds(ds: xr.Dataset, names: Sequence[str]) -> tuple[int, ...]:
@@ -47,12 +51,14 @@ def date_bounds(ds: xr.Dataset, names: Sequence[str]) -> tuple[int, ...]:
 
 def _date_chunks(
     ds: xr.Dataset, names: Sequence[str], buffer_bytes: int
-) -> tuple[tuple[int, ...], int, int]:
-    """The chunks' start-date bounds, the largest chunk's decoded bytes, the chunks buffered."""
-    dates = date_bounds(ds, names)
+) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """Start-date bounds of the chunks and of the reads, the largest read's bytes, the buffer."""
+    stored = date_bounds(ds, names)
     date_bytes = sum(ds[n].nbytes for n in names) / ds.sizes["time"]
-    chunk_bytes = int(max(np.diff(dates)) * date_bytes)
-    return dates, chunk_bytes, min(max(1, buffer_bytes // max(chunk_bytes, 1)), len(dates) - 1)
+    reads = coalesce_chunks(stored, date_bytes, buffer_bytes // READS_PER_BUFFER)
+    read_bytes = int(max(np.diff(reads)) * date_bytes)
+    buffer = min(max(1, buffer_bytes // max(read_bytes, 1)), len(reads) - 1)
+    return stored, reads, read_bytes, buffer
 
 
 def chunk_layout(
@@ -66,7 +72,7 @@ def chunk_layout(
     the data are streamed.
     """
     names = [*variables, *(f"{v}_truth" for v in variables)]
-    dates, _, buffer = _date_chunks(ds, names, buffer_bytes)
+    _, dates, _, buffer = _date_chunks(ds, names, buffer_bytes)
     per_date = math.prod(ds.sizes[d] for d in ("lead_time",) if d in ds.dims)
     return ChunkLayout(tuple(d * per_date for d in dates), buffer)
 
@@ -77,8 +83,10 @@ class StreamedEnsemble(ChunkStream):
     For data larger than memory: the samples of the chunks of ``time`` the file is
     stored in (those common to the forecasts and their truths) are read whole, a chunk
     once per epoch, ahead of the steps (:class:`sciml.datasets.chunked.ChunkStream`);
-    :func:`sciml.training.fit` draws an order that follows the chunks
-    (:func:`sciml.datasets.sampling.chunk_order`: as many chunks shuffled together as
+    chunks smaller than a sixteenth of ``buffer_bytes`` are read with their neighbours
+    (:data:`READS_PER_BUFFER`), which costs the same bytes and a sixteenth of the reads.
+    :func:`sciml.training.fit` draws an order that follows the reads
+    (:func:`sciml.datasets.sampling.chunk_order`: as many reads shuffled together as
     hold ``buffer_bytes``). In that order the samples are those of an
     :class:`EnsembleDataset` of the same data in memory, bit for bit, members drawn alike.
 
@@ -117,8 +125,8 @@ class StreamedEnsemble(ChunkStream):
             ds.assign({name: ds[name].compute() for name in static}), variables, **options
         )
         per_date = len(self.template) // ds.sizes["time"]
-        dates, self.chunk_bytes, buffer = _date_chunks(kept, names, buffer_bytes)
-        #: Start-date bounds of the chunks read whole.
+        self.stored, dates, self.chunk_bytes, buffer = _date_chunks(kept, names, buffer_bytes)
+        #: Start-date bounds of the reads: whole chunks, neighbours read together.
         self.dates = dates
         self.buffer_bytes = buffer_bytes
 
@@ -143,11 +151,13 @@ class StreamedEnsemble(ChunkStream):
 
     def describe(self) -> str:
         """How the samples are read, for the run's status line."""
-        chunks, layout = len(self.dates) - 1, self.chunk_layout
-        dates = int(max(np.diff(self.dates)))
+        chunks, layout = len(self.stored) - 1, self.chunk_layout
+        reads = len(self.dates) - 1
         line = (
-            f"{chunks} chunk(s) of up to {dates} start date(s) ({self.chunk_bytes / 2**20:.3g} "
-            f"MiB decoded), {layout.buffer} shuffled together and read ahead"
+            f"{chunks} chunk(s) of up to {int(max(np.diff(self.stored)))} start date(s), read "
+            f"{reads} time(s) an epoch, up to {int(max(np.diff(self.dates)))} date(s) "
+            f"({self.chunk_bytes / 2**20:.3g} MiB decoded) at a time, {layout.buffer} read(s) "
+            "shuffled together and read ahead"
         )
         if layout.buffer == 1 and chunks > 1 and self.chunk_bytes > 2 * self.buffer_bytes:
             line += (

@@ -7,8 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sciml.datasets.chunked import ChunkStream, common_bounds
+from sciml.datasets.chunked import ChunkStream, coalesce_chunks, common_bounds
 from sciml.datasets.sampling import chunk_order, epoch_batches
 from sciml.distributed import spawn
 from sciml.training import TrainConfig, fit
@@ -102,6 +104,29 @@ def test_common_bounds_keep_whole_chunks_of_every_chunking() -> None:
     assert common_bounds([(0, 2, 4, 6), (0, 4, 6)]) == (0, 4, 6)
     with pytest.raises(ValueError, match="different lengths"):
         common_bounds([(0, 4), (0, 5)])
+
+
+@given(
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=30),
+    item_bytes=st.sampled_from([0.5, 1.0, 3.0]),
+    least=st.integers(0, 40),
+)
+def test_coalesced_reads_are_whole_chunks_each_just_large_enough(
+    sizes: list[int], item_bytes: float, least: int
+) -> None:
+    bounds = tuple(np.cumsum([0, *sizes]).tolist())
+    reads = coalesce_chunks(bounds, item_bytes, least)
+    assert reads[0] == 0 and reads[-1] == bounds[-1] and set(reads) <= set(bounds)
+    spans = list(zip(reads[:-1], reads[1:], strict=True))
+    assert all((end - start) * item_bytes >= least for start, end in spans) or len(spans) == 1
+    for start, end in spans[:-1]:  # no chunk more than needed
+        inner = [b for b in bounds if start < b < end]
+        assert not inner or (inner[-1] - start) * item_bytes < least
+    start, end = spans[-1]  # the last: as the others, or with a short tail joined to it
+    enough = [b for b in bounds if start < b < end and (b - start) * item_bytes >= least]
+    assert not enough or (end - enough[0]) * item_bytes < least
+    if least == 0:
+        assert reads == bounds
 
 
 @pytest.mark.parametrize("buffer", [1, 2, 3])

@@ -19,6 +19,7 @@ from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.models import gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
 from sciml.weather.spread.data import SpreadDataset
+from sciml.weather import streamed as streamed_module
 from sciml.weather.streamed import StreamedEnsemble
 from tests.weather.postprocess.test_train_evaluate import _write
 from tests.weather.spread.test_data import tiny_ensemble
@@ -149,7 +150,21 @@ def test_rechunk_writes_one_date_per_chunk_with_a_checked_manifest(
     xr.testing.assert_identical(source.compute(), converted.compute())
     assert converted["psi"].chunks[1] == (1,) * 12
     assert converted["psi_truth"].chunks[0] == (1,) * 12
-    assert StreamedEnsemble(converted, VARIABLES, **_options(source)).dates == tuple(range(13))
+    options = _options(source)
+    # one-date chunks are read four at a time when a read must cover a sixteenth of the buffer
+    date_bytes = sum(converted[n].nbytes for n in [*VARIABLES, "psi_truth", "q_truth"]) / 12
+    four = StreamedEnsemble(converted, VARIABLES, buffer_bytes=int(64 * date_bytes), **options)
+    assert four.stored == tuple(range(13)) and four.dates == (0, 4, 8, 12)
+    assert four.chunk_layout.buffer == 3
+    memory = EnsembleDataset(source.load(), VARIABLES, **options)
+    indices = [23, 0, 9, 16, 8, 7]
+    torch.manual_seed(4)
+    got = four.__getitems__(indices)
+    torch.manual_seed(4)
+    for a, b in zip(got, memory.__getitems__(indices), strict=True):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    assert dict(four.loads) == {0: 1, 1: 1, 2: 1}
     capsys.readouterr()
     assert main(["weather", "rechunk", str(chunked), str(store)]) != 0
     assert "exists; remove it or give --overwrite" in capsys.readouterr().err
@@ -185,7 +200,10 @@ def spread_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_streamed_spread_samples_stack_their_lead_times_as_in_memory(spread_file: Path) -> None:
+def test_streamed_spread_samples_stack_their_lead_times_as_in_memory(
+    spread_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streamed_module, "READS_PER_BUFFER", 2**62)  # each chunk read alone
     lazy = open_ensemble(spread_file)
     stats = compute_stats(lazy, VARIABLES, channel_dims=("level",))
     options = {"members": 2, "history": 3, "choice": "random", "stats": stats}
