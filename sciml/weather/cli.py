@@ -46,6 +46,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         member_dim=args.member_dim,
         lat_weights=args.lat_weights,
         block_dates=args.block_dates,
+        missing=args.missing,
     )
     table = scores_table(scores)
     print(
@@ -160,6 +161,13 @@ def register(subparsers: Subparsers) -> None:
         metavar="N",
         help="start dates read and scored at a time (the same scores; memory set by the "
         "block); default: about 32 MiB of ensemble in float64 per block; 0: all at once",
+    )
+    score.add_argument(
+        "--missing",
+        choices=("refuse", "mask"),
+        default="refuse",
+        help="missing (NaN) forecasts or verifying values: refuse them (default), or mask: "
+        "leave them out, each score averaged over the points present",
     )
     score.add_argument("--json", help="also write the table as JSON here")
     score.set_defaults(func=_cmd_score)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from functools import partial
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,7 @@ import xarray as xr
 from sciml.datasets.cf import valid_times
 from sciml.weather import metrics
 from sciml.weather.blocks import auto_block_dates, date_blocks
+from sciml.weather.data import refuse_missing
 from sciml.weather.metrics.alignment import Dim, _check_weights
 
 __all__ = [
@@ -182,6 +184,7 @@ def score_ensemble(
     member_dim: str = "member",
     lat_weights: bool = False,
     block_dates: int | None = None,
+    missing: Literal["refuse", "mask"] = "refuse",
 ) -> xr.Dataset:
     """Score one variable of an ensemble dataset (what ``sciml weather score`` prints).
 
@@ -203,11 +206,21 @@ def score_ensemble(
             same scores, to the rounding of sums in another order); None: about
             :data:`~sciml.weather.blocks.BLOCK_BYTES` of ensemble per block; 0: the whole
             data at once (also when they have no ``time``).
+        missing: ``"refuse"`` missing (NaN) forecasts or verifying values, as they are
+            read (nothing is written before the end); ``"mask"``: leave them out: a point
+            without a verifying value is left out of every score, and a point's missing
+            members out of its ensemble (as properscoring scores them).
 
     Returns:
         :func:`score_summary`'s (or :func:`leave_one_out_scores`') variables, computed,
         with attributes ``verified_against`` and ``averaged_over``.
+
+    Raises:
+        ValueError: Missing values when ``missing="refuse"``, naming the variable, its
+            file, how many points and the first of them.
     """
+    if missing not in ("refuse", "mask"):
+        raise ValueError(f"missing must be 'refuse' or 'mask', got {missing!r}")
     if variable not in forecasts.data_vars:
         raise ValueError(f"no variable {variable!r} in the forecasts: {list(forecasts.data_vars)}")
     ensemble = forecasts[variable]
@@ -230,16 +243,30 @@ def score_ensemble(
         block_dates = auto_block_dates(forecasts, [variable])
     if block_dates < 0:
         raise ValueError(f"block_dates must be >= 0 (0: the whole data), got {block_dates}")
+    refuse = missing == "refuse"
     if block_dates and "time" in ensemble.dims:
         scores = _score_blocks(
-            ensemble, truth, member_dim=member_dim, dims=dims, weights=weights, block=block_dates
+            ensemble,
+            truth,
+            member_dim=member_dim,
+            dims=dims,
+            weights=weights,
+            block=block_dates,
+            refuse=refuse,
         )
-    elif truth is None:
-        scores = leave_one_out_scores(ensemble, member_dim=member_dim, dim=dims, weights=weights)
     else:
-        if "lead_time" in ensemble.dims and "lead_time" not in truth.dims:
+        if truth is not None and "lead_time" in ensemble.dims and "lead_time" not in truth.dims:
             truth = at_valid_time(truth, ensemble)
-        scores = score_summary(truth, ensemble, member_dim=member_dim, dim=dims, weights=weights)
+        if refuse:
+            _refuse_missing(ensemble, truth)
+        if truth is None:
+            scores = leave_one_out_scores(
+                ensemble, member_dim=member_dim, dim=dims, weights=weights
+            )
+        else:
+            scores = score_summary(
+                truth, ensemble, member_dim=member_dim, dim=dims, weights=weights
+            )
     scores = scores.compute()
     scores.attrs = {"verified_against": against, "averaged_over": [str(d) for d in dims]}
     return scores
@@ -323,8 +350,12 @@ def _score_blocks(
     dims: list[Hashable],
     weights: xr.DataArray | None,
     block: int,
+    refuse: bool,
 ) -> xr.Dataset:
-    """:func:`score_summary` (or :func:`leave_one_out_scores`) a block of start dates at a time."""
+    """:func:`score_summary` (or :func:`leave_one_out_scores`) a block of start dates at a time.
+
+    With ``refuse``, a block with missing values is refused as it is read.
+    """
     members = ensemble.sizes[member_dim]
     if truth is None and members < 3:
         raise ValueError(f"leave-one-out scoring needs at least 3 members, got {members}")
@@ -339,7 +370,11 @@ def _score_blocks(
             elif "time" in observed.dims:
                 observed = observed.sel(time=chunk["time"])
             pairs = [(observed.load(), chunk)]
+            if refuse:
+                _refuse_missing(chunk, pairs[0][0])
         else:
+            if refuse:
+                _refuse_missing(chunk, None)
             pairs = [
                 (chunk.isel({member_dim: k}, drop=True), chunk.drop_isel({member_dim: k}))
                 for k in verifying
@@ -357,6 +392,18 @@ def _score_blocks(
     pooled["spread"] = np.sqrt((stacked["spread"] ** 2).mean("_verifying_member"))
     pooled["rmse"] = np.sqrt((stacked["rmse"] ** 2).mean("_verifying_member"))
     return pooled
+
+
+def _refuse_missing(ensemble: xr.DataArray, truth: xr.DataArray | None) -> None:
+    """Refuse missing (NaN) forecasts or verifying values, each named (:func:`refuse_missing`)."""
+    arrays = {"forecasts": ensemble} | ({} if truth is None else {"verifying values": truth})
+    for what, array in arrays.items():
+        name = f"{array.name} ({what})"
+        refuse_missing(
+            array.to_dataset(name=name),
+            [name],
+            advice="fill them, or score the points present with --missing mask",
+        )
 
 
 def _verifying_values(

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import properscoring
 import pytest
 import xarray as xr
 
@@ -109,7 +110,7 @@ def test_blocks_of_dates_score_as_the_whole_data(
         )
     if against == "members":
         data = data.drop_vars("t_truth")
-    kwargs = {"observations": observations, "by": by, "lat_weights": lat_weights}
+    kwargs = {"observations": observations, "by": by, "lat_weights": lat_weights, "missing": "mask"}
     whole = score_ensemble(data, "t", block_dates=0, **kwargs)
     blocks = score_ensemble(data, "t", block_dates=block, **kwargs)
     assert blocks.attrs == whole.attrs
@@ -120,6 +121,42 @@ def test_blocks_of_dates_score_as_the_whole_data(
         xr.testing.assert_equal(got.isnull(), expected.isnull())
         np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=name)
     assert whole["crps"].notnull().any()
+
+
+@pytest.mark.parametrize("block", [0, 2])
+@pytest.mark.parametrize("where", ["t", "t_truth", "observations"])
+def test_missing_values_are_refused_or_left_out_as_asked(
+    where: str, block: int, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(8)
+    data = _forecasts_with_truth(rng).fillna(0.5)
+    observations = None
+    if where == "observations":
+        observations = data[["t_truth"]].rename(t_truth="t")
+        observations["t"][3, 1, 2, 0] = np.nan
+        observations.to_netcdf(tmp_path / "obs.nc")
+        observations = xr.open_dataset(tmp_path / "obs.nc")
+        data = data.drop_vars("t_truth")
+    else:
+        index = (1, 3, 1, 2, 0) if where == "t" else (3, 1, 2, 0)
+        data[where][index] = np.nan
+    data.to_netcdf(tmp_path / "data.nc")
+    data = xr.open_dataset(tmp_path / "data.nc")
+    before = data.copy(deep=True)
+    file = "obs.nc" if where == "observations" else "data.nc"
+    with pytest.raises(
+        ValueError, match=rf"missing \(NaN\) values in .*{file}.*1 of .*--missing mask"
+    ):
+        score_ensemble(data, "t", observations=observations, block_dates=block)
+    masked = score_ensemble(data, "t", observations=observations, block_dates=block, missing="mask")
+    xr.testing.assert_identical(data, before)
+    # left out: the mean over the points with a verifying value of properscoring's CRPS,
+    # which scores the members present
+    truth = observations["t"] if observations is not None else data["t_truth"]
+    crps = properscoring.crps_ensemble(truth.values, np.moveaxis(data["t"].values, 0, -1))
+    crps[np.isnan(truth.values)] = np.nan
+    expected = np.nanmean(crps.transpose(1, 0, 2, 3).reshape(2, -1), axis=1)
+    np.testing.assert_allclose(masked["crps"], expected, rtol=1e-12)
 
 
 _PEAK = """

@@ -65,6 +65,7 @@ from sciml.weather.postprocess.evaluate_rows import (
     check_data,
     combined,
     name_runs,
+    refuse_missing_scored,
     table_rows,
     with_seeds,
     with_skills,
@@ -214,6 +215,7 @@ def _score_whole(
         with phase(logger, f"{where}: reading it and its extreme events"):
             truth = test[f"{var}_truth"].astype(np.float64).load()
             ensemble = test[var].load()
+            refuse_missing_scored(runs, ensemble, truth, data)
             dims = [d for d in truth.dims if d not in keep]
             climate_truth = reference[f"{var}_truth"]
             target = _Target(

@@ -30,7 +30,12 @@ from sciml.weather import metrics
 from sciml.weather.blocks import date_blocks
 from sciml.weather.metrics.reliability import pit_histogram, reliability_index
 from sciml.weather.postprocess.evaluate_climate import Climate, block_climate
-from sciml.weather.postprocess.evaluate_rows import ScoredRun, combined, table_rows
+from sciml.weather.postprocess.evaluate_rows import (
+    ScoredRun,
+    combined,
+    refuse_missing_scored,
+    table_rows,
+)
 from sciml.weather.postprocess.predict import Forecast, predict_run
 
 __all__ = ["score_blocks"]
@@ -224,6 +229,7 @@ def score_blocks(
                 for var in variables:
                     truth = chunk[f"{var}_truth"].astype(np.float64).load()
                     ensemble = chunk[var].load()
+                    refuse_missing_scored(runs, ensemble, truth, data)
                     climate = climates[var]
                     target = _Block(
                         truth,

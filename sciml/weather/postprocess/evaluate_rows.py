@@ -17,6 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from sciml.training.runs.record import config_record
+from sciml.weather.data import refuse_missing
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.predict import Forecast, combine_seeds
 
@@ -27,6 +28,7 @@ __all__ = [
     "check_data",
     "combined",
     "name_runs",
+    "refuse_missing_scored",
     "table_rows",
     "with_seeds",
     "with_skills",
@@ -56,6 +58,38 @@ class ScoredRun:
     name: str
     group: str | None  # the aggregated row's name when the run is one of several seeds
     seeds: int = 1  # the seeds a forecast combines
+
+
+def refuse_missing_scored(
+    runs: list[ScoredRun], ensemble: xr.DataArray, truth: xr.DataArray, data: str
+) -> None:
+    """Refuse missing (NaN) test values when a run was trained to refuse them.
+
+    A run trained with ``--missing mask`` scores the points present; one trained with
+    ``--missing refuse`` would be scored, and the raw ensembles beside it, over fewer
+    points than asked, unsaid.
+
+    Args:
+        runs: The runs evaluated.
+        ensemble: The test ensemble of a variable (a block of it).
+        truth: Its verifying values.
+        data: How messages name the test data (its file).
+
+    Raises:
+        ValueError: Naming the runs, each variable with missing values, its file, how many
+            points and the first of them.
+    """
+    refusing = [str(run.path) for run in runs if run.config.missing == "refuse"]
+    if refusing:
+        values = xr.Dataset({ensemble.name: ensemble, truth.name: truth})
+        for name in values.data_vars:  # named by the test file (``data``) once read
+            values[name].encoding.setdefault("source", data)
+        refuse_missing(
+            values,
+            [str(name) for name in values.data_vars],
+            advice=f"the run(s) in {', '.join(refusing)} (--run-dir) were trained with "
+            "--missing refuse: fill them, or evaluate runs trained with --missing mask",
+        )
 
 
 def name_runs(runs: list[tuple[Path, PostprocessConfig]]) -> list[ScoredRun]:
