@@ -263,7 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if args.debug:
             raise
-        _report_error(f"sciml: error: {type(err).__name__}: {err} (--debug shows the traceback)")
+        from sciml.datasets.store import decode_failure
+
+        shown = decode_failure(err, [arg.split("=", 1)[-1] for arg in argv]) or err
+        _report_error(
+            f"sciml: error: {type(shown).__name__}: {shown} (--debug shows the traceback)"
+        )
         return EXIT_FAILURE
 
 

@@ -33,8 +33,9 @@ import json
 import math
 import os
 import time
+import traceback
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ __all__ = [
     "StoreError",
     "StoreInventory",
     "check_store",
+    "decode_failure",
+    "is_zarr_store",
     "register_store",
     "write_manifest",
 ]
@@ -56,6 +59,15 @@ __all__ = [
 MANIFEST = "sciml-manifest.json"
 #: Files named in an error before the rest are counted.
 _SHOWN = 8
+#: Packages whose frames in a traceback mean that a stored chunk could not be decoded.
+_CODECS = ("numcodecs", os.path.join("zarr", "codecs"))
+#: Files at the root of a Zarr store (format 2, its consolidated metadata, format 3).
+_ZARR_ROOTS = (".zgroup", ".zattrs", ".zarray", ".zmetadata", "zarr.json")
+
+
+def is_zarr_store(path: Path | str) -> bool:
+    """Whether ``path`` is a folder with a Zarr store's root metadata (format 2 or 3)."""
+    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, n)) for n in _ZARR_ROOTS)
 
 
 class StoreError(ValueError):
@@ -289,3 +301,32 @@ def register_store(store: Path | str) -> tuple[Path, list[str]]:
     new = _manifest(store)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     return path, changed
+
+
+def decode_failure(err: BaseException, paths: Iterable[str]) -> StoreError | None:
+    """A codec's failure to decode a stored chunk, as an error naming the Zarr stores read.
+
+    A truncated or damaged chunk of a compressed array fails where the codec decodes it,
+    when a value is computed (``RuntimeError: error during blosc decompression: -1``), in
+    words that name neither the store nor the array; a store with a manifest is checked
+    before (:class:`StoreInventory`), one that other tools wrote is not.
+
+    Args:
+        err: The error raised.
+        paths: The inputs of the command (arguments that name no Zarr store are ignored).
+
+    Returns:
+        A :class:`StoreError` naming the Zarr stores among ``paths`` and ``err``, or
+        ``None`` when ``err`` was not raised by a codec.
+    """
+    frames = traceback.extract_tb(err.__traceback__)
+    if not any(
+        f"{os.sep}{codec}{os.sep}" in frame.filename for frame in frames for codec in _CODECS
+    ):
+        return None
+    stores = [path for path in dict.fromkeys(paths) if is_zarr_store(path)]
+    which = f"the Zarr store {', '.join(stores)}" if stores else "a Zarr store"
+    return StoreError(
+        f"a chunk of {which} could not be decoded ({type(err).__name__}: {err}): the store "
+        "is truncated or damaged; copy it again from its source"
+    )

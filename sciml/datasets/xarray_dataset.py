@@ -42,6 +42,7 @@ from sciml.datasets.channels import (
     normalise,
 )
 from sciml.datasets.sampling import epoch_seed
+from sciml.datasets.store import is_zarr_store
 from sciml.distributed import check_replica
 
 __all__ = [
@@ -81,7 +82,7 @@ def open_dataset(path: Path | str, *, chunks: Any = "auto", **kwargs: Any) -> xr
     if not path.exists():
         raise FileNotFoundError(f"no such file or Zarr store: {path}")
     if path.is_dir():
-        if not any((path / name).exists() for name in (".zgroup", ".zattrs", "zarr.json")):
+        if not is_zarr_store(path):
             raise ValueError(f"{path} is a folder but not a Zarr store (no .zgroup or zarr.json)")
         kwargs.setdefault("consolidated", _has_consolidated_metadata(path))
         return xr.open_zarr(path, chunks=chunks, **kwargs)

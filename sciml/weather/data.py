@@ -49,7 +49,7 @@ from sciml.datasets.cf import (
     units_of,
     valid_times,
 )
-from sciml.datasets.store import MANIFEST, check_store
+from sciml.datasets.store import MANIFEST, check_store, is_zarr_store
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -98,11 +98,7 @@ def _expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
 
 
 def _open_one(path: Path) -> xr.Dataset:
-    if (
-        path.suffix == ".zarr"
-        or (path.is_dir() and (path / ".zgroup").exists())
-        or (path.is_dir() and (path / "zarr.json").exists())
-    ):
+    if path.suffix == ".zarr" or is_zarr_store(path):
         if (path / MANIFEST).exists():  # a training store (sciml weather rechunk): checked
             check_store(path)
         return xr.open_zarr(path, chunks={})

@@ -167,8 +167,14 @@ def write_splits(
     parts = split_start_dates(
         ds, validation=validation, test=test, val_start=val_start, test_start=test_start
     )
-    with contextlib.ExitStack() as stack:
-        for name, part in zip(SPLITS, parts, strict=True):
-            tmp = stack.enter_context(atomic_path(outputs[name], suffix=".nc"))
-            part.to_netcdf(tmp, encoding=netcdf_encoding(part))  # one start date per chunk
+    created = not folder.exists()
+    try:
+        with contextlib.ExitStack() as stack:
+            for name, part in zip(SPLITS, parts, strict=True):
+                tmp = stack.enter_context(atomic_path(outputs[name], suffix=".nc"))
+                part.to_netcdf(tmp, encoding=netcdf_encoding(part))  # one start date per chunk
+    except BaseException:  # a read that failed half-way: no folder left that was not there
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
     return outputs

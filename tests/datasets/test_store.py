@@ -10,7 +10,13 @@ import xarray as xr
 import zarr
 
 from sciml.cli import main
-from sciml.datasets.store import MANIFEST, StoreError, check_store, register_store
+from sciml.datasets.store import (
+    MANIFEST,
+    StoreError,
+    check_store,
+    decode_failure,
+    register_store,
+)
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
 from tests.file_digests import digests
@@ -104,6 +110,21 @@ def test_a_chunk_that_does_not_decode_is_named(foreign: Path, tmp_path: Path) ->
     ):
         volumes[1]
     np.testing.assert_array_equal(volumes[0][0].numpy(), ShardedVolumes(foreign)[0][0].numpy())
+
+
+def test_a_codec_failure_read_through_xarray_names_the_stores_read(
+    foreign: Path, tmp_path: Path
+) -> None:
+    path = _copy(foreign, tmp_path)
+    chunk = path / "volume" / "c" / "1" / "0" / "1" / "1" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-7])  # cut short, as an interrupted copy leaves it
+    with pytest.raises(Exception) as raised:  # the codec's own error, raised by dask
+        xr.open_zarr(path)["volume"].load()
+    named = decode_failure(raised.value, ["weather", str(path), str(tmp_path / "out.json")])
+    assert isinstance(named, StoreError)
+    assert f"a chunk of the Zarr store {path} could not be decoded" in str(named)
+    assert str(raised.value) in str(named)
+    assert decode_failure(ValueError("not a codec's"), [str(path)]) is None
 
 
 def test_a_store_changed_on_purpose_is_named_changed_and_can_be_registered(

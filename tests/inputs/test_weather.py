@@ -116,7 +116,9 @@ def _variant(
         fmt = FILE_KINDS[kind]
         fraction = data.draw(st.floats(0.05, 0.95), label="fraction")
         path = v.write(base, folder / "variant", fmt)
-        return f"{fmt} truncated to {fraction:.2f}", path, v.truncated(path, fraction)
+        # in the field every command reads: a chunk of another is read by fewer of them
+        expect = v.truncated(path, fraction, within=v.fields(base)[0] if fmt == "zarr" else "")
+        return f"{fmt} truncated to {fraction:.2f}", path, expect
     fmt = data.draw(st.sampled_from(("nc", "zarr")), label="format")
     name, change, chunks = data.draw(kinds[kind], label=kind)
     changed, expect = change(base)
@@ -324,15 +326,7 @@ CHECKS = {
     "split": check_split,
 }
 #: Known defects, each named: the case fails until it is fixed (then strict xfail fails).
-DEFECTS = {
-    ("*", "truncated Zarr"): "a Zarr chunk cut short is refused as 'error during blosc "
-    "decompression: -1', naming no file (zarr's codec error, raised when dask reads it)",
-    ("score", "masked forecast"): "weather score averages over the points present, unsaid "
-    "(the README: missing values are refused)",
-    ("score", "masked truth"): "weather score averages over the points present, unsaid",
-    ("evaluate", "masked truth"): "weather evaluate scores a truth with NaN over the points "
-    "present, unsaid, for a run trained with --missing refuse",
-}
+DEFECTS: dict[tuple[str, str], str] = {}
 KIND_NAMES = [*KINDS, *FILE_KINDS]
 
 

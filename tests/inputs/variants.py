@@ -218,17 +218,22 @@ def write(ds: xr.Dataset, stem: Path, fmt: str, chunks: Mapping[str, int] | None
 # -- files of any kind -------------------------------------------------------------------------
 
 
-def largest_file(path: Path) -> Path:
-    """``path`` itself, or the largest file under a folder (a Zarr store's biggest chunk)."""
+def largest_file(path: Path, *, within: str = "") -> Path:
+    """``path`` itself, or the largest file under a folder (a Zarr store's biggest chunk).
+
+    ``within``: under that subfolder only (a store's array). Ties go to the first path in
+    sorted order, so that a draw names the same file on every run.
+    """
     if path.is_file():
         return path
-    return max((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    files = sorted(p for p in (path / within).rglob("*") if p.is_file())
+    return max(files, key=lambda p: p.stat().st_size)
 
 
-def truncated(path: Path, fraction: float) -> Expect:
-    """The file (or a store's largest chunk) cut to ``fraction`` of its bytes, in place: a copy
-    that stopped early."""
-    target = largest_file(path)
+def truncated(path: Path, fraction: float, *, within: str = "") -> Expect:
+    """The file (or a store's largest chunk, ``within`` an array) cut to ``fraction`` of its
+    bytes, in place: a copy that stopped early."""
+    target = largest_file(path, within=within)
     size = target.stat().st_size
     with open(target, "r+b") as handle:
         handle.truncate(int(size * fraction))

@@ -14,12 +14,12 @@ from sciml.datasets.channels import compute_stats
 from sciml.datasets.sampling import chunk_order
 from sciml.datasets.store import MANIFEST, StoreError
 from sciml.training import TrainConfig, fit
+from sciml.weather import streamed as streamed_module
 from sciml.weather.data import open_ensemble
 from sciml.weather.dataset import EnsembleDataset
 from sciml.weather.postprocess.models import gaussian_crps_loss
 from sciml.weather.postprocess.pooled import PooledPostProcessor
 from sciml.weather.spread.data import SpreadDataset
-from sciml.weather import streamed as streamed_module
 from sciml.weather.streamed import StreamedEnsemble
 from tests.weather.postprocess.test_train_evaluate import _write
 from tests.weather.spread.test_data import tiny_ensemble

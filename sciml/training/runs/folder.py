@@ -161,6 +161,7 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
     run_dir = Path(run_dir)
     check_run_record(run_dir, kind, config)
     lock = RunLock(run_dir, name=LOCK_NAME)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock.acquire()
@@ -169,8 +170,24 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
     try:
         resumed = check_run_record(run_dir, kind, config)
         yield RunClaim(run_dir, kind, record_text(kind, config), resumed)
+    except BaseException:
+        if created:  # refused by the caller's checks: no folder left that was not there
+            _remove_if_bare(lock)
+        raise
     finally:
         lock.release()
+
+
+def _remove_if_bare(lock: RunLock) -> None:
+    """Remove the lock's folder, held, if it holds nothing but the lock file."""
+    folder = lock.path.parent
+    if [entry.name for entry in folder.iterdir()] != [lock.path.name]:
+        return
+    try:
+        lock.path.unlink()
+        folder.rmdir()
+    except OSError:  # another process opened the folder meanwhile: it stays
+        pass
 
 
 @contextmanager
