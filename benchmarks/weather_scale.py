@@ -6,17 +6,20 @@ At the size the package defaults to (``weather train --memory-limit``'s 1 GiB):
 ``--memory-limit 1GiB`` (files of 1, 4 and 8 GiB decoded, twice over; about 8 times the
 default's time and temporary disk: hours on 2 cores, about 12 GiB of files at a time).
 
-Measured on this 2-core machine at the default 128 MiB, training with ``--no-evaluate`` on
-a quiet machine: one start date per chunk, 0.0107 CPU s per sample in memory (1x file),
-0.0142, 0.0138 and 0.0152 streamed from the 1x, 4x and 8x files (0.75, 0.77 and 0.70 times
-the in-memory rate: a one-date chunk's read is mostly xarray's per-chunk overhead); 48
-dates per chunk, 0.0108 in memory, 0.0108, 0.0101 and 0.0100 streamed (1.00, 1.08 and
-1.08 times); each chunk read once, and the float64 step losses streamed and in memory on
-the 4x files equal (largest difference 0). ``weather evaluate`` by blocks (another run, at
-load average 17-21): peak resident memory 753, 807 and 886 MiB on the 1x, 4x and 8x files
-of one date per chunk (129 MiB to 1 GiB of data); the 1x file whole: 1461 MiB. A stream
-holds up to 2 x 256 MiB of decoded chunks whatever the limit (``holds_mib``: 510 MiB at
-4x and 8x here).
+Measured on this 2-core machine at the default 128 MiB, training with ``--no-evaluate``
+(the process warmed up by 8 untimed steps first): one start date per chunk, 0.0113 CPU s
+per sample in memory (1x file), 0.0112, 0.0111 and 0.0115 streamed from the 1x, 4x and 8x
+files (1.01, 1.02 and 0.99 times the in-memory rate; each stream reads 16 one-date chunks
+at a time, :data:`sciml.weather.streamed.READS_PER_BUFFER`; read one at a time, 0.75, 0.77
+and 0.70 in an earlier run); 48 dates per chunk, 1.03, 1.45 and 1.53 times in the same run
+(its in-memory figure, 0.0160, 40% above the one-date layout's for the same values, was
+taken while the machine was busy: noise, not the layout), and 1.00, 1.08 and 1.08 in an
+earlier quiet run; each chunk read once, and the
+float64 step losses streamed and in memory on the 4x files equal (largest difference 0).
+``weather evaluate`` by blocks (another run, at load average 17-21): peak resident memory
+753, 807 and 886 MiB on the 1x, 4x and 8x files of one date per chunk (129 MiB to 1 GiB of
+data); the 1x file whole: 1461 MiB. A stream holds up to 2 x 256 MiB of decoded chunks
+whatever the limit (``holds_mib``: 500 MiB at 4x and 8x here).
 
 The files are tiled from a few start dates of the ``qg-imperfect-v1`` toy preset (its
 shape: 10 members, 7 lead times, 2 levels, 32 x 32, ``psi`` and ``q`` with their truths,
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 if read != case:
                     raise RuntimeError(f"{case} case read {read}: the sizes are off")
                 run = folder / f"run-{len(rows)}-{chunk}"
+                if not rows:  # the process's first steps (allocations, thread pools) untimed
+                    train(data, 8, args.batch_size, folder / "warm-up", 0)
                 measured = train(data, None, args.batch_size, run, 0, from_start=True)
                 measured.pop("losses")
                 row = {
