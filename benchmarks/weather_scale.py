@@ -12,9 +12,9 @@ per sample in memory (1x file), 0.0112, 0.0111 and 0.0115 streamed from the 1x, 
 files (1.01, 1.02 and 0.99 times the in-memory rate; each stream reads 16 one-date chunks
 at a time, :data:`sciml.weather.streamed.READS_PER_BUFFER`; read one at a time, 0.75, 0.77
 and 0.70 in an earlier run); 48 dates per chunk, 1.03, 1.45 and 1.53 times in the same run
-(its in-memory figure, 0.0160, 40% above the one-date layout's for the same values, was
-taken while the machine was busy: noise, not the layout), and 1.00, 1.08 and 1.08 in an
-earlier quiet run; each chunk read once, and the
+(against its in-memory figure, 0.0160 CPU s per sample: the same values in memory took
+0.0113 in the one-date case of this run, so that figure is noise and flatters these
+ratios), and 1.00, 1.08 and 1.08 in an earlier quiet run; each chunk read once, and the
 float64 step losses streamed and in memory on the 4x files equal (largest difference 0).
 ``weather evaluate`` by blocks (another run, at load average 17-21): peak resident memory
 753, 807 and 886 MiB on the 1x, 4x and 8x files of one date per chunk (129 MiB to 1 GiB of
