@@ -17,6 +17,7 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dask
 import numpy as np
@@ -61,20 +62,29 @@ class NormStats:
                 f"NormStats for channels {bad} have a non-finite mean or a std that is not > 0"
             )
 
+    def record(self) -> dict[str, list[Any]]:
+        """As plain JSON data (what :meth:`to_json` writes, and a run record keeps)."""
+        return {"channels": list(self.channels), "mean": list(self.mean), "std": list(self.std)}
+
     def to_json(self, path: Path | str) -> None:
         """Save as JSON (atomically)."""
         from sciml.io_utils import atomic_write_text
 
-        atomic_write_text(path, json.dumps(self.__dict__, indent=2))
+        atomic_write_text(path, json.dumps(self.record(), indent=2))
+
+    @classmethod
+    def from_record(cls, raw: Any, where: str) -> NormStats:
+        """Statistics from :meth:`record`'s data, read from ``where`` (named when refused)."""
+        found = raw if isinstance(raw, dict) else {}
+        missing = [key for key in ("channels", "mean", "std") if key not in found]
+        if missing:
+            raise ValueError(f"{where} is not a NormStats record (missing {missing})")
+        return cls(tuple(raw["channels"]), tuple(raw["mean"]), tuple(raw["std"]))
 
     @classmethod
     def from_json(cls, path: Path | str) -> NormStats:
         """Load statistics saved by :meth:`to_json`."""
-        raw = json.loads(Path(path).read_text())
-        missing = [key for key in ("channels", "mean", "std") if key not in raw]
-        if not isinstance(raw, dict) or missing:
-            raise ValueError(f"{path} is not a NormStats file (missing {missing or 'everything'})")
-        return cls(tuple(raw["channels"]), tuple(raw["mean"]), tuple(raw["std"]))
+        return cls.from_record(json.loads(Path(path).read_text()), str(path))
 
 
 def check_names(

@@ -180,6 +180,7 @@ def train_segmenter(
         config=loop,
         val_dataset=val_dataset,
         collate_fn=_collate,
+        record=False,  # the run's one record is model.json
     )
 
 

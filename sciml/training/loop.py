@@ -88,6 +88,7 @@ def fit(
     resume: bool = True,
     replica: tuple[int, int] | None = None,
     preempt_after: int | None = None,
+    record: bool = True,
 ) -> TrainResult:
     """Train ``model`` and return what happened.
 
@@ -103,7 +104,7 @@ def fit(
         loss_fn: ``loss_fn(model, batch)`` returns the loss (a one-element
             tensor), or a dict with ``"loss"`` and other one-element tensors to
             log, with the same names at every step.
-        run_dir: Folder for the run record ``training_run.json``, ``metrics.csv``,
+        run_dir: Folder for the run record ``training_run.json`` (see ``record``), ``metrics.csv``,
             ``checkpoints/last.pt``, ``checkpoints/best.pt`` and the lock file ``run.lock``.
         config: Loop options (default :class:`TrainConfig`).
         val_dataset: Dataset evaluated with ``loss_fn`` after every epoch;
@@ -122,6 +123,9 @@ def fit(
             rank checkpoints and ``fit`` returns ``"interrupted"``, as on a real
             signal, also with ``handle_signals=False`` (the request is explicit;
             for tests and benchmarks of resume; ``None``: signals only).
+        record: Write the run record ``training_run.json`` (``False``: the folder holds
+            the caller's one record of the run, a workflow's; a checkpoint of another
+            run is refused all the same, by the record every checkpoint keeps).
 
     Returns:
         A :class:`TrainResult`. Only rank 0 writes files; every rank returns.
@@ -173,7 +177,8 @@ def fit(
         keep_freed_memory()  # steps reuse the memory the last one freed: next to no page faults
     lock = lock_run_dir(setup.run_dir, setup.rank)
     try:
-        claim_training_record(setup, resume=resume)
+        if record:
+            claim_training_record(setup, resume=resume)
         run = Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=False)
         return drive([run], own_step, handle_signals=setup.config.handle_signals)[0]
     finally:
@@ -192,6 +197,7 @@ def fit_fused(
     schedulers: Sequence[Any | None] | None = None,
     resume: bool = True,
     preempt_after: int | None = None,
+    record: bool = True,
 ) -> list[TrainResult]:
     """Train K runs at once, each as :func:`fit` would; their results (module docstring).
 
@@ -212,6 +218,7 @@ def fit_fused(
             stepped as ``fit`` steps its scheduler.
         resume: Continue each run from its ``last.pt`` (``False``: start over).
         preempt_after: Stop every run after this optimiser step, as on a signal.
+        record: Write each run's ``training_run.json``, as ``fit`` does.
 
     Returns:
         One :class:`TrainResult` per run.
@@ -251,7 +258,7 @@ def fit_fused(
     with ExitStack() as stack:
         for setup in setups:
             stack.callback(lock_run_dir(setup.run_dir, setup.rank).release)
-        for setup in setups:
+        for setup in setups if record else ():
             claim_training_record(setup, resume=resume)
         runs = [  # each run's random state as its trainer left it: seeded, or resumed
             Run(RunTrainer(setup, resume=resume, preempt_after=preempt_after), swap=True)
@@ -310,7 +317,8 @@ def fit_runs(
     """Train one model per run (Adam at its ``config.lr``, the loop of its ``config.train``).
 
     One run goes through :func:`sciml.training.fit` (data-parallel under an initialised
-    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`.
+    ``torch.distributed`` group), several through :func:`sciml.training.fit_fused`; each
+    run folder holds the workflow's record, so ``fit`` writes none of its own.
     Returns each run's status.
     """
     optimizers = [
@@ -326,6 +334,7 @@ def fit_runs(
                 run_dirs=run_dirs,
                 configs=[c.train for c in configs],
                 val_dataset=val_set,
+                record=False,
             )
             return [result.status for result in results]
         model = models[0]
@@ -341,5 +350,6 @@ def fit_runs(
             run_dir=run_dirs[0],
             config=configs[0].train,
             val_dataset=val_set,
+            record=False,
         )
     return [result.status]

@@ -23,8 +23,9 @@ this way (:func:`auto_mesh`: :func:`plan_mesh` through
   (a gather of objects over the CPU group); an error on rank 0 (no grid fits,
   naming the smallest need; the world cannot split the volume) is raised on
   every rank.
-* **Recorded**: the grid a run trains on is written to ``RUN_DIR/mesh.json``
-  once its inputs are checked (:mod:`sciml.volumes.mesh_record`). A run folder
+* **Recorded**: the grid a run trains on is written to its record
+  (``mesh`` in ``RUN_DIR/volumes.json``) once its inputs are checked
+  (:mod:`sciml.volumes.mesh_record`). A run folder
   with a record keeps its grid: ``--mesh auto`` reuses the recorded grid
   without planning again (so a resume is exact even when the planner, the
   profile or the calibration changed since), and an explicit ``--mesh`` that

@@ -13,7 +13,7 @@ process), e.g.::
 
 ``--mesh auto --global-batch N`` takes the grid from the planner instead
 (:mod:`sciml.volumes.auto_mesh`: the profile, the memory, one decision for
-every rank, the grid recorded in ``RUN_DIR/mesh.json`` and kept on resume),
+every rank, the grid recorded in ``RUN_DIR/volumes.json`` and kept on resume),
 and ``train`` returns :data:`sciml.training.EXIT_REQUEUE` (3) after checkpointing on
 SIGUSR1/SIGTERM, so that a batch script can requeue the job (``srun``:
 ``slurm/cosmoflow.sbatch``).
@@ -191,7 +191,7 @@ def _add_train(sub: Subparsers, workflow: str, defaults: dict[str, object]) -> N
         default=None,
         help="process grid, e.g. data=2,depth=2 (none: one rank), or auto: the planner's "
         "fastest grid that fits (sciml.volumes.auto_mesh); a resumed run keeps the grid "
-        "recorded in RUN_DIR/mesh.json",
+        "recorded in RUN_DIR/volumes.json",
     )
     train.add_argument(
         "--batch-size",

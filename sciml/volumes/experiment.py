@@ -31,7 +31,6 @@ import numpy as np
 import torch
 import xarray as xr
 
-from sciml.datasets.channels import NormStats
 from sciml.distributed import init_distributed, torch_threads
 from sciml.io_utils import atomic_write_text
 from sciml.training import TrainConfig, TrainResult
@@ -41,6 +40,7 @@ from sciml.volumes.data import PARAMS, write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.reference import reference_errors
 from sciml.volumes.train import build_model, train_volumes_fused
+from sciml.volumes.volume_record import recorded_stats
 
 __all__ = ["SizeRecipe", "volume_size_experiment", "volume_size_run", "volume_size_seeds"]
 
@@ -165,7 +165,9 @@ def _options(seed: int, recipe: SizeRecipe) -> VolumeTraining:
 
 def _test_errors(run_dir: Path, test: Path, options: VolumeTraining) -> np.ndarray:
     """Absolute errors ``(samples, 4)`` of the best checkpoint on the test volumes."""
-    stats = NormStats.from_json(run_dir / "norm_stats.json")
+    stats = recorded_stats(run_dir)
+    if stats is None:
+        raise FileNotFoundError(f"{run_dir} holds no run record: train it first")
     data = ShardedVolumes(test, target="params", stats=stats)
     model = build_model(options, len(data.channels()), len(PARAMS))
     path = run_dir / "checkpoints" / "best.pt"

@@ -1,13 +1,13 @@
-"""A run's process grid, decided once for every rank and recorded in ``RUN_DIR/mesh.json``.
+"""A run's process grid, decided once for every rank and kept in the run's record.
 
 :func:`choose_mesh` (collective) gives every rank rank 0's decision: the grid
-recorded in the run folder when there is one (an explicit grid that differs
-is refused; ``--mesh auto`` takes it without planning again, so a resume is
-exact whatever changed since), else the grid asked for, else the planner's
-(``plan``, see :mod:`sciml.volumes.auto_mesh`). Until the run's first checkpoint the
-recorded grid does not bind: a run that failed before it takes another grid asked for.
-:func:`record_mesh` writes the grid a run trains on once its inputs are checked
-(:func:`sciml.volumes.train.train_volumes` calls both).
+recorded in the run folder when there is one (``mesh`` of ``RUN_DIR/volumes.json``,
+:mod:`sciml.volumes.volume_record`; an explicit grid that differs is refused; ``--mesh
+auto`` takes it without planning again, so a resume is exact whatever changed since),
+else the grid asked for, else the planner's (``plan``, see :mod:`sciml.volumes.auto_mesh`).
+Until the run's first checkpoint the recorded grid does not bind: a run that failed before
+it takes another grid asked for. :func:`sciml.volumes.train.train_volumes` records the
+grid with the rest of the run once its inputs are checked.
 """
 
 from __future__ import annotations
@@ -18,32 +18,10 @@ from pathlib import Path
 
 from sciml.distributed.collectives import on_rank0, world
 from sciml.spatial_parallel.mesh import MESH_AXES
-from sciml.training.runs.folder import claim_run_dir
-from sciml.training.runs.record import LAST_CHECKPOINT, RecordKind, read_run_record, record_binds
+from sciml.training.runs.record import record_binds
+from sciml.volumes.volume_record import RECORD, VOLUMES_RECORD, read_volumes_record
 
-__all__ = [
-    "MESH_RECORD",
-    "RECORD",
-    "MeshChoice",
-    "choose_mesh",
-    "full_mesh",
-    "read_record",
-    "record_mesh",
-]
-
-#: The file of a run folder that records its grid.
-RECORD = "mesh.json"
-_ADVICE = "resume with that grid (or --mesh auto), or start a new --run-dir"
-#: The grid's run record (:mod:`sciml.training.runs.record`); 2: it names its kind and format.
-MESH_RECORD = RecordKind(
-    "volumes-mesh",
-    2,
-    RECORD,
-    "the grid of a CosmoFlow / U-Net run",
-    advice=_ADVICE,
-    sole=False,
-    binding=LAST_CHECKPOINT,
-)
+__all__ = ["MeshChoice", "choose_mesh", "full_mesh", "read_record"]
 
 
 @dataclass(frozen=True)
@@ -78,30 +56,22 @@ def read_record(run_dir: Path | str) -> dict[str, int] | None:
     """The grid recorded in ``run_dir`` (``None``: none recorded).
 
     Raises:
-        ValueError: If the record cannot be read, is of another format or is not a grid.
+        ValueError: If the record cannot be read, is of another format or holds no grid.
     """
-    path = Path(run_dir) / RECORD
-    if not path.exists():
+    record = read_volumes_record(run_dir)
+    if record is None:
         return None
-    mesh = read_run_record(run_dir, MESH_RECORD).get("mesh")
+    mesh = record.get("mesh")
     if (
         isinstance(mesh, dict)
         and set(mesh) == set(MESH_AXES)
         and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh.values())
     ):
         return full_mesh(mesh)
-    raise ValueError(f"{path} does not record a grid: expected sizes of {MESH_AXES}, got {mesh}")
-
-
-def record_mesh(run_dir: Path | str, mesh: Mapping[str, int]) -> None:
-    """Record ``mesh`` in ``run_dir`` on rank 0 unless it is recorded already.
-
-    Raises:
-        sciml.training.runs.record.RunRecordError: ``run_dir`` records another grid.
-    """
-    if world()[0] == 0:
-        with claim_run_dir(run_dir, MESH_RECORD, {"mesh": full_mesh(mesh)}) as claim:
-            claim.write()
+    raise ValueError(
+        f"{Path(run_dir) / RECORD} does not record a grid: expected sizes of {MESH_AXES}, "
+        f"got {mesh}"
+    )
 
 
 def _decide(
@@ -109,7 +79,7 @@ def _decide(
 ) -> tuple[dict[str, int], str]:
     """Rank 0: the grid and what to print (see :func:`choose_mesh`)."""
     recorded = read_record(run_dir)
-    if recorded is not None and mesh is not None and not record_binds(run_dir, MESH_RECORD):
+    if recorded is not None and mesh is not None and not record_binds(run_dir, VOLUMES_RECORD):
         recorded = None  # a run that never checkpointed: the grid asked for replaces it
     if recorded is not None:
         if mesh is not None and full_mesh(mesh) != recorded:

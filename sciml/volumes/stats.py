@@ -1,9 +1,9 @@
 """Per-channel normalisation statistics of sharded volumes, computed from the blocks.
 
 :func:`block_stats` sums every rank's block of its replica's samples and
-all-reduces them (every voxel counted once); :func:`run_stats` caches the
-result in the run folder (``norm_stats.json``), so that a resumed run
-normalises as the run that wrote it.
+all-reduces them (every voxel counted once); :func:`run_stats` gives a resumed
+run those of its record (``norm_stats`` of ``RUN_DIR/volumes.json``), so that it
+normalises as the run that wrote them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from sciml.datasets.channels import NormStats
-from sciml.distributed import all_reduce_cpu, check_replica, world
+from sciml.distributed import all_reduce_cpu, check_replica
 from sciml.volumes.dataset import ShardedVolumes
+from sciml.volumes.volume_record import RECORD, recorded_stats
 
 __all__ = ["block_stats", "run_stats"]
 
@@ -55,33 +56,30 @@ def run_stats(
     replica: tuple[int, int] = (0, 1),
     cached: bool = True,
 ) -> NormStats:
-    """The statistics cached in ``run_dir/norm_stats.json``, computed by :func:`block_stats` once.
+    """The statistics ``run_dir`` recorded, or those of :func:`block_stats` for a new run.
 
-    A collective: every rank calls it. A resumed run reads the cached file, so
-    it normalises exactly as the run that wrote it (rank 0 writes it, atomically).
+    A collective: every rank calls it. A resumed run reads its record's, so it normalises
+    exactly as the run that wrote them; :func:`sciml.volumes.volume_record.record_volumes`
+    records those of a new run.
 
     Args:
         dataset: This rank's training volumes.
         run_dir: The run folder.
         replica: This rank's data-parallel replica (index, count).
-        cached: Read the cached file when there is one (``False``: a run that never
+        cached: Read the recorded ones when there are ("False": a run that never
             checkpointed, whose data may have been corrected since, computes them again).
 
     Raises:
-        ValueError: If the cached statistics are for other channels.
+        ValueError: If the recorded statistics are for other channels.
     """
-    path = Path(run_dir) / "norm_stats.json"
-    found = torch.tensor([int(cached and path.exists())])
-    if bool(all_reduce_cpu(found, op=torch.distributed.ReduceOp.MIN).item()):
-        stats = NormStats.from_json(path)
-        if stats.channels != dataset.channels():
-            raise ValueError(
-                f"{path} holds statistics for channels {stats.channels}, the data has "
-                f"{dataset.channels()}; give this run another run folder"
-            )
-        return stats
-    stats = block_stats(dataset, replica=replica)
-    if world()[0] == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stats.to_json(path)
+    stats = recorded_stats(run_dir) if cached else None
+    found = torch.tensor([int(stats is not None)])  # every rank takes part
+    every = bool(all_reduce_cpu(found, op=torch.distributed.ReduceOp.MIN).item())
+    if stats is None or not every:
+        return block_stats(dataset, replica=replica)
+    if stats.channels != dataset.channels():
+        raise ValueError(
+            f"{Path(run_dir) / RECORD} holds statistics for channels {stats.channels}, the "
+            f"data has {dataset.channels()}; give this run another run folder"
+        )
     return stats

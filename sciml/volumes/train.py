@@ -36,7 +36,7 @@ from sciml.training.setup import LossFn, LossOutput
 from sciml.training.sweeps import check_sweep
 from sciml.volumes.config import MODELS, VolumeTraining
 from sciml.volumes.dataset import ShardedVolumes
-from sciml.volumes.mesh_record import choose_mesh, record_mesh
+from sciml.volumes.mesh_record import choose_mesh, full_mesh
 from sciml.volumes.stats import run_stats
 from sciml.volumes.volume_record import (
     VOLUMES_RECORD,
@@ -145,23 +145,36 @@ def _open(options: VolumeTraining, mesh: SpatialMesh, path: Path, option: str) -
 
 
 def _options_record(options: VolumeTraining) -> dict[str, PlainValue]:
-    """The options a resumed run must keep (the grid is recorded on its own, in mesh.json)."""
+    """The options a resumed run must keep (the grid asked for is recorded as chosen)."""
     kept = {k: v for k, v in asdict(options).items() if k not in ("mesh", "config")}
     loop = {k: v for k, v in asdict(options.config).items() if k not in RESUMABLE_FIELDS}
     return {k: plain(v) for k, v in (kept | {"config": loop}).items()}
 
 
+def _mesh(sizes: dict[str, int]) -> SpatialMesh:
+    """The mesh of a grid's sizes (:data:`~sciml.spatial_parallel.mesh.MESH_AXES`)."""
+    return SpatialMesh(
+        data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
+    )
+
+
 def _datasets(
-    options: VolumeTraining, mesh: SpatialMesh, train: Path, val: Path | None, run_dir: Path
+    options: VolumeTraining,
+    sizes: dict[str, int],
+    train: Path,
+    val: Path | None,
+    run_dir: Path,
 ) -> tuple[ShardedVolumes, ShardedVolumes | None, dict[str, PlainValue]]:
-    """The volumes and their record, every check done before the statistics pass."""
+    """The volumes and the run's record, every check done before the statistics pass."""
+    mesh = _mesh(sizes)
     train_set = _open(options, mesh, train, "DATA")
     val_set = None if val is None else _open(options, mesh, val, "--val")
     train_record = describe(train_set)
     val_record = None if val_set is None else describe(val_set)
     if val_record is not None:
         check_val(train_record, val_record)
-    record = _options_record(options) | {"train": train_record, "val": val_record}
+    grid: dict[str, PlainValue] = dict(full_mesh(sizes))
+    record = _options_record(options) | {"train": train_record, "val": val_record, "mesh": grid}
     _check_levels(options, train_set)
     check_resume(run_dir, record)
     started = record_binds(run_dir, VOLUMES_RECORD)  # else its statistics may be of other data
@@ -169,7 +182,8 @@ def _datasets(
     train_set.set_stats(stats)
     if val_set is not None:
         val_set.set_stats(stats)
-    return train_set, val_set, record
+    stats_record: dict[str, PlainValue] = dict(stats.record())
+    return train_set, val_set, record | {"norm_stats": stats_record}
 
 
 @dataclass(frozen=True)
@@ -193,12 +207,10 @@ def _prepare(
 ) -> _Run:
     """Check the run's inputs, read its statistics, build its model and record it."""
     sizes = choose_mesh(run_dir, options.mesh)  # another grid than the recorded one is refused
-    mesh = SpatialMesh(
-        data=sizes["data"], depth=sizes["depth"], height=sizes["height"], width=sizes["width"]
-    )
     train_set, val_set, record = _datasets(
-        options, mesh, Path(train), None if val is None else Path(val), run_dir
+        options, sizes, Path(train), None if val is None else Path(val), run_dir
     )
+    mesh = _mesh(sizes)
     outputs = train_set.target_shape[0] if options.model == "cosmoflow" else CLASSES
     torch.manual_seed(options.config.seed)
     model = build_model(options, len(train_set.channels()), outputs)
@@ -213,7 +225,6 @@ def _prepare(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda epoch: learning_rate_factor(epoch, options)
     )
-    record_mesh(run_dir, sizes)
     record_volumes(run_dir, record)
     return _Run(model, optimizer, schedule, train_set, val_set, _loss_fn(options, mesh))
 
@@ -232,11 +243,11 @@ def train_volumes(
     Args:
         train: The training volumes (``sciml cosmoflow data`` / ``sciml unet3d data``).
         options: The run's options (:class:`~sciml.volumes.config.VolumeTraining`).
-        run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv``,
-            ``norm_stats.json``, the grid in ``mesh.json``, the options and volumes in
-            ``volumes.json``); an interrupted run resumes from it, on the recorded
-            grid, options and volumes only (from its first checkpoint on: a run that
-            failed before it reruns in the same folder with corrected inputs).
+        run_dir: The run folder (checkpoints, ``metrics.csv``, ``perf.csv`` and the
+            run's record ``volumes.json``: its options, volumes, grid and statistics); an
+            interrupted run resumes from it, on the recorded grid, options and volumes only
+            (from its first checkpoint on: a run that failed before it reruns in the same
+            folder with corrected inputs).
         val: Validation volumes, normalised with the training statistics.
         device: Where the model runs (default: the CPU).
         preempt_after: Act on this rank as on SIGUSR1 once this optimiser step is
@@ -252,7 +263,7 @@ def train_volumes(
     """
     run_dir = Path(run_dir)
     run = _prepare(train, options, run_dir, val, device)
-    # a run that never checkpointed has nothing to resume: its training record is replaced
+    # a run that never checkpointed has nothing to resume: it starts over
     started = record_binds(run_dir, VOLUMES_RECORD)
     return fit(
         run.model,
@@ -265,6 +276,7 @@ def train_volumes(
         scheduler=run.schedule,
         resume=started,
         preempt_after=preempt_after,
+        record=False,  # the run's one record is volumes.json
     )
 
 
@@ -338,4 +350,5 @@ def train_volumes_fused(
         schedulers=[run.schedule for run in runs],
         resume=started,
         preempt_after=preempt_after,
+        record=False,  # the run's one record is volumes.json
     )

@@ -1,7 +1,9 @@
-"""The options and volumes a run trains on, recorded in ``RUN_DIR/volumes.json``, checked on resume.
+"""A volumes run's one record, ``RUN_DIR/volumes.json``: options, volumes, grid, statistics.
 
 The file is the run record of :mod:`sciml.training.runs.record` (:data:`VOLUMES_RECORD`): the
-run's options (those a resume must keep) and, under ``train`` and ``val``, its volumes.
+run's options (those a resume must keep), under ``train`` and ``val`` its volumes, under
+``mesh`` the process grid it trains on (:mod:`sciml.volumes.mesh_record`) and under
+``norm_stats`` the channels' statistics it normalises with (:mod:`sciml.volumes.stats`).
 :func:`describe` says what a store holds as the model sees it (the volume's
 ``(channel, z, y, x)`` shape and channel names, the transform, the target
 and its shape) and how the file holds it (its path, its dims by name, its
@@ -11,13 +13,19 @@ volumes or options differ from those recorded when it started, naming both, befo
 run writes anything (from its first checkpoint on: a run that failed before it is rerun
 with corrected inputs in the same folder); :func:`record_volumes` writes the record once a run's
 inputs are checked (:func:`sciml.volumes.train.train_volumes` calls all three).
+
+A folder of format 2 kept the grid in ``mesh.json`` and the statistics in
+``norm_stats.json`` beside its record: it is read as one record, and the run's next write
+of the record (on resume) replaces the three files by one.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sciml.datasets.channels import NormStats
 from sciml.distributed.collectives import on_rank0, world
 from sciml.training.runs.folder import claim_run_dir
 from sciml.training.runs.record import (
@@ -35,23 +43,45 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPARED",
+    "LEGACY_FILES",
     "RECORD",
     "VOLUMES_RECORD",
     "check_resume",
     "check_val",
     "describe",
+    "read_volumes_record",
     "record_volumes",
+    "recorded_stats",
 ]
 
-#: The file of a run folder that records its volumes.
+#: The file of a run folder that records the run.
 RECORD = "volumes.json"
+#: The files in which a run folder of format 2 kept its grid and its statistics.
+LEGACY_FILES = ("mesh.json", "norm_stats.json")
 _ADVICE = "resume with the options it was started with, or start a new --run-dir"
-_LAYOUT = {1: "the record now names its kind and format, and the run's options"}
+_LAYOUT = {
+    1: "the record now names its kind and format, and the run's options",
+    2: "the record now holds the grid and the statistics, which this folder lacks",
+}
+
+
+def _from_format_2(run_dir: Path, version: int, config: dict[str, Any]) -> dict[str, Any] | None:
+    """A format-2 record with its grid (``mesh.json``) and statistics (``norm_stats.json``)."""
+    mesh, stats = (run_dir / name for name in LEGACY_FILES)
+    if version != 2 or not mesh.exists() or not stats.exists():
+        return None
+    try:
+        grid = json.loads(mesh.read_text())["config"]["mesh"]
+        return config | {"mesh": grid, "norm_stats": NormStats.from_json(stats).record()}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 #: The run record of a CosmoFlow or U-Net run; 2: it names its kind and format and records
-#: the run's options beside its volumes.
+#: the run's options beside its volumes; 3: it holds the grid and the statistics too.
 VOLUMES_RECORD = RecordKind(
     "volumes-run",
-    2,
+    3,
     RECORD,
     "a CosmoFlow / U-Net run",
     advice=_ADVICE,
@@ -59,10 +89,36 @@ VOLUMES_RECORD = RecordKind(
     sole=False,
     binding=LAST_CHECKPOINT,
     loop="config",
+    derived=("norm_stats",),
+    upgrade=_from_format_2,
 )
 #: What must be the same for a resumed run and for validation volumes (the rest is recorded
 #: for the reader: the path, the file's dims and dtype, which the reading aligns).
 COMPARED = ("shape", "channels", "transform", "target", "target_shape")
+
+
+def read_volumes_record(run_dir: Path | str) -> dict[str, Any] | None:
+    """The record of ``run_dir`` (``None``: none yet), a format-2 folder's read as one.
+
+    Raises:
+        sciml.training.runs.record.RunRecordError: A damaged record, or one of another
+            kind or format.
+    """
+    if not (Path(run_dir) / RECORD).exists():
+        return None
+    return read_run_record(run_dir, VOLUMES_RECORD)
+
+
+def recorded_stats(run_dir: Path | str) -> NormStats | None:
+    """The channels' statistics ``run_dir`` recorded (``None``: no record yet).
+
+    Raises:
+        ValueError: A record without statistics, or of another format.
+    """
+    record = read_volumes_record(run_dir)
+    if record is None:
+        return None
+    return NormStats.from_record(record.get("norm_stats"), f"{Path(run_dir) / RECORD} (norm_stats)")
 
 
 def describe(data: ShardedVolumes) -> dict[str, PlainValue]:
@@ -137,8 +193,8 @@ def check_resume(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
 
     Args:
         run_dir: The run folder.
-        record: The run's options with ``"train": describe(train)`` and
-            ``"val": describe(val) or None``.
+        record: The run's options with ``"train": describe(train)``,
+            ``"val": describe(val) or None`` and its ``"mesh"``.
 
     Raises:
         ValueError: On every rank, naming each difference (volumes with both stores), or
@@ -150,9 +206,13 @@ def check_resume(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
 def record_volumes(run_dir: Path | str, record: dict[str, PlainValue]) -> None:
     """Record ``record`` in ``run_dir`` on rank 0 unless it is recorded already.
 
+    The files of a format-2 folder (:data:`LEGACY_FILES`) go once the record holds them.
+
     Raises:
         sciml.training.runs.record.RunRecordError: ``run_dir`` holds another record.
     """
     if world()[0] == 0:
         with claim_run_dir(run_dir, VOLUMES_RECORD, record) as claim:
             claim.write()
+            for name in LEGACY_FILES:
+                (Path(run_dir) / name).unlink(missing_ok=True)

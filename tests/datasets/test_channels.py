@@ -112,5 +112,5 @@ def test_norm_stats_reject_inconsistent_values(
 def test_norm_stats_file_must_hold_statistics(tmp_path: Path) -> None:
     path = tmp_path / "stats.json"
     path.write_text('{"channels": ["a"]}')
-    with pytest.raises(ValueError, match=r"not a NormStats file \(missing \['mean', 'std'\]\)"):
+    with pytest.raises(ValueError, match=r"not a NormStats record \(missing \['mean', 'std'\]\)"):
         NormStats.from_json(path)

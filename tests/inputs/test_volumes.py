@@ -9,7 +9,6 @@ naming the store, before the run folder is written.
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sciml.volumes.data import write_cosmology
+from sciml.volumes.volume_record import recorded_stats
 from tests.inputs import variants as v
 from tests.inputs.harness import QUICK, SLOW, ran, refused
 
@@ -38,7 +38,9 @@ def _answer(run: Path) -> dict[str, Any]:
     with open(run / "metrics.csv") as handle:
         rows = [row for row in csv.DictReader(handle) if row["split"] == "epoch"]
     losses = {row["metric"]: float(row["value"]) for row in rows}
-    return {"norm": json.loads((run / "norm_stats.json").read_text()), "loss": losses}
+    stats = recorded_stats(run)
+    assert stats is not None
+    return {"norm": stats.record(), "loss": losses}
 
 
 def _close(a: Any, b: Any, rel: float) -> bool:

@@ -419,6 +419,21 @@ def test_a_run_stopped_before_its_first_checkpoint_keeps_its_configuration(
     assert read_run_record(tmp_path, TRAINING_RECORD)["config"]["batch_size"] == 8
 
 
+def test_a_folder_with_the_callers_record_gets_none_from_fit_and_refuses_another_run(
+    tmp_path: Path,
+) -> None:
+    model, train, _ = make_problem()
+    config = TrainConfig(**(CONFIG | {"epochs": 1}))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    fit(model, optimizer, train, mse, run_dir=tmp_path, config=config, record=False)
+    assert not (tmp_path / TRAINING_RECORD.file).exists()
+    before = _snapshot(tmp_path)
+    other = TrainConfig(**(CONFIG | {"epochs": 2, "batch_size": 8}))
+    with pytest.raises(RunDirError, match="written by a run with another configuration"):
+        fit(model, optimizer, train, mse, run_dir=tmp_path, config=other, record=False)
+    assert _snapshot(tmp_path) == before
+
+
 def test_resuming_a_checkpoint_not_written_by_fit_is_refused(tmp_path: Path) -> None:
     model, _, _ = make_problem()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.5)

@@ -12,7 +12,8 @@ from sciml.spatial_parallel.planner.profile import PROFILES, save_profile
 from sciml.volumes.auto_mesh import auto_mesh, plan_mesh
 from sciml.volumes.config import VolumeTraining
 from sciml.volumes.data import write_cosmology
-from sciml.volumes.mesh_record import MeshChoice, read_record, record_mesh
+from sciml.volumes.mesh_record import MeshChoice, read_record
+from tests.volumes.test_mesh_record import record_mesh
 
 pytestmark = pytest.mark.xdist_group("volumes_auto_mesh")
 

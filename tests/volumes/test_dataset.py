@@ -1,6 +1,5 @@
 """sciml.volumes.dataset: each rank reads its block of each sample, and only that."""
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +18,7 @@ from sciml.volumes.data import write_cosmology, write_segmentation
 from sciml.volumes.dataset import ShardedVolumes
 from sciml.volumes.layout import block_slices
 from sciml.volumes.stats import block_stats, run_stats
+from sciml.volumes.volume_record import record_volumes
 
 SIZE = 16
 
@@ -155,13 +155,17 @@ def test_block_sums_of_all_blocks_are_the_whole_statistics(cosmo: Path) -> None:
         block_stats(ShardedVolumes(cosmo, mesh=_mesh((2, 1, 1), (0, 0, 0))))
 
 
-def test_run_stats_are_computed_once_and_cached(cosmo: Path, seg: Path, tmp_path: Path) -> None:
+def test_run_stats_are_computed_once_and_read_from_the_record(
+    cosmo: Path, seg: Path, tmp_path: Path
+) -> None:
     data = ShardedVolumes(cosmo)
     stats = run_stats(data, tmp_path)
-    saved = json.loads((tmp_path / "norm_stats.json").read_text())
-    assert tuple(saved["mean"]) == stats.mean
-    (tmp_path / "norm_stats.json").write_text(json.dumps(saved | {"mean": [0.5] * 4}))
+    np.testing.assert_array_equal(stats.mean, block_stats(data).mean)
+    assert not any(tmp_path.iterdir())  # the run records them, with the rest of its record
+    recorded = stats.record() | {"mean": [0.5] * 4}
+    record_volumes(tmp_path, {"norm_stats": recorded})
     assert run_stats(data, tmp_path).mean == (0.5,) * 4  # read back, not recomputed
+    assert run_stats(data, tmp_path, cached=False).mean == stats.mean
     with pytest.raises(ValueError, match="holds statistics for channels .*redshift0"):
         run_stats(ShardedVolumes(seg, target="label"), tmp_path)
     data.set_stats(stats)

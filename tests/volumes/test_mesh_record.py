@@ -8,14 +8,14 @@ from sciml.cli import main
 from sciml.distributed import init_distributed
 from sciml.training.runs.record import LAST_CHECKPOINT, record_text
 from sciml.volumes.data import write_cosmology
-from sciml.volumes.mesh_record import (
-    MESH_RECORD,
-    RECORD,
-    MeshChoice,
-    choose_mesh,
-    read_record,
-    record_mesh,
-)
+from sciml.volumes.mesh_record import MeshChoice, choose_mesh, full_mesh, read_record
+from sciml.volumes.volume_record import RECORD, VOLUMES_RECORD, record_volumes
+
+
+def record_mesh(run_dir: Path, mesh: dict[str, int]) -> None:
+    """Record a run's grid (as the run records it, with the rest of its record)."""
+    record_volumes(run_dir, {"mesh": full_mesh(mesh)})
+
 
 TINY = ["--epochs", "1", "--width", "2", "--levels", "1", "--workers", "0", "--no-progress"]
 
@@ -52,11 +52,11 @@ def test_the_recorded_grid_is_kept(tmp_path: Path) -> None:
         ):
             with pytest.raises(ValueError, match=message):
                 choose_mesh(tmp_path / "new", bad)
-        (tmp_path / RECORD).write_text(record_text(MESH_RECORD, {"mesh": {"depth": 0}}))
+        (tmp_path / RECORD).write_text(record_text(VOLUMES_RECORD, {"mesh": {"depth": 0}}))
         with pytest.raises(ValueError, match="does not record a grid"):
             read_record(tmp_path)
         (tmp_path / RECORD).write_text('{"mesh": {"depth": 1}}')  # the layout of format 1
-        with pytest.raises(ValueError, match=r"CosmoFlow / U-Net run of format 1; .* format 2"):
+        with pytest.raises(ValueError, match=r"CosmoFlow / U-Net run of format 1; .* format 3"):
             choose_mesh(tmp_path, None, plan=no_plan)
 
 

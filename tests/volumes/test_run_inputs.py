@@ -1,7 +1,6 @@
 """cosmoflow|unet3d train: stores checked before the run folder is written; a run that
 failed before its first checkpoint reruns in the same folder with corrected inputs."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import xarray as xr
 
 from sciml.cli import main
 from sciml.volumes.data import write_cosmology
+from sciml.volumes.volume_record import recorded_stats
 from tests.file_digests import digests
 
 pytestmark = pytest.mark.xdist_group("volumes_cli")
@@ -68,15 +68,15 @@ def test_a_run_that_failed_before_its_first_checkpoint_reruns_with_corrected_inp
         patch.setattr("sciml.volumes.train.fit", crash)
         assert _train(stores["other"], run, "--val", str(stores["other"]), "--mesh", "depth=1") == 1
     assert "the first epoch crashed" in capsys.readouterr().err
-    assert {"mesh.json", "volumes.json", "norm_stats.json"} <= {p.name for p in run.iterdir()}
-    stale = json.loads((run / "norm_stats.json").read_text())
+    assert "volumes.json" in {p.name for p in run.iterdir()}
+    stale = recorded_stats(run)
     # corrected: another training store and --val; the statistics are those of the new data
     assert _train(stores["good"], run, "--val", str(stores["good"])) == 0
     assert "completed after 1 steps" in capsys.readouterr().out
-    fresh = json.loads((run / "norm_stats.json").read_text())
+    fresh = recorded_stats(run)
     assert fresh != stale
     assert _train(stores["good"], tmp_path / "alone") == 0
-    assert json.loads((tmp_path / "alone" / "norm_stats.json").read_text()) == fresh
+    assert recorded_stats(tmp_path / "alone") == fresh
     # from its first checkpoint on, the run's records bind: another --val is refused, untouched
     before = digests(run)
     assert _train(stores["good"], run, "--val", str(stores["other"]), "--epochs", "2") == 1

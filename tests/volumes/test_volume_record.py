@@ -60,6 +60,35 @@ def test_the_run_records_its_volumes(stores: dict[str, Path], tmp_path: Path) ->
     }
 
 
+def test_the_record_holds_the_grid_and_statistics_and_reads_the_previous_format(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    run, data = tmp_path / "run", stores["cosmo8"]
+    assert main(_train("cosmoflow", data, run, "--levels", "1")) == 0
+    written = json.loads((run / RECORD).read_text())
+    record = written["config"]
+    assert record["mesh"] == {"data": 1, "depth": 1, "height": 1, "width": 1}
+    stats = record["norm_stats"]
+    assert stats["channels"] == record["train"]["channels"] and len(stats["mean"]) == 4
+    assert {p.name for p in run.glob("*.json")} == {RECORD}
+    # the folder as the previous format kept it: three files
+    (run / "mesh.json").write_text(
+        json.dumps({"kind": "volumes-mesh", "version": 2, "config": {"mesh": record["mesh"]}})
+    )
+    (run / "norm_stats.json").write_text(json.dumps(stats))
+    old = {k: v for k, v in record.items() if k not in ("mesh", "norm_stats")}
+    (run / RECORD).write_text(json.dumps(written | {"version": 2, "config": old}))
+    assert main(_train("cosmoflow", data, run, "--levels", "1", "--epochs", "2")) == 0
+    assert {p.name for p in run.glob("*.json")} == {RECORD}
+    resumed = json.loads((run / RECORD).read_text())
+    assert resumed["version"] == 3 and resumed["config"]["norm_stats"] == stats
+    # a previous-format folder that lost a file is refused by name
+    (run / RECORD).write_text(json.dumps(written | {"version": 2, "config": old}))
+    before = _files(run)
+    assert main(_train("cosmoflow", data, run, "--levels", "1", "--epochs", "3")) == 1
+    assert _files(run) == before
+
+
 def test_a_resume_on_volumes_of_another_shape_is_refused_before_writing(
     stores: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,7 +134,7 @@ def test_validation_volumes_of_another_shape_are_refused_at_the_start(
     err = capsys.readouterr().err
     assert f"--val {stores['cosmo16']} does not fit the training data {stores['cosmo8']}" in err
     assert "shape: [4, 8, 8, 8] in the training data, [4, 16, 16, 16] in --val" in err
-    assert not (run / "norm_stats.json").exists() and not (run / "metrics.csv").exists()
+    assert not run.exists()  # refused before the statistics pass, nothing written
 
 
 @pytest.mark.parametrize(
@@ -141,7 +170,7 @@ def test_levels_that_do_not_fit_the_volumes_are_refused_before_the_statistics(
     run = tmp_path / "run"
     assert main(_train(model, stores[store], run, "--levels", levels)) == 1
     assert re.search(f"sciml: error: ValueError: {message}", capsys.readouterr().err)
-    assert not (run / "norm_stats.json").exists()
+    assert not run.exists()  # refused before the statistics pass, nothing written
 
 
 def test_a_store_with_a_missing_chunk_is_refused_before_the_statistics(
@@ -154,4 +183,4 @@ def test_a_store_with_a_missing_chunk_is_refused_before_the_statistics(
     assert main(_train("cosmoflow", data, run, "--levels", "1")) == 1
     err = capsys.readouterr().err
     assert f"DATA: {data}: array 'volume', chunk (3, 0, 1, 0, 0) (file volume/3.0.1.0.0)" in err
-    assert not (run / "norm_stats.json").exists()
+    assert not run.exists()  # refused before the statistics pass, nothing written

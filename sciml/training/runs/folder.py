@@ -13,9 +13,10 @@ and every rank learns whether it could.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from sciml.training.runs.record import (
     RunDirError,
     check_run_record,
     record_text,
+    with_value,
 )
 
 __all__ = ["LOCK_NAME", "RunClaim", "RunLock", "claim_run_dir", "claim_run_dirs", "lock_run_dir"]
@@ -111,21 +113,29 @@ class RunClaim:
     Attributes:
         run_dir: The folder.
         kind: Its record.
-        text: The record this run writes.
+        config: The record this run writes (plain JSON data), but for its derived fields.
         resumed: The folder held this record already (but perhaps for the loop's
             resumable fields).
     """
 
     run_dir: Path
     kind: RecordKind
-    text: str
+    config: dict[str, Any]
     resumed: bool
 
-    def write(self) -> None:
-        """Write the record atomically (a resumed run's only if a resumable field changed)."""
-        path = self.run_dir / self.kind.file
-        if not (self.resumed and path.read_text() == self.text):
-            atomic_write_text(path, self.text)
+    def write(self, derived: Mapping[str, Any] | None = None) -> None:
+        """Write the record atomically (a resumed run's only if a field changed).
+
+        Args:
+            derived: The values of the kind's :attr:`~RecordKind.derived` fields.
+        """
+        config = self.config
+        for path, value in (derived or {}).items():
+            config = with_value(config, path, value)
+        text = record_text(self.kind, config)
+        file = self.run_dir / self.kind.file
+        if not (self.resumed and file.read_text() == text):
+            atomic_write_text(file, text)
 
 
 @contextmanager
@@ -169,7 +179,8 @@ def claim_run_dir(run_dir: Path | str, kind: RecordKind, config: Any) -> Iterato
         raise err.with_advice(f"wait for it to finish, or {kind.advice}") from None
     try:
         resumed = check_run_record(run_dir, kind, config)
-        yield RunClaim(run_dir, kind, record_text(kind, config), resumed)
+        plain = json.loads(record_text(kind, config))["config"]
+        yield RunClaim(run_dir, kind, plain, resumed)
     except BaseException:
         if created:  # refused by the caller's checks: no folder left that was not there
             _remove_if_bare(lock)

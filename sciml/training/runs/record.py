@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -50,12 +50,14 @@ __all__ = [
     "RunRecordError",
     "check_run_record",
     "config_record",
+    "derived_value",
     "differences",
     "plain",
     "read_run_record",
     "record_binds",
     "record_text",
     "run_records",
+    "with_value",
 ]
 
 #: :class:`~sciml.training.TrainConfig` fields that change only what a run shows: no run
@@ -168,6 +170,15 @@ class RecordKind:
             runs of an older one did not, each with the value those runs had (:data:`ANY`:
             whatever it is): :func:`run_records` leaves such a field out of the record of
             a folder whose record lacks it, so the run resumes as it was recorded.
+        derived: Fields (dotted paths, e.g. ``"data.stats"``) that the run computes from
+            its data once its folder is claimed (the channels' statistics): a resumed run
+            is compared without them and reads them back (:func:`derived_value`), and
+            :meth:`~sciml.training.runs.folder.RunClaim.write` sets them.
+        upgrade: Reads a record of an older format as this one:
+            ``upgrade(run_dir, version, config)`` gives the configuration in this format
+            (from the folder's other files where that format kept parts of it elsewhere),
+            or ``None`` when it cannot (the record is then refused, :attr:`changes` saying
+            why). The next write of the record is in this format.
     """
 
     name: str
@@ -181,6 +192,8 @@ class RecordKind:
     binding: str | None = None
     loop: str = "train"
     added: Mapping[str, Any] = field(default_factory=dict)
+    derived: tuple[str, ...] = ()
+    upgrade: Callable[[Path, int, dict[str, Any]], dict[str, Any] | None] | None = None
 
 
 def record_binds(run_dir: Path | str, kind: RecordKind) -> bool:
@@ -215,6 +228,11 @@ def _load(run_dir: Path, kind: RecordKind, advice: str) -> dict[str, Any] | None
             advice,
         )
     version = raw.get("version", 1) if "kind" in raw else _legacy_version(raw)
+    older = isinstance(raw.get("config"), dict) and version != kind.version
+    if older and kind.upgrade is not None:
+        upgraded = kind.upgrade(run_dir, version, raw["config"])
+        if upgraded is not None:
+            return upgraded
     if version != kind.version or not isinstance(raw.get("config"), dict):
         known = isinstance(version, int) and version in kind.changes
         why = kind.changes[version] if known else "another format"
@@ -234,7 +252,9 @@ def _legacy_version(raw: dict[str, Any]) -> int:
 
 
 def _binding(config: dict[str, Any], kind: RecordKind) -> dict[str, Any]:
-    """``config`` without what a resumed run may change (its loop's resumable fields)."""
+    """``config`` without what a resumed run may change or derives (module docstring)."""
+    for path in kind.derived:
+        config = _without(config, path)
     loop = config.get(kind.loop)
     if not isinstance(loop, dict):
         return config
@@ -313,6 +333,20 @@ def config_record(config: Any, loop: str = "train") -> dict[str, Any]:
     record: dict[str, Any] = dataclasses.asdict(config)
     record[loop] = {k: v for k, v in record[loop].items() if k not in SHOWN_FIELDS}
     return record
+
+
+def derived_value(record: Mapping[str, Any], path: str) -> Any:
+    """The value of the dotted ``path`` in ``record`` (``None`` where it has none)."""
+    return _lookup(record, path)[1]
+
+
+def with_value(record: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """``record`` with the dotted ``path`` set to ``value`` (a copy of each level on the way)."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        return record | {head: value}
+    inner = record.get(head)
+    return record | {head: with_value(inner if isinstance(inner, dict) else {}, rest, value)}
 
 
 def _lookup(record: Mapping[str, Any], path: str) -> tuple[bool, Any]:

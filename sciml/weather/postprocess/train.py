@@ -7,9 +7,9 @@ deep models the last ``validation`` fraction of the start dates validates
 (:func:`sciml.weather.split.split_start_dates` without a test part: test on another file) and
 the rest trains; a closed-form model such as EMOS, which has nothing to choose on validation
 dates, fits on every start date it is given (its run records ``validation`` 0). The run
-folder holds ``weather_run.json`` (the run record of :mod:`sciml.training.runs.record`: the
-model and data configuration, and the data's grid: :func:`sciml.weather.grid.data_record`),
-``stats.json`` (the forecasts' channel statistics, from the training dates) and either a
+folder holds ``weather_run.json`` (its one record, :mod:`sciml.training.runs.record`: the
+model and data configuration, the data's grid, :func:`sciml.weather.grid.data_record`, and
+the forecasts' channel statistics from the training dates) and either a
 closed-form model's parameters, ``<model>.nc`` (``emos.nc``: EMOS coefficients, one fit per
 variable, level and lead time over all dates and grid points, on the first ``members``
 members: per-point fits need many more dates than a toy set has, see
@@ -60,10 +60,11 @@ from sciml.weather.periodic import is_periodic_lon
 from sciml.weather.postprocess.config import PostprocessConfig
 from sciml.weather.postprocess.loss_scale import raw_crps_scale
 from sciml.weather.postprocess.models import build_postprocessor
-from sciml.weather.postprocess.record import RUN_RECORD
+from sciml.weather.postprocess.record import RUN_RECORD, read_run
 from sciml.weather.postprocess.registry import MODELS
 from sciml.weather.reads import IN_MEMORY_BYTES, in_memory, read_path, record_reads
 from sciml.weather.split import split_start_dates
+from sciml.weather.stats_record import STATS, STATS_FILE
 
 __all__ = [
     "train_postprocessor",
@@ -168,16 +169,14 @@ def train_postprocessors(
         """Check the folders, compute what they lack, then write them (rank 0; closed-form fits)."""
         with claim_run_dirs(run_paths, RUN_RECORD, records) as claims:
             resumed = [claim.resumed and not closed_form for claim in claims]  # a fit is redone
-            stats_paths = [run_dir / "stats.json" for run_dir in run_paths]
             scale_paths = [run_dir / "crps_scale.nc" for run_dir in run_paths]
-            keep_stats = [r and p.exists() for r, p in zip(resumed, stats_paths, strict=True)]
             keep_scale = [
                 wants_scale and r and p.exists() for r, p in zip(resumed, scale_paths, strict=True)
             ]
-            if any(keep_stats):
-                stats = NormStats.from_json(stats_paths[keep_stats.index(True)])
-            else:
-                stats = compute_stats(train, chosen, channel_dims=channel_dims)
+            recorded = [read_run(d)[1] for d, r in zip(run_paths, resumed, strict=True) if r]
+            stats = (
+                recorded[0] if recorded else compute_stats(train, chosen, channel_dims=channel_dims)
+            )
             scale = None
             if any(keep_scale):
                 with xr.open_dataarray(scale_paths[keep_scale.index(True)]) as stored:
@@ -187,9 +186,8 @@ def train_postprocessors(
             params = entry.function("fit")(train, first) if closed_form else None
             # every check and computation is done: only now are the folders written
             for k, (run_dir, claim) in enumerate(zip(run_paths, claims, strict=True)):
-                claim.write()
-                if not keep_stats[k]:
-                    stats.to_json(stats_paths[k])
+                claim.write({STATS: stats.record()})
+                (run_dir / STATS_FILE).unlink(missing_ok=True)  # the format before held them
                 if scale is not None and not keep_scale[k]:
                     with atomic_path(scale_paths[k], suffix=".nc") as tmp:
                         scale.to_netcdf(tmp)

@@ -6,10 +6,10 @@ validates and the rest trains, through :func:`sciml.training.fit` (progress, met
 checkpoints, exact resume, preemption), data-parallel under an initialised
 ``torch.distributed`` group (``sciml weather spread train`` under torchrun or srun) as
 :func:`~sciml.weather.postprocess.train.train_postprocessor` does. The run folder holds
-``spread_run.json`` (the configuration and the training data's grid,
-:mod:`sciml.weather.spread.record`: a rerun with another one, or on other data, is refused
-before anything is written), ``stats.json`` (the forecasts' channel statistics, from the
-training dates; a resumed run reads them) and ``fit``'s checkpoints and metrics;
+``spread_run.json`` (its one record: the configuration, the training data's grid and the
+forecasts' channel statistics from the training dates, :mod:`sciml.weather.spread.record`:
+a rerun with another configuration, or on other data, is refused before anything is
+written; a resumed run reads the statistics back) and ``fit``'s checkpoints and metrics;
 :mod:`sciml.weather.spread.predict` rebuilds a trained run and forecasts with it.
 """
 
@@ -38,7 +38,8 @@ from sciml.weather.split import split_start_dates
 from sciml.weather.spread.config import SpreadConfig
 from sciml.weather.spread.data import SpreadDataset, check_spread_data, lead_days
 from sciml.weather.spread.model import spread_loss
-from sciml.weather.spread.record import SPREAD_RECORD
+from sciml.weather.spread.record import SPREAD_RECORD, read_spread_run
+from sciml.weather.stats_record import STATS, STATS_FILE
 from sciml.weather.streamed import StreamedEnsemble, chunk_layout
 
 __all__ = ["train_spread", "train_spreads"]
@@ -125,16 +126,14 @@ def train_spreads(
     def prepare() -> NormStats:
         """Check the folders, then write what they lack (rank 0): nothing before the checks."""
         with claim_run_dirs(run_paths, SPREAD_RECORD, records) as claims:
-            paths = [run_dir / "stats.json" for run_dir in run_paths]
-            kept = [c.resumed and p.exists() for c, p in zip(claims, paths, strict=True)]
-            if any(kept):  # a resumed run keeps its statistics
-                stats = NormStats.from_json(paths[kept.index(True)])
-            else:
-                stats = compute_stats(train, chosen, channel_dims=("level",))
-            for claim, path, keep in zip(claims, paths, kept, strict=True):
-                claim.write()
-                if not keep:
-                    stats.to_json(path)
+            # a resumed run keeps its statistics
+            recorded = [read_spread_run(c.run_dir)[1] for c in claims if c.resumed]
+            stats = (
+                recorded[0] if recorded else compute_stats(train, chosen, channel_dims=("level",))
+            )
+            for claim in claims:
+                claim.write({STATS: stats.record()})
+                (claim.run_dir / STATS_FILE).unlink(missing_ok=True)  # the format before held them
             return stats
 
     stats = on_rank0(prepare)

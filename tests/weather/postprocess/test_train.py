@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -100,12 +101,38 @@ def test_a_run_folder_of_an_earlier_format_is_refused(
         old = record["config"] | ({} if version is None else {"version": version})
     (run / RUN_CONFIG).write_text(json.dumps(old))
     before = _hashes(run)
-    message = f"weather run of format {version or 1}; this version of sciml reads format 5 .*{why}"
+    message = f"weather run of format {version or 1}; this version of sciml reads format 6 .*{why}"
     with pytest.raises(ValueError, match=message):
         read_run(run)
     with pytest.raises(ValueError, match=message):
         train_postprocessor(xr.open_dataset(data), PostprocessConfig(model="emos", members=2), run)
     assert _hashes(run) == before
+
+
+def test_a_run_folder_of_the_format_before_reads_and_trains_on_as_one_record(
+    data: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    quiet = TrainConfig(epochs=1, batch_size=4, progress=False, tensorboard=False)
+    config = PostprocessConfig(model="mlp", members=2, train=quiet)
+    train_postprocessor(xr.open_dataset(data), config, run)
+    record = json.loads((run / RUN_CONFIG).read_text())
+    stats = record["config"]["data"].pop("stats")
+    assert read_run(run)[1].record() == stats
+    assert sorted(p.name for p in run.glob("*.json")) == ["reads.json", RUN_CONFIG]
+    # format 5 kept the statistics in stats.json
+    (run / RUN_CONFIG).write_text(json.dumps(record | {"version": 5}))
+    (run / "stats.json").write_text(json.dumps(stats))
+    assert read_run(run)[1].record() == stats
+    more = replace(config, train=replace(config.train, epochs=2))
+    assert train_postprocessor(xr.open_dataset(data), more, run) == "completed"
+    assert sorted(p.name for p in run.glob("*.json")) == ["reads.json", RUN_CONFIG]
+    saved = json.loads((run / RUN_CONFIG).read_text())
+    assert saved["version"] == 6 and saved["config"]["data"]["stats"] == stats
+    # without its stats.json, a folder of format 5 is refused, naming what it lacks
+    (run / RUN_CONFIG).write_text(json.dumps(record | {"version": 5}))
+    with pytest.raises(ValueError, match=r"format 5; .* format 6 \(.*no stats.json"):
+        read_run(run)
 
 
 def test_another_configuration_is_refused_before_anything_is_written(

@@ -38,6 +38,9 @@ CONFIG = SpreadConfig(
 DATA = {"members": 10, "spatial": ["lat", "lon"], "coords": {"lat": {"size": 4}}}
 
 
+STATS = NormStats(channels=("a", "b"), mean=(0.0, 1.0), std=(1.0, 2.0))
+
+
 def _record(config: SpreadConfig) -> dict[str, object]:
     return config_record(config) | {"data": DATA}
 
@@ -45,16 +48,16 @@ def _record(config: SpreadConfig) -> dict[str, object]:
 def _run(folder: Path) -> Path:
     folder.mkdir()
     assert not check_run_record(folder, SPREAD_RECORD, _record(CONFIG))  # a new run
-    (folder / "spread_run.json").write_text(record_text(SPREAD_RECORD, _record(CONFIG)))
-    NormStats(channels=("a", "b"), mean=(0.0, 1.0), std=(1.0, 2.0)).to_json(folder / "stats.json")
+    record = _record(CONFIG) | {"data": DATA | {"stats": STATS.record()}}
+    (folder / "spread_run.json").write_text(record_text(SPREAD_RECORD, record))
     return folder
 
 
 def test_a_run_reads_back_its_configuration_and_refuses_another(tmp_path: Path) -> None:
     run = _run(tmp_path / "run")
     config, stats = read_spread_run(run)
-    assert config == CONFIG and SPREAD_VERSION == 6
-    assert stats.std == (1.0, 2.0) and read_spread_data(run) == DATA
+    assert config == CONFIG and SPREAD_VERSION == 7
+    assert stats == STATS and read_spread_data(run) == DATA | {"stats": STATS.record()}
     model = config.build()
     assert (model.members, model.ensemble, model.history) == (5, 10, 3)
     assert check_run_record(run, SPREAD_RECORD, _record(CONFIG))  # the same: resumed
@@ -70,12 +73,13 @@ def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
     unnested = {**flat, **flat["train"]}  # format 5: the loop's options beside the others
     del unnested["train"]
     cases = [
-        ({**flat, "version": 2}, r"format 2; .* reads format 6 \(the head now keeps the k members"),
+        ({**flat, "version": 2}, r"format 2; .* reads format 7 \(the head now keeps the k members"),
         (flat, r"format 1; .* \(periodic dims now"),
-        ({**flat, "version": 3}, r"format 3; .* format 6 \(a run now records the grid"),
-        ({**flat, "version": 4}, r"format 4; .* format 6 \(the record now names its kind"),
-        ({**saved, "version": 5, "config": unnested}, r"format 5; .* format 6 \(the config"),
-        ({**saved, "version": 7}, r"format 7; .* format 6 \(another format\); retrain"),
+        ({**flat, "version": 3}, r"format 3; .* format 7 \(a run now records the grid"),
+        ({**flat, "version": 4}, r"format 4; .* format 7 \(the record now names its kind"),
+        ({**saved, "version": 5, "config": unnested}, r"format 5; .* format 7 \(the config"),
+        ({**saved, "version": 6}, r"format 6; .* format 7 \(.* no stats.json\)"),
+        ({**saved, "version": 8}, r"format 8; .* format 7 \(another format\); retrain"),
         ({**saved, "config": config}, r"missing \['ensemble'\], unknown"),
     ]
     for raw, message in cases:
@@ -84,3 +88,9 @@ def test_older_or_other_formats_are_refused_by_name(tmp_path: Path) -> None:
             read_spread_run(run)
     with pytest.raises(FileNotFoundError, match="spread_run.json not found"):
         read_spread_run(tmp_path)
+    # format 6 kept the statistics in stats.json: read as one record
+    before = {**saved, "version": 6}
+    before["config"] = {**saved["config"], "data": DATA}
+    (run / "spread_run.json").write_text(json.dumps(before))
+    STATS.to_json(run / "stats.json")
+    assert read_spread_run(run) == (CONFIG, STATS)
