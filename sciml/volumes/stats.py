@@ -66,7 +66,7 @@ def run_stats(
         dataset: This rank's training volumes.
         run_dir: The run folder.
         replica: This rank's data-parallel replica (index, count).
-        cached: Read the recorded ones when there are ("False": a run that never
+        cached: Read the recorded ones when there are (``False``: a run that never
             checkpointed, whose data may have been corrected since, computes them again).
 
     Raises:
