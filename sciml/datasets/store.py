@@ -48,6 +48,7 @@ __all__ = [
     "MANIFEST",
     "StoreError",
     "StoreInventory",
+    "check_blosc_chunks",
     "check_store",
     "decode_failure",
     "is_zarr_store",
@@ -59,6 +60,8 @@ __all__ = [
 MANIFEST = "sciml-manifest.json"
 #: Files named in an error before the rest are counted.
 _SHOWN = 8
+#: Bytes of a Blosc frame's header (its compressed size in bytes 12 to 16).
+_BLOSC_HEADER = 16
 #: Packages whose frames in a traceback mean that a stored chunk could not be decoded.
 _CODECS = ("numcodecs", os.path.join("zarr", "codecs"))
 #: Files at the root of a Zarr store (format 2, its consolidated metadata, format 3).
@@ -108,6 +111,7 @@ class _Chunk:
     array: str
     index: tuple[int, ...]
     size: int | None  # bytes an uncompressed chunk holds; None where it cannot be told
+    blosc: bool = False  # a Blosc frame alone: its header gives its size
 
 
 def _chunks(store: Path) -> dict[str, _Chunk]:
@@ -122,6 +126,12 @@ def _chunks(store: Path) -> dict[str, _Chunk]:
     for name, array in group.arrays():
         grid = array.shards or array.chunks
         plain = not array.compressors and not array.filters and array.shards is None
+        blosc = (
+            len(array.compressors) == 1
+            and type(array.compressors[0]).__name__ in ("Blosc", "BloscCodec")
+            and not array.filters
+            and array.shards is None
+        )
         dtype = np.dtype(str(array.dtype)) if plain else None
         size = None
         if dtype is not None and dtype.kind in "biufc":
@@ -129,8 +139,49 @@ def _chunks(store: Path) -> dict[str, _Chunk]:
         counts = [math.ceil(n / c) for n, c in zip(array.shape, grid, strict=True)]
         where, encode = array.path, array.metadata.encode_chunk_key
         for index in itertools.product(*map(range, counts)):
-            chunks[f"{where}/{encode(index)}"] = _Chunk(str(name), index, size)
+            chunks[f"{where}/{encode(index)}"] = _Chunk(str(name), index, size, blosc)
     return chunks
+
+
+def _blosc_size(path: Path) -> int | None:
+    """The size a Blosc frame's header gives (its bytes 12 to 16), ``None`` without one."""
+    with open(path, "rb") as handle:
+        header = handle.read(_BLOSC_HEADER)
+    if len(header) < _BLOSC_HEADER:
+        return None
+    return int.from_bytes(header[12:16], "little")
+
+
+def _check_frame(inventory: StoreInventory, key: str, size: int) -> None:
+    """Refuse the Blosc chunk ``key`` of ``size`` bytes whose frame is not whole."""
+    frame = _blosc_size(inventory.store / key)
+    if frame != size:
+        told = "no Blosc header" if frame is None else f"a Blosc frame of {frame} bytes"
+        raise StoreError(
+            f"{inventory.where(key)} has {size} bytes and {told}: it was cut short or "
+            "damaged (Blosc would decode it from beyond its end); copy the store again"
+        )
+
+
+def check_blosc_chunks(store: Path | str) -> None:
+    """Refuse a Blosc-compressed chunk of a Zarr store whose frame is not whole.
+
+    Blosc does not check that a frame is whole: a chunk cut short (an interrupted copy)
+    decodes bytes from beyond its buffer, an error or plausible values from one read to
+    the next. Each chunk of an array compressed by Blosc alone starts with a header
+    that gives the frame's size: 16 bytes a chunk compare it with the file's, before any
+    value is read. Chunks that are not there are left to the reader (its fill value).
+
+    Raises:
+        StoreError: Naming the store, the array and the chunk.
+    """
+    store = Path(store)
+    sizes = {key: entry.stat().st_size for key, entry in _files(str(store))}
+    needed = _chunks(store)
+    inventory = StoreInventory(store, {}, {k: (c.array, c.index) for k, c in needed.items()}, None)
+    for key, chunk in needed.items():
+        if chunk.blosc and key in sizes:
+            _check_frame(inventory, key, sizes[key])
 
 
 @dataclass(frozen=True)
@@ -270,6 +321,8 @@ def _checked_chunks(
                 f"{inventory.where(key)} has {sizes[key]} bytes, its uncompressed chunk holds "
                 f"{chunk.size}; copy the store again"
             )
+        if chunk.blosc:
+            _check_frame(inventory, key, sizes[key])
     return inventory, sizes
 
 

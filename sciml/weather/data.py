@@ -49,7 +49,7 @@ from sciml.datasets.cf import (
     units_of,
     valid_times,
 )
-from sciml.datasets.store import MANIFEST, check_store, is_zarr_store
+from sciml.datasets.store import MANIFEST, check_blosc_chunks, check_store, is_zarr_store
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -101,6 +101,8 @@ def _open_one(path: Path) -> xr.Dataset:
     if path.suffix == ".zarr" or is_zarr_store(path):
         if (path / MANIFEST).exists():  # a training store (sciml weather rechunk): checked
             check_store(path)
+        else:  # another tool's: its Blosc chunks are whole (16 bytes read a chunk)
+            check_blosc_chunks(path)
         return xr.open_zarr(path, chunks={})
     if path.suffix.lower() in GRIB_SUFFIXES:
         try:

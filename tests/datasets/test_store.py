@@ -13,12 +13,14 @@ from sciml.cli import main
 from sciml.datasets.store import (
     MANIFEST,
     StoreError,
+    check_blosc_chunks,
     check_store,
     decode_failure,
     register_store,
 )
 from sciml.volumes.data import write_cosmology
 from sciml.volumes.dataset import ShardedVolumes
+from sciml.weather.data import open_ensemble
 from tests.file_digests import digests
 
 SIZE = 8
@@ -125,6 +127,27 @@ def test_a_codec_failure_read_through_xarray_names_the_stores_read(
     assert f"a chunk of the Zarr store {path} could not be decoded" in str(named)
     assert str(raised.value) in str(named)
     assert decode_failure(ValueError("not a codec's"), [str(path)]) is None
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.99, 0.0])
+def test_a_blosc_chunk_cut_short_is_refused_before_blosc_reads_beyond_it(
+    cut: float, tmp_path: Path
+) -> None:
+    # Before: Blosc decoded the rest of the frame from beyond its buffer: an error, or
+    # plausible values, from one read to the next (zarr format 2 compresses with Blosc).
+    path = tmp_path / "blosc.zarr"
+    values = np.random.default_rng(0).standard_normal((4, 5000)).astype("float32")
+    xr.Dataset({"psi": (("t", "x"), values)}).chunk({"t": 1}).to_zarr(path, zarr_format=2)
+    check_blosc_chunks(path)  # whole
+    chunk = path / "psi" / "2.0"
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(StoreError, match=rf"{path}: array 'psi', chunk \(2, 0\) .* cut short"):
+        check_blosc_chunks(path)
+    with pytest.raises(StoreError, match="cut short"):
+        open_ensemble(path)
+    (path / "psi" / "2.0").unlink()  # a chunk not written: the fill value, as zarr reads it
+    check_blosc_chunks(path)
 
 
 def test_a_store_changed_on_purpose_is_named_changed_and_can_be_registered(
