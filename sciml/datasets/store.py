@@ -152,15 +152,18 @@ def _blosc_size(path: Path) -> int | None:
     return int.from_bytes(header[12:16], "little")
 
 
-def _check_frame(inventory: StoreInventory, key: str, size: int) -> None:
-    """Refuse the Blosc chunk ``key`` of ``size`` bytes whose frame is not whole."""
-    frame = _blosc_size(inventory.store / key)
-    if frame != size:
-        told = "no Blosc header" if frame is None else f"a Blosc frame of {frame} bytes"
-        raise StoreError(
-            f"{inventory.where(key)} has {size} bytes and {told}: it was cut short or "
-            "damaged (Blosc would decode it from beyond its end); copy the store again"
-        )
+def _check_frames(inventory: StoreInventory, sizes: dict[str, int], keys: list[str]) -> None:
+    """Refuse a Blosc chunk of ``keys`` (those there) whose file is not its whole frame."""
+    for key in keys:
+        if key not in sizes:
+            continue
+        frame = _blosc_size(inventory.store / key)
+        if frame != sizes[key]:
+            told = "no Blosc header" if frame is None else f"a Blosc frame of {frame} bytes"
+            raise StoreError(
+                f"{inventory.where(key)} has {sizes[key]} bytes and {told}: it was cut short "
+                "or damaged (Blosc would decode it from beyond its end); copy the store again"
+            )
 
 
 def check_blosc_chunks(store: Path | str) -> None:
@@ -179,9 +182,7 @@ def check_blosc_chunks(store: Path | str) -> None:
     sizes = {key: entry.stat().st_size for key, entry in _files(str(store))}
     needed = _chunks(store)
     inventory = StoreInventory(store, {}, {k: (c.array, c.index) for k, c in needed.items()}, None)
-    for key, chunk in needed.items():
-        if chunk.blosc and key in sizes:
-            _check_frame(inventory, key, sizes[key])
+    _check_frames(inventory, sizes, [key for key, chunk in needed.items() if chunk.blosc])
 
 
 @dataclass(frozen=True)
@@ -287,18 +288,19 @@ def check_store(store: Path | str) -> StoreInventory:
     """
     store = Path(store)
     files = _manifest(store)
-    inventory, sizes = _checked_chunks(store, files)
+    inventory, sizes, frames = _checked_chunks(store, files)
     for key, (size, _) in files.items():
         if sizes.get(key) != size:
             found = "is missing" if key not in sizes else f"has {sizes[key]} bytes"
             raise inventory.mismatch(key, f"{found}, the store's manifest recorded {size} bytes")
+    _check_frames(inventory, sizes, frames)  # after the manifest, which tells edits apart
     return inventory
 
 
 def _checked_chunks(
     store: Path, files: dict[str, tuple[int, int]]
-) -> tuple[StoreInventory, dict[str, int]]:
-    """The inventory of ``store`` and its files' sizes, once every chunk it needs is checked.
+) -> tuple[StoreInventory, dict[str, int], list[str]]:
+    """The inventory of ``store``, its files' sizes and its Blosc chunks' keys, checked.
 
     Raises:
         StoreError: A chunk an array needs that is missing, or an uncompressed one of
@@ -321,9 +323,7 @@ def _checked_chunks(
                 f"{inventory.where(key)} has {sizes[key]} bytes, its uncompressed chunk holds "
                 f"{chunk.size}; copy the store again"
             )
-        if chunk.blosc:
-            _check_frame(inventory, key, sizes[key])
-    return inventory, sizes
+    return inventory, sizes, [key for key, chunk in needed.items() if chunk.blosc]
 
 
 def register_store(store: Path | str) -> tuple[Path, list[str]]:
@@ -349,7 +349,8 @@ def register_store(store: Path | str) -> tuple[Path, list[str]]:
         found = "not found" if not store.exists() else "not a Zarr store (a folder)"
         raise StoreError(f"{store}: {found}; only a Zarr store has a manifest to register")
     old = _manifest(store)
-    _checked_chunks(store, {})  # the arrays alone: the old manifest is being replaced
+    inventory, sizes, frames = _checked_chunks(store, {})  # the old manifest is replaced
+    _check_frames(inventory, sizes, frames)
     path = write_manifest(store)
     new = _manifest(store)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
