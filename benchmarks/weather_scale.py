@@ -16,9 +16,13 @@ and 0.70 in an earlier run); 48 dates per chunk, 1.03, 1.45 and 1.53 times in th
 0.0113 in the one-date case of this run, so that figure is noise and flatters these
 ratios), and 1.00, 1.08 and 1.08 in an earlier quiet run; each chunk read once, and the
 float64 step losses streamed and in memory on the 4x files equal (largest difference 0).
-``weather evaluate`` by blocks (another run, at load average 17-21): peak resident memory
-753, 807 and 886 MiB on the 1x, 4x and 8x files of one date per chunk (129 MiB to 1 GiB of
-data); the 1x file whole: 1461 MiB. A stream holds up to 2 x 256 MiB of decoded chunks
+``weather evaluate`` by blocks (another run, at load average 17-21, before netCDF files
+were opened with a 4 MiB chunk cache a variable, :func:`sciml.io_utils.small_chunk_cache`):
+peak resident memory 753, 807 and 886 MiB on the 1x, 4x and 8x files of one date per chunk
+(129 MiB to 1 GiB of data), growing with the chunks the library's 64 MiB caches kept; the
+1x file whole: 1461 MiB. Reading the 4x file a block of 14 dates at a time now holds
+455 MiB resident throughout (827 MiB, and growing, with the 64 MiB caches), in the same
+CPU time. A stream holds up to 2 x 256 MiB of decoded chunks
 whatever the limit (``holds_mib``: 500 MiB at 4x and 8x here).
 
 The files are tiled from a few start dates of the ``qg-imperfect-v1`` toy preset (its

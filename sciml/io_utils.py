@@ -1,5 +1,7 @@
 """Atomic file writes (outputs appear whole or not at all), write errors named, Markdown tables.
 
+Reading: :func:`small_chunk_cache` opens netCDF files with a small HDF5 chunk cache.
+
 Every writer of the package writes through :func:`atomic_path` (files) or
 :func:`atomic_folder` (Zarr stores): a temporary name beside the output, renamed onto it
 once whole, removed on failure, so an old output stays whole. A write that fails for its
@@ -274,3 +276,29 @@ def markdown_table(
 
 def _is_float(cell: object) -> bool:
     return isinstance(cell, numbers.Real) and not isinstance(cell, numbers.Integral)
+
+
+#: The HDF5 chunk cache of each variable of a netCDF file sciml opens (the library's
+#: default is 64 MiB): a pass reads each chunk once, so the cache only holds memory, which
+#: grew with the chunks read (up to 64 MiB a variable) by one-date chunks.
+CHUNK_CACHE_BYTES = 2**22
+
+
+@contextlib.contextmanager
+def small_chunk_cache() -> Iterator[None]:
+    """Open netCDF files with :data:`CHUNK_CACHE_BYTES` of chunk cache per variable.
+
+    The netCDF library's default is set while the block runs (files take it when they are
+    opened) and restored after it, so other files the process opens keep theirs.
+    """
+    try:
+        import netCDF4
+    except ImportError:  # another engine reads netCDF here
+        yield
+        return
+    before = netCDF4.get_chunk_cache()
+    netCDF4.set_chunk_cache(CHUNK_CACHE_BYTES, before[1], before[2])
+    try:
+        yield
+    finally:
+        netCDF4.set_chunk_cache(*before)

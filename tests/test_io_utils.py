@@ -222,3 +222,27 @@ def test_weather_split_onto_a_full_disk_is_named(
     assert f"WriteError: cannot write {out}/" in err
     assert ".nc: no space left on its file system (" in err
     assert digests(source, small_disk) == before  # no split, no temporary
+
+
+def test_netcdf_files_open_with_a_small_chunk_cache_and_others_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    import netCDF4
+
+    from sciml.datasets.xarray_dataset import open_dataset
+    from sciml.io_utils import CHUNK_CACHE_BYTES, small_chunk_cache
+
+    path = tmp_path / "chunked.nc"
+    values = np.zeros((4, 3, 8), dtype="float32")
+    xr.Dataset({"t": (("time", "member", "x"), values)}).to_netcdf(
+        path, encoding={"t": {"chunksizes": (1, 3, 8)}}
+    )
+    default = netCDF4.get_chunk_cache()
+    assert default[0] != CHUNK_CACHE_BYTES  # else this test shows nothing
+    with small_chunk_cache(), netCDF4.Dataset(path) as opened:
+        assert opened["t"].get_var_chunk_cache()[0] == CHUNK_CACHE_BYTES
+    assert netCDF4.get_chunk_cache() == default
+    with netCDF4.Dataset(path) as other:  # a file the process opens itself
+        assert other["t"].get_var_chunk_cache()[0] == default[0]
+    open_dataset(path).close()  # as sciml opens netCDF files
+    assert netCDF4.get_chunk_cache() == default

@@ -44,6 +44,7 @@ from sciml.datasets.channels import (
 from sciml.datasets.sampling import epoch_seed
 from sciml.datasets.store import is_zarr_store
 from sciml.distributed import check_replica
+from sciml.io_utils import small_chunk_cache
 
 __all__ = [
     "NormStats",
@@ -93,7 +94,8 @@ def open_dataset(path: Path | str, *, chunks: Any = "auto", **kwargs: Any) -> xr
             f"{path} is not a netCDF file: it starts with {head!r}, expected the netCDF "
             "signature 'CDF' or the HDF5 signature"
         )
-    return xr.open_dataset(path, chunks=chunks, **kwargs)
+    with small_chunk_cache():
+        return xr.open_dataset(path, chunks=chunks, **kwargs)
 
 
 class _Layout:

@@ -50,6 +50,7 @@ from sciml.datasets.cf import (
     valid_times,
 )
 from sciml.datasets.store import MANIFEST, check_blosc_chunks, check_store, is_zarr_store
+from sciml.io_utils import small_chunk_cache
 
 #: Source name -> project name, for dimensions and their coordinates.
 NAME_MAP: dict[str, str] = {
@@ -113,7 +114,8 @@ def _open_one(path: Path) -> xr.Dataset:
                 "(cfgrib and the ecCodes library)"
             ) from err
         return xr.open_dataset(path, engine="cfgrib", chunks={}, indexpath="")
-    return xr.open_dataset(path, chunks={})
+    with small_chunk_cache():
+        return xr.open_dataset(path, chunks={})
 
 
 def standardise_names(ds: xr.Dataset, *, source: str = "dataset") -> xr.Dataset:
