@@ -20,9 +20,9 @@ float64 step losses streamed and in memory on the 4x files equal (largest differ
 were opened with a 4 MiB chunk cache a variable, :func:`sciml.io_utils.small_chunk_cache`):
 peak resident memory 753, 807 and 886 MiB on the 1x, 4x and 8x files of one date per chunk
 (129 MiB to 1 GiB of data), growing with the chunks the library's 64 MiB caches kept; the
-1x file whole: 1461 MiB. Reading the 4x file a block of 14 dates at a time now holds
-455 MiB resident throughout (827 MiB, and growing, with the 64 MiB caches), in the same
-CPU time. A stream holds up to 2 x 256 MiB of decoded chunks
+1x file whole: 1461 MiB. Reading the 4x file a block of 14 dates at a time now holds at
+most 232 MiB resident, against 400 MiB and rising with the 64 MiB caches, in about the same
+CPU time (``benchmarks/netcdf_chunk_cache.py``). A stream holds up to 2 x 256 MiB of decoded chunks
 whatever the limit (``holds_mib``: 500 MiB at 4x and 8x here).
 
 The files are tiled from a few start dates of the ``qg-imperfect-v1`` toy preset (its
