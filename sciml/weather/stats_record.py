@@ -16,12 +16,21 @@ from typing import Any
 from sciml.datasets.channels import NormStats
 from sciml.training.runs.record import with_value
 
-__all__ = ["STATS", "STATS_FILE", "stats_upgrade"]
+__all__ = ["STATS", "STATS_FILE", "recorded_stats", "stats_upgrade"]
 
 #: Where a run's record holds its channels' statistics.
 STATS = "data.stats"
 #: The file of a run folder that held them before.
 STATS_FILE = "stats.json"
+
+
+def recorded_stats(data: dict[str, Any], record: Path) -> NormStats:
+    """The statistics in a run record's data (:data:`STATS`), read from the file ``record``.
+
+    Raises:
+        ValueError: The data hold no statistics (naming the file).
+    """
+    return NormStats.from_record(data.get("stats"), f"{record} ({STATS})")
 
 
 def stats_upgrade(

@@ -19,7 +19,7 @@ from sciml.datasets.channels import NormStats
 from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record
 from sciml.weather.options import config_from_record
 from sciml.weather.postprocess.config import PostprocessConfig
-from sciml.weather.stats_record import STATS, stats_upgrade
+from sciml.weather.stats_record import STATS, recorded_stats, stats_upgrade
 
 __all__ = ["RUN_CONFIG", "RUN_RECORD", "RUN_VERSION", "read_data_record", "read_run"]
 
@@ -63,8 +63,7 @@ def read_run(run_dir: Path | str) -> tuple[PostprocessConfig, NormStats]:
     data = raw.pop(DATA_KEY, {})
     raw.setdefault("missing", "refuse")  # a run recorded before the policy refused them
     config = config_from_record(PostprocessConfig, raw, str(run_dir / RUN_CONFIG))
-    where = f"{run_dir / RUN_CONFIG} ({STATS})"
-    return config, NormStats.from_record(data.get("stats"), where)
+    return config, recorded_stats(data, run_dir / RUN_CONFIG)
 
 
 def read_data_record(run_dir: Path | str) -> dict[str, Any]:

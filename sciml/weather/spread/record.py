@@ -19,7 +19,7 @@ from sciml.datasets.channels import NormStats
 from sciml.training.runs.record import ANY, DATA_KEY, RecordKind, read_run_record
 from sciml.weather.options import config_from_record
 from sciml.weather.spread.config import SpreadConfig
-from sciml.weather.stats_record import STATS, stats_upgrade
+from sciml.weather.stats_record import STATS, recorded_stats, stats_upgrade
 
 __all__ = [
     "DATA_KEY",
@@ -72,7 +72,7 @@ def read_spread_run(run_dir: Path | str) -> tuple[SpreadConfig, NormStats]:
     raw = read_run_record(run_dir, SPREAD_RECORD)
     data = raw.pop(DATA_KEY, {})
     config = config_from_record(SpreadConfig, raw, str(run_dir / RUN_CONFIG))
-    return config, NormStats.from_record(data.get("stats"), f"{run_dir / RUN_CONFIG} ({STATS})")
+    return config, recorded_stats(data, run_dir / RUN_CONFIG)
 
 
 def read_spread_data(run_dir: Path | str) -> dict[str, Any]:
