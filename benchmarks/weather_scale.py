@@ -45,8 +45,8 @@ last step: samples/s (wall) and CPU seconds per sample (every thread of the proc
 steps and every read). A whole epoch, not a fixed number of steps: a stream reads ahead up
 to twice its shuffle buffer (``holds_mib``; 2 x 256 MiB of chunks), so a run shorter than
 an epoch of a large file counts the reads of chunks whose samples come after it; in an
-epoch each chunk is read once (``chunk_reads``). ``vs_memory`` is the in-memory run's CPU
-s per sample over the run's (above 1: cheaper than in memory).
+epoch each chunk is read once (``chunks_read``, in ``reads`` reads). ``vs_memory`` is the
+in-memory run's CPU s per sample over the run's (above 1: cheaper than in memory).
 ``loss_diff_f64``: a short float64 run (``--f64-steps``) streamed and one in memory on the
 4x file, in the same (chunk) order: the largest difference of their step losses (0: the
 same losses, bit for bit).
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     "limit_mib": round(case_limit / 2**20, 1),
                     **measured,
                     "read_in_s": round(read_s, 2) if case == "memory" else None,
-                    "chunk_reads": sum(getattr(data, "loads", {}).values()) or None,
+                    **chunk_reads(data),
                     "buffer_chunks": getattr(data.chunk_layout, "buffer", None),
                     "holds_mib": round(held(data, dates[factor] * per_date) / 2**20, 1),
                 }
@@ -238,6 +238,21 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"memory_limit": limit, "batch_size": args.batch_size, "toy_dates": toy.sizes["time"]}
     write_report(args.out, "weather_scale", records, **extra)
     return 0
+
+
+def chunk_reads(data: Any) -> dict[str, int | None]:
+    """A stream's reads in the epoch (``reads``) and the file chunks they read (``chunks_read``).
+
+    A read takes neighbouring chunks together (:data:`sciml.weather.streamed.READS_PER_BUFFER`);
+    ``None`` for data in memory.
+    """
+    if not hasattr(data, "loads"):
+        return {"reads": None, "chunks_read": None}
+    per_read = np.diff(np.searchsorted(data.stored, data.dates))
+    return {
+        "reads": sum(data.loads.values()),
+        "chunks_read": int(sum(count * per_read[read] for read, count in data.loads.items())),
+    }
 
 
 def held(data: Any, data_bytes: int) -> int:

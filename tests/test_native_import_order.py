@@ -102,8 +102,7 @@ def outcomes(
     }
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
 
-    def run(order: tuple[str, ...]) -> subprocess.CompletedProcess:
-        tmp = tmp_path_factory.mktemp("order")
+    def run(order: tuple[str, ...], tmp: Path) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-c", _script(order, tmp)],
             cwd=tmp,
@@ -114,8 +113,11 @@ def outcomes(
         )
 
     runs = [order for order in ORDERS if order in wanted]
+    # made here, not in the threads: a worker's first temporary folder (re)creates its base
+    # folder, and two threads doing so at once removed the folder the other had made
+    folders = [tmp_path_factory.mktemp("order") for _ in runs]
     with ThreadPoolExecutor(max_workers=max(2, min(12, os.cpu_count() or 2))) as pool:
-        return dict(zip(runs, pool.map(run, runs), strict=True))
+        return dict(zip(runs, pool.map(run, runs, folders), strict=True))
 
 
 @pytest.mark.parametrize(
