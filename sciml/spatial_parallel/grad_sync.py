@@ -30,7 +30,9 @@ class _Bucket:
     def __init__(self, params: list[nn.Parameter], scales: list[float]) -> None:
         self.params, self.scales = params, scales
         self.sizes = [p.numel() for p in params]
-        self.buffer = torch.zeros(sum(self.sizes), dtype=params[0].dtype, device=params[0].device)
+        self.flags = sum(self.sizes)  # then one flag a parameter: 1 where a rank used it
+        size = self.flags + len(params)
+        self.buffer = torch.zeros(size, dtype=params[0].dtype, device=params[0].device)
         self.ready: set[int] = set()
         self.handle: Any = None
 
@@ -112,6 +114,7 @@ class GradientSync:
             bucket = self.buckets[b]
             bucket.buffer[offset : offset + bucket.sizes[i]].copy_(grad.reshape(-1))
             bucket.buffer[offset : offset + bucket.sizes[i]].mul_(bucket.scales[i])
+            bucket.buffer[bucket.flags + i] = 1
             bucket.ready.add(i)
             self._queue_finish()
             self._launch_ready()
@@ -135,13 +138,16 @@ class GradientSync:
             for i in set(range(len(bucket.params))) - bucket.ready:
                 offset = self.where[bucket.params[i]][2]
                 bucket.buffer[offset : offset + bucket.sizes[i]].zero_()  # unused this pass
+                bucket.buffer[bucket.flags + i] = 0
             self._launch(bucket)
         for bucket in self.buckets:
             bucket.handle.wait()
             offset = 0
-            for param, size in zip(bucket.params, bucket.sizes, strict=True):
+            for i, (param, size) in enumerate(zip(bucket.params, bucket.sizes, strict=True)):
                 reduced = bucket.buffer[offset : offset + size].view_as(param)
-                if param.grad is None:
+                if i not in bucket.ready and not bucket.buffer[bucket.flags + i]:
+                    pass  # no rank used it: no gradient, as on one device (read only then)
+                elif param.grad is None:
                     param.grad = reduced.clone()
                 else:
                     param.grad.add_(reduced)

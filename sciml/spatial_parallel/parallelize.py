@@ -18,14 +18,23 @@ from sciml.spatial_parallel.layers.table import CONTAINERS, names, supported_spe
 from sciml.spatial_parallel.layers.window import WindowLayer
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
+from sciml.spatial_parallel.split.crossings import block_of
 from sciml.spatial_parallel.split.hooks import (
+    VOLUME_SPLIT,
     unwrap_inputs,
     unwrap_outputs,
     wrap_inputs,
     wrap_output,
 )
 from sciml.spatial_parallel.split.op_names import split_names
-from sciml.spatial_parallel.split.tensor import SplitContext, SplitTensor, eager, wrap_split
+from sciml.spatial_parallel.split.tensor import (
+    ReplicatedTensor,
+    SplitContext,
+    SplitTensor,
+    eager,
+    unwrap,
+    wrap_split,
+)
 
 
 def gradient_sync(model: nn.Module) -> GradientSync:
@@ -117,6 +126,21 @@ def _other_layout(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[Any, Any
     return x._gshape, x._split
 
 
+def _block_of_replicated(
+    module: SpatialLayer, args: tuple[Any, ...], ctx: SplitContext
+) -> tuple[Any, ...]:
+    """``args`` with a replicated volume replaced by this rank's block, if the layer splits it.
+
+    A token grid a transformer computed on every rank, reshaped back to a volume,
+    enters the split layers after it as the blocks of a sharded input would.
+    """
+    x = args[0] if args else None
+    if not isinstance(x, ReplicatedTensor) or x.dim() != 5 or module.takes_replicated:
+        return args
+    shape = tuple(unwrap(x).shape)
+    return (wrap_split(block_of(x, ctx, VOLUME_SPLIT), ctx, shape, VOLUME_SPLIT), *args[1:])
+
+
 def _trace_shapes(
     model: nn.Module, original: nn.Module, ctx: SplitContext, input_shape: Any
 ) -> ShapeTrace:
@@ -154,8 +178,9 @@ def _trace_shapes(
             if traced is None and ctx.mesh.data == 1 and args and isinstance(args[0], SplitTensor):
                 traced = args[0]._gshape  # untraced: the block knows its global shape
             module._traced = traced
+            args = _block_of_replicated(module, args, ctx)
             layout = layouts[name] = _other_layout(module, args)
-            module._split_known = None if layout is None else {d for d, _ in layout[1]}
+            module._block_layout = layout
             return unwrap_inputs(args)
 
         @eager
@@ -165,7 +190,14 @@ def _trace_shapes(
             assert isinstance(module, SpatialLayer)
             layout = layouts[name]
             if layout is not None:  # channels last, tokens: the block's own layout
-                return wrap_split(output, ctx, *layout)
+                shape, split = layout
+                split_dims = {dim for dim, _ in split}
+                # unsplit dims are whole on every rank (a Linear changes the last one)
+                gout = [
+                    g if d in split_dims else o
+                    for d, (g, o) in enumerate(zip(shape, output.shape, strict=True))
+                ]
+                return wrap_split(output, ctx, tuple(gout), split)
             dtype = args[0].dtype if args and isinstance(args[0], torch.Tensor) else None
             return wrap_output(output, trace.output(name, module._traced, dtype), ctx)
 

@@ -116,6 +116,23 @@ CASES: dict[str, Any] = {
     "channels_last_layer_norm": lambda m, y: (
         lambda z: z * z.mean(1, keepdim=True) + z.amax((1, 2, 3), keepdim=True)
     )(m.norm(y.permute(0, 2, 3, 4, 1))).permute(0, 4, 1, 2, 3),
+    # a whole plain tensor against the blocks (coordinates, a positional encoding): its block
+    "whole_plain_operands": lambda m, y: (
+        y * torch.linspace(0.5, 1.5, y.shape[3], dtype=y.dtype).view(-1, 1)
+        + torch.arange(y.shape[2], dtype=y.dtype).view(-1, 1, 1)
+    ),
+    # tokens: flatten merges the split dims (gathered whole), attention on every rank, and
+    # the replicated result back against the blocks
+    "token_attention": lambda m, y: (
+        (lambda t: (torch.softmax(t @ t.transpose(1, 2) / 3, -1) @ t).transpose(1, 2))(
+            y.flatten(2).transpose(1, 2)
+        ).reshape(y.shape)
+        + y
+    ),
+    # einsum whose split indices reach the output: on the blocks
+    "einsum_channels": lambda m, y: (
+        torch.einsum("ncdhw,c->ndhw", y, torch.linspace(1, 2, 3, dtype=y.dtype))[:, None] * y
+    ),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -134,7 +151,7 @@ REFUSED: dict[str, tuple[Any, str]] = {
         "F.pad",
     ),
     "area": (lambda m, y: F.interpolate(y, scale_factor=0.5, mode="area"), "interpolate"),
-    "reshape_mixing": (lambda m, y: y.flatten(2), "flatten"),
+    "sort_split": (lambda m, y: y.sort(2).values, "sort"),
     "dropout": (lambda m, y: F.dropout(y, 0.5), "dropout"),
     "index_tensor": (lambda m, y: y[:, :, torch.tensor([0, 2])], "__getitem__"),
     # a plain tensor shaped or indexed by a block: no global meaning (was a bare assertion)
@@ -283,7 +300,7 @@ def mechanism_facts(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict
             except ValueError as err:
                 seen["odd_pad"] = str(err)
             for key, fn in {
-                "broadcast": lambda: x + torch.ones(x.shape[2], 1, 1),
+                "broadcast": lambda: x + torch.ones(x.shape[2] + 1, 1, 1),
                 "mixed_layouts": lambda: x[:, :, 1:] + x,
                 "partial_reduction": lambda: x.sum(2),
                 "in_place_widening": lambda: x.mean(2, keepdim=True).add_(x),

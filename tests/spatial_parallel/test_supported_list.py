@@ -33,6 +33,7 @@ def test_every_swapped_and_passed_layer_is_named() -> None:
 def test_every_computed_reduction_and_layout_op_is_named() -> None:
     named = set(re.findall(r"`(?:\w+\.)?(\w+)", _paragraph()))
     aliases = {"linalg_vector_norm", "concat", "concatenate", "getitem", "upsample"}
-    layout = {"cat", "stack", "pad", "interpolate", "repeat", "expand_as"}
+    layout = {"cat", "stack", "pad", "interpolate", "repeat", "expand_as", "layer_norm"}
+    layout |= {"einsum", "matmul", "bmm", "scaled_dot_product_attention"}
     missing = (REDUCTIONS | set(ALONG_SPLIT) | (layout & set(HANDLERS))) - named - aliases
     assert not missing, missing

@@ -58,6 +58,17 @@ def run_cases(mesh_kwargs: dict[str, int], cases: list[dict[str, Any]]) -> list[
     return out
 
 
+class _DepthLast(nn.Module):
+    """A Linear over the depth dim, moved last: a split dim, which it cannot transform."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = nn.Conv3d(1, 2, 1), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x).transpose(2, 4)).transpose(2, 4)
+
+
 def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
     """Messages of the errors that bad meshes, layers and blocks must raise."""
     messages = {}
@@ -77,7 +88,7 @@ def expect_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
     conv2d = nn.Sequential(nn.Conv3d(1, 2, 3), nn.Sequential(nn.Conv2d(2, 2, 3)))
     catch("conv2d", lambda: parallelize(conv2d, mesh))
     catch("bilinear", lambda: parallelize(nn.Upsample(scale_factor=2, mode="bilinear"), mesh))
-    dense = parallelize(nn.Sequential(nn.Conv3d(1, 2, 1), nn.Linear(4, 2)), mesh)
+    dense = parallelize(_DepthLast(), mesh)
     catch("linear_on_split", lambda: dense(shard(torch.randn(1, 1, 8, 4, 4), mesh)))
     conv5 = parallelize(nn.Conv3d(1, 1, 5, padding=2), mesh)
     catch("halo", lambda: conv5(shard(torch.randn(1, 1, 4, 8, 8), mesh)))

@@ -51,6 +51,9 @@ class SpatialLayer:
     #: Whether it also takes a block laid out otherwise than a volume (channels last,
     #: tokens), acting on unsplit dims alone; its output is then wrapped as its input.
     any_layout: ClassVar[bool] = False
+    #: Whether it also takes a whole volume replicated on every spatial rank (a dense
+    #: head's); the others get this rank's block of one (an upsampled token grid).
+    takes_replicated: ClassVar[bool] = False
 
     def _setup(self, mesh: SpatialMesh, name: str) -> None:
         self.mesh = mesh
@@ -59,9 +62,10 @@ class SpatialLayer:
         #: The global shape of the current call's input, from the model's shape trace
         #: (set before each call by :func:`~sciml.spatial_parallel.parallelize`), or None.
         self._traced: tuple[int, ...] | None = None
-        #: The split dims of an input block laid out otherwise than ``(N, C, D, H, W)``
-        #: split along D, H, W (channels last, tokens), from the block itself; else None.
-        self._split_known: set[int] | None = None
+        #: The global shape and ``(dim, mesh axis)`` split of an input block laid out
+        #: otherwise than ``(N, C, D, H, W)`` split along D, H, W (channels last, tokens),
+        #: from the block itself; else None.
+        self._block_layout: tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None = None
 
     @classmethod
     def from_module(cls, module: nn.Module, mesh: SpatialMesh, *, name: str = "") -> Self:

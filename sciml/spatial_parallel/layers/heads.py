@@ -25,6 +25,7 @@ from torch import nn
 from sciml.spatial_parallel.halo.collectives import gather_replicated, replicated_sum
 from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
 from sciml.spatial_parallel.layers.base import SpatialLayer
+from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.replicated import is_replicated, is_split_volume, mark_replicated
 
 
@@ -54,6 +55,7 @@ class _EitherSide(SpatialLayer):
     """A layer that runs on split blocks and on replicated tensors alike."""
 
     any_layout = True
+    takes_replicated = True
 
     def _split_dims(self, x: torch.Tensor) -> set[int] | None:
         """The dims (after the batch) along which ``x`` is a block of a larger tensor.
@@ -61,8 +63,8 @@ class _EitherSide(SpatialLayer):
         From the block's own layout when it is not a volume's, else from the model's
         shape trace; ``None`` outside a traced forward pass.
         """
-        if self._split_known is not None:
-            return self._split_known
+        if self._block_layout is not None:
+            return {dim for dim, _ in self._block_layout[1]}
         if self._traced is None:
             return None
         if len(self._traced) != x.dim():
@@ -132,6 +134,27 @@ class SpatialLayerNorm(_EitherSide, nn.LayerNorm):
         return mark_replicated(out) if is_replicated(x) else out
 
 
+class SpatialLinear(_EitherSide, nn.Linear):
+    """:class:`torch.nn.Linear` on a dense head's replicated tensor or on split blocks.
+
+    On a block whose last dim is whole on every rank (tokens, channels last) each
+    position is transformed locally and the weight gradient is the block's share
+    (summed over the spatial group); transforming a split dim is refused.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``linear(x)`` with the single-device weight gradient after the reduction."""
+        block, _ = self._sides(x, {x.dim() - 1}, "transformed")
+        weight: torch.Tensor | None = self.weight
+        bias: torch.Tensor | None = self.bias
+        if not block:
+            spatial = self.mesh.spatial_size
+            weight, bias = _shared(weight, spatial), _shared(bias, spatial)
+        assert weight is not None
+        out = F.linear(x, weight, bias)
+        return mark_replicated(out) if is_replicated(x) else out
+
+
 class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
     """Adaptive average pooling of a split volume.
 
@@ -168,6 +191,8 @@ class SpatialFlatten(SpatialLayer, nn.Flatten):
     Used by ``head="flatten"`` networks: the gathered volume must then be small.
     """
 
+    takes_replicated = True
+
     def _check(self) -> None:
         if self.start_dim == 0:
             raise ValueError(
@@ -194,6 +219,9 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
     mask costs the memory of the global tensor: keep dropout in the dense head.
     """
 
+    any_layout = True
+    takes_replicated = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Zero elements with the single-device mask (identity in eval mode)."""
         if not self.training or self.p == 0:
@@ -203,7 +231,14 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
         batch = self._global_batch(x)
         shape = [batch, *x.shape[1:]]
         index = [self.mesh.block([batch, 1, 1, 1, 1])[0]]
-        if is_split_volume(x):
+        if self._block_layout is not None:  # tokens, channels last
+            shape[1:] = self._block_layout[0][1:]
+            for dim, axis in self._block_layout[1]:
+                index += [slice(None)] * (dim + 1 - len(index))
+                index[dim] = slice(
+                    *block_bounds(shape[dim], self.mesh.grid[axis])[self.mesh.spatial_coords[axis]]
+                )
+        elif is_split_volume(x):
             shape[2:] = self._global_shape(x)
             index = list(self.mesh.block(shape))
         mask = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1 - self.p)

@@ -28,6 +28,7 @@ from sciml.spatial_parallel.layers.heads import (
     SpatialDropout3d,
     SpatialFlatten,
     SpatialLayerNorm,
+    SpatialLinear,
     SpatialPReLU,
 )
 from sciml.spatial_parallel.layers.norm import (
@@ -141,6 +142,12 @@ LAYERS: dict[type[nn.Module], LayerSpec] = {
         ),
         _swap(nn.LayerNorm, SpatialLayerNorm, readme="`LayerNorm` over unsplit dims"),
         _swap(nn.PReLU, SpatialPReLU),
+        _swap(
+            nn.Linear,
+            SpatialLinear,
+            "Linear",
+            readme="`Linear` (a dense head, or tokens and channels last: over an unsplit last dim)",
+        ),
         _swap(nn.Upsample, SpatialUpsample),
         _swap(nn.Flatten, SpatialFlatten),
         _swap(nn.Dropout, SpatialDropout),
@@ -156,7 +163,6 @@ LAYERS: dict[type[nn.Module], LayerSpec] = {
             *(nn.ConstantPad3d, nn.ZeroPad3d, nn.ReplicationPad3d, nn.ReflectionPad3d),
             *(nn.CircularPad3d, nn.Softmax, nn.LogSoftmax, nn.Softmin),
         ),
-        LayerSpec(nn.Linear, "dense", "Linear"),
         LayerSpec(nn.Bilinear, "dense"),
     )
 }

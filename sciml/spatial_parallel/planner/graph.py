@@ -29,10 +29,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from sciml.spatial_parallel.layers.base import triple
-from sciml.spatial_parallel.layers.table import CostKind, supported_spec
+from sciml.spatial_parallel.layers.table import CONTAINERS, CostKind, supported_spec
 from sciml.spatial_parallel.partition import TransposeWindow, Window
+from sciml.spatial_parallel.split.op_names import aten_name, op_name, user_line
 
 #: Geometry of one layer along the three spatial dims (``None``: no halo).
 Windows = tuple[Window | TransposeWindow, ...] | None
@@ -185,7 +187,7 @@ def _cost(module: nn.Module, name: str) -> tuple[str, CostKind]:
 def _check_supported(model: nn.Module) -> None:
     """Raise naming the first leaf layer that ``parallelize`` would refuse."""
     for name, module in model.named_modules():
-        if list(module.children()):
+        if list(module.children()) or isinstance(module, CONTAINERS):
             continue
         if supported_spec(module, name) is None and (
             list(module.parameters(recurse=False)) or type(module).__module__.startswith("torch.nn")
@@ -195,6 +197,39 @@ def _check_supported(model: nn.Module) -> None:
                 f"space (parallelize refuses it); the planner models the layers of "
                 f"sciml.spatial_parallel.layers.table.LAYERS"
             )
+
+
+#: Contractions ``parallelize`` computes on token operands gathered whole on every rank.
+TOKEN_MIXING = frozenset({"einsum", "matmul", "bmm", "baddbmm", "scaled_dot_product_attention"})
+
+
+class _Unpriced(Exception):
+    """The model's forward mixes tokens, which the planner does not price (the message)."""
+
+
+class _TokenMixing(TorchFunctionMode):
+    """Stop at the first contraction of 3- or 4-D operands: attention over tokens."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        operands = [*args, *kwargs.values()]
+        operands += [t for a in operands if isinstance(a, list | tuple) for t in a]
+        if aten_name(func) in TOKEN_MIXING and any(
+            isinstance(t, torch.Tensor) and t.dim() in (3, 4) for t in operands
+        ):
+            raise _Unpriced(
+                f"planner: {self.model} computes {op_name(func)} on tokens at {user_line()}; "
+                f"parallelize runs it exactly on operands gathered whole on every rank, and "
+                f"the planner does not price those gathers (their memory and all-gathers), "
+                f"so it recommends no grid for this model"
+            )
+        return func(*args, **kwargs)
 
 
 def _held(meta: nn.Module, x: torch.Tensor) -> tuple[list[int], list[int]]:
@@ -309,8 +344,13 @@ def trace(model: nn.Module, sample_shape: Sequence[int]) -> Graph:
         if not list(module.children())
     ]
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            _TokenMixing(type(model).__name__),
+        ):
             meta(x)
+    except _Unpriced as err:
+        raise ValueError(str(err)) from None
     except (RuntimeError, ValueError) as err:
         raise ValueError(
             f"planner: {type(model).__name__} rejects input shape {shape}: {err}"

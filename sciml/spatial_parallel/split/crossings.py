@@ -24,6 +24,7 @@ from sciml.spatial_parallel.split.tensor import (
     Groups,
     ReplicatedTensor,
     Shape,
+    Split,
     SplitContext,
     SplitTensor,
     map_tensors,
@@ -73,6 +74,24 @@ def split_use(x: torch.Tensor, ctx: SplitContext, groups: Groups | None = None) 
     for group in groups or (ctx.mesh.spatial_group,):
         plain = _SplitUse.apply(plain, group)
     return plain
+
+
+def block_of(
+    x: torch.Tensor, ctx: SplitContext, split: Split, shape: Shape | None = None
+) -> torch.Tensor:
+    """This rank's block along the dims of ``split`` of a whole ``x`` (expanded to ``shape``).
+
+    A replicated ``x`` (a gathered token sequence, a positional encoding) has its
+    gradients summed over the group (:func:`split_use`); a plain one (a constant, a
+    parameter whose gradient the model sums) keeps its own.
+    """
+    full = split_use(x, ctx) if is_replicated(x) else unwrap(x)
+    if shape is not None:
+        full = full.expand(shape)
+    for dim, axis in split:
+        lo, hi = ctx.bounds(full.shape[dim], axis)
+        full = full.narrow(dim, lo, hi - lo)
+    return full
 
 
 class _OwnFirst(torch.autograd.Function):

@@ -15,9 +15,15 @@ import numpy as np
 import torch
 
 from sciml.spatial_parallel.replicated import is_replicated
+from sciml.spatial_parallel.split import contract as split_contract
 from sciml.spatial_parallel.split import layout as split_layout
 from sciml.spatial_parallel.split import ops as split_ops
-from sciml.spatial_parallel.split.crossings import replicated_op, share_first, split_use
+from sciml.spatial_parallel.split.crossings import (
+    block_of,
+    replicated_op,
+    share_first,
+    split_use,
+)
 from sciml.spatial_parallel.split.op_names import (
     DROPOUT,
     PASSTHROUGH,
@@ -33,6 +39,7 @@ from sciml.spatial_parallel.split.pad import pad_blocks
 from sciml.spatial_parallel.split.resample import adaptive_avg_pool_blocks, interpolate_blocks
 from sciml.spatial_parallel.split.tensor import (
     Handler,
+    Split,
     SplitContext,
     SplitTensor,
     first_split,
@@ -48,6 +55,7 @@ from sciml.spatial_parallel.split.tensor import (
 #: Handlers of the ops that move elements, by name.
 HANDLERS: dict[str, Handler] = {
     **split_layout.HANDLERS,
+    **split_contract.HANDLERS,
     "pad": pad_blocks,
     "interpolate": interpolate_blocks,
     "upsample": interpolate_blocks,
@@ -222,22 +230,28 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
         written._gshape[d] < layout[d - len(written._gshape)][1] for d, _ in written._split
     ):
         raise refuse(func, written._split, "an in-place op cannot widen its tensor's size-1 dims")
+    whole: dict[int, Split] = {}  # id of a whole operand -> its dims to take the block of
     for operand in every:
         if isinstance(operand, SplitTensor):
             continue
         shape = tuple(operand.shape)
-        for neg in layout:
-            if len(shape) >= -neg and shape[neg] != 1:
+        dims = [neg for neg in layout if len(shape) >= -neg and shape[neg] != 1]
+        for neg in dims:
+            if shape[neg] != layout[neg][1]:
                 raise refuse(
                     func,
                     first._split,
                     f"an unsplit operand of shape {shape} would broadcast against the block "
-                    f"along split dim {len(first._gshape) + neg}; shard it with the same mesh "
-                    f"or give it size 1 there",
+                    f"along split dim {len(first._gshape) + neg}, whose global size is "
+                    f"{layout[neg][1]}; give it that size or 1 there",
                 )
+        if dims:  # the whole tensor along split dims (a positional encoding): its block
+            whole[id(operand)] = tuple((len(shape) + neg, layout[neg][0]) for neg in dims)
     out_dims = max(len(t._gshape) if isinstance(t, SplitTensor) else t.dim() for t in every)
 
     def plain(t: torch.Tensor) -> torch.Tensor:
+        if id(t) in whole:
+            return block_of(t, ctx, whole[id(t)])
         if is_replicated(t):
             return split_use(t, ctx)
         if t is written:

@@ -17,12 +17,11 @@ from typing import Any
 import torch
 
 from sciml.spatial_parallel.partition import block_bounds
-from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
-from sciml.spatial_parallel.split.crossings import split_use
+from sciml.spatial_parallel.split.crossings import block_of, replicated_op
 from sciml.spatial_parallel.split.op_names import refuse
-from sciml.spatial_parallel.split.redistribute import redistribute_along
+from sciml.spatial_parallel.split.redistribute import gather_whole, redistribute_along
 from sciml.spatial_parallel.split.tensor import (
     Handler,
     Shape,
@@ -34,25 +33,32 @@ from sciml.spatial_parallel.split.tensor import (
     local_shape,
     tensors_in,
     unwrap,
+    wrap_replicated,
     wrap_split,
 )
 
 
 # reshapes ------------------------------------------------------------------------------------
+def _places(shape: Shape, before: int, size: int) -> list[int]:
+    """The dims of ``shape`` of ``size`` with ``before`` elements' worth of dims ahead of them."""
+    return [d for d in range(len(shape)) if math.prod(shape[:d]) == before and shape[d] == size]
+
+
 def _reshaped_split(gin: Shape, gout: Shape, split: Split) -> Split | None:
-    """Where each split dim lands in a row-major reshape ``gin -> gout``, or None if it mixes."""
+    """Where each split dim lands in a row-major reshape ``gin -> gout``, or None if it mixes.
+
+    A dim of size 1 can land in any of several size-1 dims at the same place; it
+    takes the one of the same rank among them (``(1, 1, 2, 6) -> (1, 1, 12)`` keeps dim
+    1 as dim 1), and none if there are fewer there (two split dims merged).
+    """
     result = []
     for dim, axis in split:
         before = math.prod(gin[:dim])
-        prefix, found = 1, None
-        for j, size in enumerate(gout):
-            if prefix == before and size == gin[dim]:
-                found = j
-                break
-            prefix *= size
-        if found is None:
+        rank = _places(gin, before, gin[dim]).index(dim)
+        found = _places(gout, before, gin[dim])
+        if rank >= len(found):
             return None
-        result.append((found, axis))
+        result.append((found[rank], axis))
     return tuple(result)
 
 
@@ -60,13 +66,9 @@ def _reshape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
     x = first_split(func, args, kwargs)
     gout = tuple(global_result(func, args, kwargs).shape)
     split = _reshaped_split(x._gshape, gout, x._split)
-    if split is None:
-        raise refuse(
-            func,
-            x._split,
-            f"reshaping the global {x._gshape} to {gout} mixes a split dim with others; "
-            f"keep each split dim whole and in place relative to the dims around it",
-        )
+    if split is None:  # merges split dims (patch tokens): the whole tensor, on every rank
+        whole = wrap_replicated(gather_whole(ctx, unwrap(x), x._split, x._gshape), ctx)
+        return replicated_op(func, (whole, *args[1:]), kwargs)
     target = ctx.local_shape(gout, split)
     plain = unwrap(x)
     name = getattr(func, "__name__", "")
@@ -262,12 +264,8 @@ def _expand(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
     x = args[0]
     if not isinstance(x, SplitTensor):  # plain.expand_as(block): this rank's block of it
         other = args[1] if len(args) > 1 else kwargs["other"]
-        plain = split_use(x, ctx) if is_replicated(x) else x
-        full = plain.expand(other._gshape)
-        for dim, axis in other._split:
-            lo, hi = ctx.bounds(other._gshape[dim], axis)
-            full = full.narrow(dim, lo, hi - lo)
-        return wrap_split(full, ctx, other._gshape, other._split)
+        block = block_of(x, ctx, other._split, other._gshape)
+        return wrap_split(block, ctx, other._gshape, other._split)
     gout = tuple(global_result(func, args, kwargs).shape)
     shift = len(gout) - len(x._gshape)
     split = tuple((d + shift, a) for d, a in x._split)
@@ -286,6 +284,23 @@ def _repeat(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
     gout = tuple(r * s for r, s in zip(repeats, (1,) * shift + x._gshape, strict=True))
     split = tuple((d + shift, a) for d, a in x._split)
     return wrap_split(unwrap(x).repeat(repeats), ctx, gout, split)
+
+
+def _layer_norm(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``F.layer_norm`` over unsplit last dims (tokens, channels last): on the block as it is."""
+    x = first_split(func, args, kwargs)
+    normalised = bind(func, args, kwargs).arguments["normalized_shape"]
+    first = len(x._gshape) - len(normalised)
+    crossed = sorted(d for d, _ in x._split if d >= first)
+    if crossed:
+        raise refuse(
+            func,
+            x._split,
+            f"it normalises over dim {crossed[0]}, which is split; normalise over unsplit "
+            f"(channel) dims only",
+        )
+    out = func(*_unwrapped(args), **{k: unwrap(v) for k, v in kwargs.items()})
+    return wrap_split(out, ctx, x._gshape, x._split)
 
 
 _RESHAPES = (
@@ -340,6 +355,7 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "getitem": getitem,
     "expand": _expand,
     "repeat": _repeat,
+    "layer_norm": _layer_norm,
     "expand_as": _expand,
     "broadcast_to": _expand,
 }

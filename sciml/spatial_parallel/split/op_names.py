@@ -68,6 +68,8 @@ ALIASES = {
     "iand": "bitwise_and",
     "ior": "bitwise_or",
     "ixor": "bitwise_xor",
+    "rmatmul": "matmul",
+    "imatmul": "matmul",
 }
 
 

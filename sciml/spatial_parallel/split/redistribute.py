@@ -120,3 +120,39 @@ def redistribute_along(
     """Re-partition ``x`` (this rank's pieces along ``dim``, split along mesh ``axis``)."""
     coord = ctx.mesh.spatial_coords[axis]
     return redistribute(x, dim, pieces, size, coord=coord, group=ctx.mesh.dim_groups[axis])
+
+
+class _GatherWhole(torch.autograd.Function):
+    """Every rank's block joined along the split dims; the backward keeps this rank's block."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, layout: tuple[tuple[int, int, Any, int], ...]) -> Any:
+        ctx.blocks = []
+        for dim, size, group, coord in layout:
+            bounds = block_bounds(size, dist.get_world_size(group))
+            longest = max(hi - lo for lo, hi in bounds)
+            parts = _gather(x, dim, longest, group)
+            x = torch.cat(
+                [p.narrow(dim, 0, hi - lo) for p, (lo, hi) in zip(parts, bounds, strict=True)], dim
+            )
+            ctx.blocks.append((dim, *bounds[coord]))
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        for dim, lo, hi in ctx.blocks:  # the whole gradient on every rank: no collective
+            grad = grad.narrow(dim, lo, hi - lo)
+        return grad.contiguous(), None
+
+
+def gather_whole(ctx: SplitContext, x: torch.Tensor, split: Any, shape: tuple[int, ...]) -> Any:
+    """The global tensor of which ``x`` is this rank's block (split as ``split``), on every rank.
+
+    The result is replicated over the ranks of the split axes: its gradient is the
+    whole gradient on each of them, of which the backward keeps this rank's block.
+    """
+    layout = tuple(
+        (dim, shape[dim], ctx.mesh.dim_groups[axis], ctx.mesh.spatial_coords[axis])
+        for dim, axis in split
+    )
+    return _GatherWhole.apply(x, layout)

@@ -151,3 +151,25 @@ def test_instance_norm_is_priced_as_the_group_norm_it_equals() -> None:
     for term, nbytes in split.memory.items():
         assert abs(nbytes - grouped.memory[term]) <= (statistics if term == "activations" else 0)
     assert estimate(instance, (1, 1, 1, 1), PROFILE).time["norm"] == 0.0  # nothing to reduce
+
+
+class _Attention(nn.Module):
+    """Patch tokens attending to each other, written as a user writes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.empty = nn.Conv3d(1, 4, 4, stride=4), nn.ModuleList()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        weights = torch.softmax(tokens @ tokens.transpose(1, 2), -1)
+        return (weights @ tokens).transpose(1, 2).reshape(self.embed(x).shape)
+
+
+def test_attention_over_tokens_is_refused_naming_the_op_and_line() -> None:
+    """parallelize runs it on gathered tokens, which the planner does not price; an empty
+    container (no layer of its own) is not what it names."""
+    with pytest.raises(ValueError, match=r"_Attention computes Tensor.matmul on tokens at .*"):
+        trace(_Attention(), (1, 1, 8, 8, 8))
+    with pytest.raises(ValueError, match=r"test_graph.py:\d+; parallelize runs it exactly"):
+        trace(_Attention(), (1, 1, 8, 8, 8))

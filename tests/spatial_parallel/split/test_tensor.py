@@ -55,7 +55,7 @@ def test_model_output_is_a_plain_tensor(facts: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize(
     ("case", "words"),
     [
-        ("broadcast", ["Tensor.add", "would broadcast against the block along split dim 2"]),
+        ("broadcast", ["Tensor.add", "along split dim 2, whose global size is"]),
         ("mixed_layouts", ["different global shapes", "(3, 2, 6, 6, 5)"]),
         ("partial_reduction", ["Tensor.sum", "but not over [3]", "pass keepdim=True"]),
         ("in_place_widening", ["Tensor.add_", "cannot widen"]),
