@@ -135,9 +135,11 @@ def _block_of_replicated(
     enters the split layers after it as the blocks of a sharded input would.
     """
     x = args[0] if args else None
-    if not isinstance(x, ReplicatedTensor) or x.dim() != 5 or module.takes_replicated:
+    if not isinstance(x, ReplicatedTensor) or module.takes_replicated:
         return args
     shape = tuple(unwrap(x).shape)
+    if len(shape) != 5:
+        return args
     return (wrap_split(block_of(x, ctx, VOLUME_SPLIT), ctx, shape, VOLUME_SPLIT), *args[1:])
 
 
