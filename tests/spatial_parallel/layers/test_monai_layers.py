@@ -97,7 +97,8 @@ TRANSFORMERS: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
         (2, 1, 32, 32, 32),
     ),
     "SwinUNETR": (
-        dict(feature_size=12, depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1), window_size=(4, 4, 4)),
+        # two blocks in the first stages: the second shifts its windows (a roll and a mask)
+        dict(feature_size=12, depths=(2, 2, 1, 1), num_heads=(1, 1, 1, 1), window_size=(4, 4, 4)),
         (1, 1, 64, 64, 64),
     ),
 }
