@@ -7,6 +7,8 @@ and a dense head then run replicated (:mod:`sciml.spatial_parallel.split.contrac
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -46,3 +48,56 @@ def test_a_user_vit_matches_one_device(mesh: dict[str, int], nprocs: int) -> Non
         assert result.ok, (rank, result.failures())
         # every parameter has its gradient (none left out by the replicated path)
         assert {f"grad:{n}" for n, _ in PatchViT().named_parameters()} <= set(result.errors)
+
+
+class WindowAttention(nn.Module):
+    """Swin's window attention over 4^3 windows, shifted by 2 (a roll), channels last."""
+
+    def __init__(self, shift: int) -> None:
+        super().__init__()
+        self.shift, self.embed = shift, nn.Conv3d(1, 6, 1)
+        self.qkv, self.proj = nn.Linear(6, 18), nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.embed(x).permute(0, 2, 3, 4, 1)
+        b, d, h, w, c = y.shape
+        y = torch.roll(y, (-self.shift,) * 3, (1, 2, 3))
+        windows = y.view(b, d // 4, 4, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 5, 2, 4, 6, 7)
+        windows = windows.reshape(-1, 64, c)
+        q, k, v = self.qkv(windows).chunk(3, -1)
+        attended = self.proj(torch.softmax(q @ k.transpose(1, 2) / 2, -1) @ v)
+        y = attended.view(b, d // 4, h // 4, w // 4, 4, 4, 4, c).permute(0, 1, 4, 2, 5, 3, 6, 7)
+        y = torch.roll(y.reshape(b, d, h, w, c), (self.shift,) * 3, (1, 2, 3))
+        return y.permute(0, 4, 1, 2, 3)
+
+
+def count_gathers(mesh_kwargs: dict[str, int], model: nn.Module, shape: tuple[int, ...]) -> Any:
+    """``check_parallel``'s comparison, and how many whole tensors the forward gathered."""
+    from sciml.spatial_parallel.split import contract, layout
+
+    calls: list[int] = []
+    original = layout.gather_whole
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return original(*args)
+
+    layout.gather_whole = contract.gather_whole = counted
+    try:
+        return check_parallel(mesh_kwargs, model, shape), len(calls)
+    finally:
+        layout.gather_whole = contract.gather_whole = original
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+def test_window_attention_aligned_with_the_blocks_runs_on_them(shift: int) -> None:
+    """Windows whole within each rank's block: computed there, nothing gathered; across a
+    depth x height mesh the window batch mixes two split dims and is gathered (exact)."""
+    torch.manual_seed(0)
+    model, shape = WindowAttention(shift), (1, 1, 16, 8, 8)
+    for mesh, nprocs, gathers in ((dict(depth=2), 2, 0), (dict(depth=2, height=2), 4, None)):
+        for rank, (result, calls) in enumerate(
+            spawn(count_gathers, nprocs, mesh, model, shape, timeout=300)
+        ):
+            assert result.ok, (mesh, rank, result.failures())
+            assert gathers is None and calls > 0 or calls == gathers, (mesh, calls)

@@ -34,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from sciml.spatial_parallel.layers.base import triple
 from sciml.spatial_parallel.layers.table import CONTAINERS, CostKind, supported_spec
 from sciml.spatial_parallel.partition import TransposeWindow, Window
+from sciml.spatial_parallel.split.contract import TOKEN_MIXING
 from sciml.spatial_parallel.split.op_names import aten_name, op_name, user_line
 
 #: Geometry of one layer along the three spatial dims (``None``: no halo).
@@ -197,10 +198,6 @@ def _check_supported(model: nn.Module) -> None:
                 f"space (parallelize refuses it); the planner models the layers of "
                 f"sciml.spatial_parallel.layers.table.LAYERS"
             )
-
-
-#: Contractions ``parallelize`` computes on token operands gathered whole on every rank.
-TOKEN_MIXING = frozenset({"einsum", "matmul", "bmm", "baddbmm", "scaled_dot_product_attention"})
 
 
 class _Unpriced(Exception):

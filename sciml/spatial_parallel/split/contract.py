@@ -1,25 +1,28 @@
 """Contractions on split blocks: ``einsum``, ``matmul`` and attention.
 
-- ``einsum`` whose split indices all reach the output, each split alike in every
-  operand that has it (tokens against a plain weight, windows against their own
-  keys): computed on the blocks as they are, the result split along those indices;
-- any other contraction of a split operand (queries against every key,
-  ``q @ k.transpose(-2, -1)``, ``scaled_dot_product_attention``): its split operands
-  gathered whole on every rank and the result replicated, each rank computing all
-  of it; the backward keeps each rank's block of the gradient
-  (:func:`~sciml.spatial_parallel.split.redistribute.gather_whole`). Exact, at the
-  memory of the whole operands: a transformer's tokens, not a full-resolution volume.
+``einsum`` and ``matmul`` keep the split of their first split operand along the
+indices that reach the output (queries split along their tokens, windows along
+the window batch) and compute on the blocks: an operand split otherwise (the
+keys and values, split along the tokens the queries attend to) is gathered
+whole on every rank first, and a whole operand (a weight, a gathered one) takes
+this rank's block along the kept indices. Each rank then holds its queries'
+rows of the attention, not all of them. Where nothing can be kept (a split
+index contracted in every operand, ``scaled_dot_product_attention``,
+``multi_head_attention_forward``), every split operand is gathered and the
+result is replicated, each rank computing all of it. The gathers' backward
+keeps each rank's block of a gradient summed over the ranks that used it
+(:func:`~sciml.spatial_parallel.split.redistribute.gather_whole`,
+:func:`~sciml.spatial_parallel.split.crossings.split_use`). Exact, at the memory
+of the gathered operands: a transformer's keys and values, not a volume.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sciml.spatial_parallel.replicated import is_replicated
-from sciml.spatial_parallel.split.crossings import replicated_op, split_use
+from sciml.spatial_parallel.split.crossings import block_of, replicated_op
 from sciml.spatial_parallel.split.redistribute import gather_whole
 from sciml.spatial_parallel.split.tensor import (
-    Split,
     SplitContext,
     SplitTensor,
     global_result,
@@ -28,7 +31,21 @@ from sciml.spatial_parallel.split.tensor import (
     wrap_split,
 )
 
-__all__ = ["HANDLERS", "gathered"]
+__all__ = ["HANDLERS", "TOKEN_MIXING", "gathered"]
+
+#: Contractions over tokens: their split operands are gathered unless they line up
+#: (``einsum``, ``matmul``, ``bmm``: :func:`_kept`); the planner refuses to price them.
+TOKEN_MIXING = frozenset(
+    {
+        *("einsum", "matmul", "bmm", "baddbmm", "mm"),
+        *("scaled_dot_product_attention", "multi_head_attention_forward"),
+    }
+)
+
+
+def _whole(ctx: SplitContext, t: Any) -> Any:
+    """A split operand gathered whole on every rank, as a replicated tensor."""
+    return wrap_replicated(gather_whole(ctx, unwrap(t), t._split, t._gshape), ctx)
 
 
 def gathered(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -36,8 +53,7 @@ def gathered(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
 
     def whole(value: Any) -> Any:
         if isinstance(value, SplitTensor):
-            block = unwrap(value)
-            return wrap_replicated(gather_whole(ctx, block, value._split, value._gshape), ctx)
+            return _whole(ctx, value)
         if isinstance(value, list | tuple):
             return type(value)(whole(v) for v in value)
         return value
@@ -45,52 +61,90 @@ def gathered(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
     return replicated_op(func, whole(args), {k: whole(v) for k, v in kwargs.items()})
 
 
-def _operands(args: tuple[Any, ...]) -> list[Any]:
-    """``torch.einsum(eq, a, b)`` and ``torch.einsum(eq, [a, b])`` alike."""
-    if len(args) == 2 and isinstance(args[1], list | tuple):
-        return list(args[1])
-    return list(args[1:])
+def _kept(terms: list[str], output: str, operands: list[Any]) -> dict[str, int]:
+    """Index -> mesh axis of the splits the result keeps: the first split operand's first.
+
+    An operand joins if each of its split indices reaches the output on an axis no other
+    kept index uses, and it is split along every kept index it has (alike).
+    """
+    kept: dict[str, tuple[int, int]] = {}  # index -> (mesh axis, global size)
+    for term, operand in zip(terms, operands, strict=True):
+        if not isinstance(operand, SplitTensor):
+            continue
+        mine = {term[d]: (a, operand._gshape[d]) for d, a in operand._split}
+        used = {axis for letter, (axis, _) in kept.items() if letter not in mine}
+        if all(
+            letter in output and kept.get(letter, found) == found and found[0] not in used
+            for letter, found in mine.items()
+        ) and all(letter in mine for letter in kept if letter in term):
+            kept |= mine
+    return {letter: axis for letter, (axis, _) in kept.items()}
 
 
-def _local_split(equation: Any, operands: list[Any]) -> Split | None:
-    """The output's split if every split index reaches it, split alike wherever it occurs."""
-    if not isinstance(equation, str) or "..." in equation or "->" not in equation:
+def _on_blocks(
+    ctx: SplitContext,
+    func: Any,
+    args: tuple[Any, ...],
+    terms: list[str],
+    output: str,
+    at: list[int],
+) -> Any:
+    """``func`` computed on blocks of its operands, the result split along the kept indices.
+
+    The operands are ``args[i]`` for ``i`` in ``at``, indexed by ``terms``; None if no
+    split can be kept.
+    """
+    operands = [args[i] for i in at]
+    kept = _kept(terms, output, operands)
+    if not kept:
         return None
-    inputs, output = equation.replace(" ", "").split("->")
-    terms = inputs.split(",")
-    if len(terms) != len(operands):
-        return None
-    letters: dict[str, tuple[int, int]] = {}  # index -> (mesh axis, global size)
-    for term, operand in zip(terms, operands, strict=True):
-        for dim, axis in getattr(operand, "_split", ()):
-            found = letters.setdefault(term[dim], (axis, operand._gshape[dim]))
-            if found != (axis, operand._gshape[dim]):
-                return None
-    axes = [axis for axis, _ in letters.values()]
-    if len(set(axes)) != len(axes) or any(letter not in output for letter in letters):
-        return None
-    for term, operand in zip(terms, operands, strict=True):
-        for letter, (axis, _) in letters.items():
-            if letter in term and (term.index(letter), axis) not in getattr(operand, "_split", ()):
-                return None  # a whole operand along a split index: contract it gathered
-    return tuple(sorted((output.index(letter), axis) for letter, (axis, _) in letters.items()))
+    prepared = list(args)
+    for i, term, operand in zip(at, terms, operands, strict=True):
+        mine = {term[d] for d, _ in getattr(operand, "_split", ())}
+        if isinstance(operand, SplitTensor) and mine <= set(kept):
+            prepared[i] = unwrap(operand)
+            continue
+        if isinstance(operand, SplitTensor):  # split otherwise: gathered, then its block
+            operand = _whole(ctx, operand)
+        along = tuple(
+            (d, kept[letter])
+            for d, letter in enumerate(term)
+            if letter in kept and operand.shape[d] != 1
+        )
+        prepared[i] = block_of(operand, ctx, along)
+    gshape = tuple(global_result(func, args, {}).shape)
+    split = tuple(sorted((output.index(letter), axis) for letter, axis in kept.items()))
+    return wrap_split(func(*prepared), ctx, gshape, split)
 
 
 def _einsum(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    operands = _operands(args)
-    split = None if kwargs else _local_split(args[0], operands)
-    if split is None:
+    equation = args[0]
+    listed = len(args) == 2 and isinstance(args[1], list | tuple)
+    if kwargs or listed or not isinstance(equation, str) or "->" not in equation:
         return gathered(ctx, func, args, kwargs)
-    gshape = tuple(global_result(func, args, kwargs).shape)
+    inputs, output = equation.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    if "." in equation or len(terms) != len(args) - 1:
+        return gathered(ctx, func, args, kwargs)
+    out = _on_blocks(ctx, func, args, terms, output, list(range(1, len(args))))
+    return gathered(ctx, func, args, kwargs) if out is None else out
 
-    def local(t: Any) -> Any:
-        return split_use(t, ctx) if is_replicated(t) else unwrap(t)
 
-    return wrap_split(func(args[0], *(local(t) for t in operands)), ctx, gshape, split)
+def _matmul(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``a @ b`` of operands of rank >= 2 (batch dims broadcast from the right), else gathered."""
+    if len(args) != 2 or kwargs or min(args[0].dim(), args[1].dim()) < 2:
+        return gathered(ctx, func, args, kwargs)
+    batch = "abcdefgh"[: max(args[0].dim(), args[1].dim()) - 2]
+    pairs = zip(args, ("ik", "kj"), strict=True)
+    terms = [batch[len(batch) - (t.dim() - 2) :] + pair for t, pair in pairs]
+    out = _on_blocks(ctx, func, args, terms, batch + "ij", [0, 1])
+    return gathered(ctx, func, args, kwargs) if out is None else out
 
 
 #: Handlers by op name (read by :mod:`.dispatch`).
 HANDLERS = {
+    **dict.fromkeys(TOKEN_MIXING, gathered),
     "einsum": _einsum,
-    **dict.fromkeys(("matmul", "bmm", "baddbmm", "mm", "scaled_dot_product_attention"), gathered),
+    "matmul": _matmul,
+    "bmm": _matmul,
 }

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from sciml.spatial_parallel.replicated import is_replicated
+from sciml.spatial_parallel.split.crossings import block_of
 from sciml.spatial_parallel.split.tensor import (
     ReplicatedTensor,
     SplitContext,
@@ -76,9 +77,17 @@ def _local_batch(block: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]
 
 
 def unwrap_outputs(output: Any) -> Any:
-    """The model's outputs as plain tensors (replicated ones tagged), in tuples, lists, dicts."""
+    """The model's outputs as plain tensors (replicated ones tagged), in tuples, lists, dicts.
+
+    A volume computed whole on every rank (from gathered tokens) leaves as this rank's
+    block, as every volume output does; a pooled one (spatial size 1) stays replicated.
+    """
     if isinstance(output, tuple | list):
         return type(output)(unwrap_outputs(o) for o in output)
     if isinstance(output, dict):
         return {k: unwrap_outputs(v) for k, v in output.items()}
+    if isinstance(output, ReplicatedTensor):
+        shape = tuple(unwrap(output).shape)
+        if len(shape) == 5 and max(shape[2:]) > 1:
+            return block_of(output, output._ctx, VOLUME_SPLIT)
     return unwrap(output)
