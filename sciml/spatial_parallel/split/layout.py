@@ -84,7 +84,7 @@ def _reshaped_split(gin: Shape, gout: Shape, split: Split, grid: Sequence[int]) 
     dim, lands in the outer one where the blocks allow (:func:`_outer_factor`); two
     split dims in one output dim, or blocks that do not line up, give None.
     """
-    result = []
+    result: list[tuple[int, int]] = []
     for dim, axis in split:
         before = math.prod(gin[:dim])
         rank = _places(gin, before, gin[dim]).index(dim)
