@@ -325,3 +325,19 @@ def test_the_scale_benchmark_runs_quick(monkeypatch: pytest.MonkeyPatch, tmp_pat
     ]
     assert all(row["peak_rss_mib"] > 0 for row in evaluated)
     assert evaluated[1]["max_rel_diff"] < 1e-9
+
+
+@pytest.mark.system
+def test_the_token_gathers_benchmark_runs_quick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """UNETR's keys and values gathered on a depth split, its tokens once on 2 x 2."""
+    pytest.importorskip("einops")
+    module = _benchmark(monkeypatch, "spatial_token_gathers")
+    out = tmp_path / "gathers.json"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["ranks"]) for r in rows] == [("UNETR", 2), ("UNETR", 4)]
+    assert all(r["same_on_every_rank"] for r in rows)
+    assert (rows[0]["gathers"], rows[0]["largest_elements"]) == (24, 8 * 12)  # k, v a layer
+    assert rows[1]["gathers"] == 1  # the token flatten merges depth and height
