@@ -133,6 +133,11 @@ CASES: dict[str, Any] = {
     "einsum_channels": lambda m, y: (
         torch.einsum("ncdhw,c->ndhw", y, torch.linspace(1, 2, 3, dtype=y.dtype))[:, None] * y
     ),
+    # one index split along two mesh axes by its operands, and a diagonal: gathered
+    "einsum_crossed_and_diagonal": lambda m, y: (
+        lambda z: torch.einsum("ncdhw,ncdhw->ncdhw", z, z.transpose(2, 3))
+        + torch.einsum("ncddw->ncdw", z).unsqueeze(3)
+    )(y[:, :, :6]),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),

@@ -61,14 +61,16 @@ def gathered(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
     return replicated_op(func, whole(args), {k: whole(v) for k, v in kwargs.items()})
 
 
-def _kept(terms: list[str], output: str, operands: list[Any]) -> dict[str, int]:
-    """Index -> mesh axis of the splits the result keeps: the first split operand's first.
+def _kept(terms: list[str], output: str, operands: list[Any]) -> tuple[dict[str, int], set[int]]:
+    """The splits the result keeps (index -> mesh axis), and the operands computed as blocks.
 
-    An operand joins if each of its split indices reaches the output on an axis no other
-    kept index uses, and it is split along every kept index it has (alike).
+    The first split operand's splits come first. A split operand joins if each of its
+    split indices reaches the output on an axis no other kept index uses, and it is
+    split alike along every kept index it has; the others are gathered.
     """
     kept: dict[str, tuple[int, int]] = {}  # index -> (mesh axis, global size)
-    for term, operand in zip(terms, operands, strict=True):
+    joined: set[int] = set()
+    for i, (term, operand) in enumerate(zip(terms, operands, strict=True)):
         if not isinstance(operand, SplitTensor):
             continue
         mine = {term[d]: (a, operand._gshape[d]) for d, a in operand._split}
@@ -78,7 +80,8 @@ def _kept(terms: list[str], output: str, operands: list[Any]) -> dict[str, int]:
             for letter, found in mine.items()
         ) and all(letter in mine for letter in kept if letter in term):
             kept |= mine
-    return {letter: axis for letter, (axis, _) in kept.items()}
+            joined.add(i)
+    return {letter: axis for letter, (axis, _) in kept.items()}, joined
 
 
 def _on_blocks(
@@ -95,13 +98,14 @@ def _on_blocks(
     split can be kept.
     """
     operands = [args[i] for i in at]
-    kept = _kept(terms, output, operands)
+    if any(len(set(index)) != len(index) for index in (*terms, output)):
+        return None  # a diagonal: not on blocks
+    kept, joined = _kept(terms, output, operands)
     if not kept:
         return None
     prepared = list(args)
-    for i, term, operand in zip(at, terms, operands, strict=True):
-        mine = {term[d] for d, _ in getattr(operand, "_split", ())}
-        if isinstance(operand, SplitTensor) and mine <= set(kept):
+    for n, (i, term, operand) in enumerate(zip(at, terms, operands, strict=True)):
+        if n in joined:
             prepared[i] = unwrap(operand)
             continue
         if isinstance(operand, SplitTensor):  # split otherwise: gathered, then its block
