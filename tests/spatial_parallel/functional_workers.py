@@ -135,8 +135,10 @@ CASES: dict[str, Any] = {
     ),
     # one index split along two mesh axes by its operands, and a diagonal: gathered
     "einsum_crossed_and_diagonal": lambda m, y: (
-        lambda z: torch.einsum("ncdhw,ncdhw->ncdhw", z, z.transpose(2, 3))
-        + torch.einsum("ncddw->ncdw", z).unsqueeze(3)
+        lambda z: (
+            torch.einsum("ncdhw,ncdhw->ncdhw", z, z.transpose(2, 3))
+            + torch.einsum("ncddw->ncdw", z).unsqueeze(3)
+        )
     )(y[:, :, :6]),
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
