@@ -10,8 +10,7 @@ op and the split dim. ``pad`` is in :mod:`.pad`, ``interpolate`` in :mod:`.resam
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,10 +21,9 @@ from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.crossings import block_of, replicated_op
 from sciml.spatial_parallel.split.op_names import refuse
 from sciml.spatial_parallel.split.redistribute import gather_whole, redistribute_along
+from sciml.spatial_parallel.split.reshaped import reshaped_split
 from sciml.spatial_parallel.split.tensor import (
     Handler,
-    Shape,
-    Split,
     SplitContext,
     SplitTensor,
     first_split,
@@ -39,68 +37,11 @@ from sciml.spatial_parallel.split.tensor import (
 
 
 # reshapes ------------------------------------------------------------------------------------
-def _places(shape: Shape, before: int, size: int) -> list[int]:
-    """The dims of ``shape`` of ``size`` with ``before`` elements' worth of dims ahead of them."""
-    return [d for d in range(len(shape)) if math.prod(shape[:d]) == before and shape[d] == size]
-
-
-def _outer_factor(gin: Shape, gout: Shape, dim: int, parts: int) -> int | None:
-    """The output dim whose outer factor is split dim ``dim``, or which is its outer factor.
-
-    ``(2, 3, 4) -> (2, 12)`` merges dim 1 with the dims after it (its block of 3
-    becomes one of 12), ``(12, 5) -> (4, 3, 5)`` cuts dim 0 into an outer dim of 4
-    and an inner one of 3 (the split goes to the outer one): the layout holds when
-    every rank's block of ``dim`` is a standard block of the output dim scaled by
-    the inner factor (Swin's windows aligned with the blocks), else None.
-    """
-    before, size, inner = math.prod(gin[:dim]), gin[dim], math.prod(gin[dim + 1 :])
-    found = [j for j in range(len(gout)) if math.prod(gout[:j]) == before and gout[j] > 1]
-    if not found:
-        return None
-    j = found[0]
-    outer, below = gout[j], math.prod(gout[j + 1 :])
-    if size * inner != outer * below:
-        return None
-    if outer > size and outer % size == 0 and inner == outer // size * below:
-        return j if _scaled_blocks(size, outer, parts) else None
-    if outer < size and size % outer == 0 and below == size // outer * inner:
-        return j if _scaled_blocks(outer, size, parts) else None
-    return None
-
-
-def _scaled_blocks(small: int, large: int, parts: int) -> bool:
-    """Whether the standard blocks of ``large`` are those of ``small`` times ``large / small``."""
-    scale = large // small
-    scaled = [(lo * scale, hi * scale) for lo, hi in block_bounds(small, parts)]
-    return [tuple(b) for b in block_bounds(large, parts)] == scaled
-
-
-def _reshaped_split(gin: Shape, gout: Shape, split: Split, grid: Sequence[int]) -> Split | None:
-    """Where each split dim lands in a row-major reshape ``gin -> gout``, or None if it mixes.
-
-    A dim of size 1 can land in any of several size-1 dims at the same place; it
-    takes the one of the same rank among them (``(1, 1, 2, 6) -> (1, 1, 12)`` keeps dim
-    1 as dim 1). A dim merged with the dims after it, or cut into an outer and an inner
-    dim, lands in the outer one where the blocks allow (:func:`_outer_factor`); two
-    split dims in one output dim, or blocks that do not line up, give None.
-    """
-    result: list[tuple[int, int]] = []
-    for dim, axis in split:
-        before = math.prod(gin[:dim])
-        rank = _places(gin, before, gin[dim]).index(dim)
-        found = _places(gout, before, gin[dim])
-        j = found[rank] if rank < len(found) else _outer_factor(gin, gout, dim, grid[axis])
-        if j is None or any(j == k for k, _ in result):
-            return None
-        result.append((j, axis))
-    return tuple(result)
-
-
 def _reshape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     x = first_split(func, args, kwargs)
     gout = tuple(global_result(func, args, kwargs).shape)
-    split = _reshaped_split(x._gshape, gout, x._split, ctx.mesh.grid)
-    if split is None:  # merges split dims (patch tokens): the whole tensor, on every rank
+    split = reshaped_split(x._gshape, gout, x._split, ctx.mesh.grid)
+    if split is None:  # two split dims merged, blocks astride: the whole tensor on every rank
         whole = wrap_replicated(gather_whole(ctx, unwrap(x), x._split, x._gshape), ctx)
         return replicated_op(func, (whole, *args[1:]), kwargs)
     target = ctx.local_shape(gout, split)
