@@ -338,6 +338,6 @@ def test_the_token_gathers_benchmark_runs_quick(
     assert module.main(["--quick", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [(r["model"], r["ranks"]) for r in rows] == [("UNETR", 2), ("UNETR", 4)]
-    assert all(r["same_on_every_rank"] for r in rows)
+    assert all(r["same_on_every_rank"] and r["within_bounds"] for r in rows)
     assert (rows[0]["gathers"], rows[0]["largest_elements"]) == (24, 8 * 12)  # k, v a layer
     assert rows[1]["gathers"] == 1  # the token flatten merges depth and height
