@@ -6,26 +6,25 @@ UNETR (``img_size`` 32, hidden 12, 12 layers: 8 patch tokens) and SwinUNETR
 (``feature_size`` 12, depths 2, 2, 1, 1, windows of 4: a 64^3 input) run one forward
 and backward pass of a parallel copy on depth=2 (2 ranks) and depth=2 x height=2
 (4 ranks). Every tensor gathered whole on a rank
-(:func:`sciml.spatial_parallel.split.redistribute.gather_whole`: the keys and values
-of attention, tokens or windows that merge two split dims) is counted: ``gathers``
+(:func:`sciml.spatial_parallel.split.redistribute.recorded_gathers`: the keys and
+values of attention, windows that straddle the blocks) is counted: ``gathers``
 and the largest one's elements, against the first stage's activation
 (``volume_elements``: the input's voxels times the first stage's channels).
 ``max_rel_error_f64``: the largest relative error, over every quantity
 :func:`sciml.spatial_parallel.testing.check_parallel` compares (outputs, input and
 parameter gradients), of the parallel network in float64 against one device.
 
-Measured on this 2-core machine: UNETR on depth=2, 24 gathers of 96 elements (the
-keys and values of 8 tokens, two a layer), queries and MLPs on the blocks; on 2 x 2,
-one gather (the tokens, which merge two split dims), then the ViT on every rank.
-SwinUNETR on depth=2, 2 gathers of at most 6,144 elements (the deepest stages,
-whose blocks are thinner than a window); on 2 x 2, 6 gathers of up to 393,216
-elements, the first stage's whole 32^3 x 12 volume. ``--quick``: UNETR only.
+Measured on this 2-core machine, on both meshes alike: UNETR, 24 gathers of 96
+elements (the keys and values of 8 tokens, two a layer), its queries, MLPs and
+norms on the blocks (on 2 x 2 the tokens merge two split dims and stay on the
+blocks as folded tokens); SwinUNETR, 2 gathers of at most 6,144 elements (the
+deepest stage, whose blocks are thinner than a window), every other window
+attention on the blocks (on 2 x 2 its window batch is folded too). ``--quick``: UNETR only.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import torch
 from _report import write_report
@@ -64,23 +63,12 @@ def build(name: str) -> tuple[torch.nn.Module, tuple[int, ...], int]:
 def gathers(mesh_kwargs: dict[str, int], name: str) -> dict[str, int]:
     """One forward and backward pass: the whole tensors gathered, counted on this rank."""
     from sciml.spatial_parallel import SpatialMesh, parallelize, shard
-    from sciml.spatial_parallel.split import contract, layout
+    from sciml.spatial_parallel.split.redistribute import recorded_gathers
 
-    seen: list[int] = []
-    original = layout.gather_whole
-
-    def counted(*args: Any) -> Any:
-        out = original(*args)
-        seen.append(out.numel())
-        return out
-
-    layout.gather_whole = contract.gather_whole = counted
-    try:
+    with recorded_gathers() as seen:
         net, shape, _ = build(name)
         mesh = SpatialMesh(**mesh_kwargs)
         parallelize(net, mesh)(shard(torch.randn(shape), mesh)).sum().backward()
-    finally:
-        layout.gather_whole = contract.gather_whole = original
     return {"gathers": len(seen), "largest_elements": max(seen, default=0)}
 
 

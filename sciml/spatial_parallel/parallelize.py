@@ -19,6 +19,7 @@ from sciml.spatial_parallel.layers.window import WindowLayer
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.shapes import ShapeTrace, meta_copy
 from sciml.spatial_parallel.split.crossings import block_of
+from sciml.spatial_parallel.split.folded import whole
 from sciml.spatial_parallel.split.hooks import (
     VOLUME_SPLIT,
     unwrap_inputs,
@@ -28,11 +29,13 @@ from sciml.spatial_parallel.split.hooks import (
 )
 from sciml.spatial_parallel.split.op_names import split_names
 from sciml.spatial_parallel.split.tensor import (
+    FoldedTensor,
     ReplicatedTensor,
     SplitContext,
     SplitTensor,
     eager,
     unwrap,
+    wrap_folded,
     wrap_split,
 )
 
@@ -126,6 +129,20 @@ def _other_layout(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[Any, Any
     return x._gshape, x._split
 
 
+#: A folded block's layout: global shape, merged dim, its factors and their split.
+Folding = tuple[tuple[int, ...], int, tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def _folding(module: SpatialLayer, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+    """``args`` with a folded block gathered whole unless the layer takes it; its layout."""
+    x = args[0] if args else None
+    if not isinstance(x, FoldedTensor):
+        return args, None
+    if not module.takes_folded():
+        return (whole(x), *args[1:]), None
+    return args, (x._gshape, x._dim, x._factors, x._fsplit)
+
+
 def _block_of_replicated(
     module: SpatialLayer, args: tuple[Any, ...], ctx: SplitContext
 ) -> tuple[Any, ...]:
@@ -156,6 +173,7 @@ def _trace_shapes(
     shape = None if input_shape is None else tuple(input_shape)
     trace = ShapeTrace(meta_copy(original), names, ctx.mesh, input_shape=shape)
     layouts: dict[str, tuple[Any, Any] | None] = {}
+    foldings: dict[str, Folding | None] = {}
 
     @eager
     def enter(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -180,8 +198,14 @@ def _trace_shapes(
             if traced is None and ctx.mesh.data == 1 and args and isinstance(args[0], SplitTensor):
                 traced = args[0]._gshape  # untraced: the block knows its global shape
             module._traced = traced
+            args, folding = _folding(module, args)
+            foldings[name] = folding
             args = _block_of_replicated(module, args, ctx)
-            layout = layouts[name] = _other_layout(module, args)
+            if folding is None:
+                layout = layouts[name] = _other_layout(module, args)
+            else:  # the merged dim counts as a split one in the layer's checks
+                shape, dim, _, fsplit = folding
+                layout = layouts[name] = (shape, ((dim, fsplit[0][1]),))
             module._block_layout = layout
             return unwrap_inputs(args)
 
@@ -190,7 +214,12 @@ def _trace_shapes(
             if not (trace.inside and ctx.enabled):  # called on its own: plain in, plain out
                 return output
             assert isinstance(module, SpatialLayer)
-            layout = layouts[name]
+            layout, folding = layouts[name], foldings[name]
+            if folding is not None:  # windows or tokens merged across split dims
+                shape, dim, factors, fsplit = folding
+                sizes = zip(shape, output.shape, strict=True)
+                merged = tuple(g if d == dim else o for d, (g, o) in enumerate(sizes))
+                return wrap_folded(output, ctx, merged, dim, factors, fsplit)
             if layout is not None:  # channels last, tokens: the block's own layout
                 shape, split = layout
                 split_dims = {dim for dim, _ in split}

@@ -27,6 +27,24 @@ def _in_place_ops(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     return z + y
 
 
+def _folded_tokens(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """Tokens flattened across the split dims (merged across depth and height: folded).
+
+    Per-token ops and contractions that keep the tokens stay on the blocks; attention's
+    keys, and a mean over the tokens, are gathered whole.
+    """
+    t = y.flatten(2).transpose(1, 2)  # (N, tokens, C)
+    t = t * m.scale + torch.linspace(0, 1, t.shape[1], dtype=t.dtype)[:, None]
+    attended = torch.einsum("ntc,nsc->nts", t, t).softmax(-1) @ t
+    per_token = m.norm(t)[..., :2].sum(-1, keepdim=True) + t.max(-1).values[:, :, None]
+    parts = torch.stack(t.unbind(-1), -1).chunk(3, -1)[1] + t.mean(1, keepdim=True)
+    batch_first = t.transpose(0, 1)  # tokens as the batch of a matmul
+    gram = (batch_first @ batch_first.transpose(1, 2)).sum(-1).transpose(0, 1)[..., None]
+    out = (attended + per_token + parts).clone()
+    out.mul_(0.5)
+    return (out + gram).transpose(1, 2).reshape(y.shape) + y
+
+
 #: Forward code after a convolution, by case name; each returns the model output.
 CASES: dict[str, Any] = {
     "mean_head": lambda m, y: m.head(y.mean(dim=(2, 3, 4))),
@@ -140,6 +158,7 @@ CASES: dict[str, Any] = {
             + torch.einsum("ncddw->ncdw", z).unsqueeze(3)
         )
     )(y[:, :, :6]),
+    "folded_tokens": _folded_tokens,
     "squeeze_excitation": lambda m, y: (
         y * torch.sigmoid(m.fc(m.pool(y).flatten(1))).view(y.shape[0], 3, 1, 1, 1)
     ),
@@ -219,6 +238,17 @@ def compare_cases(
         result = compare_parallel(model, mesh, shape, dtype=torch.float64, steps=2)
         out[case] = max(result.errors.values())
     return out
+
+
+def folded_gathers(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> list[int]:
+    """The sizes of the tensors the ``folded_tokens`` case gathers whole in one forward."""
+    from sciml.spatial_parallel.split.redistribute import recorded_gathers
+
+    mesh = SpatialMesh(**mesh_kwargs)
+    model = parallelize(UserModule("folded_tokens").double(), mesh)
+    with recorded_gathers() as sizes:
+        model(shard(torch.randn(shape, dtype=torch.float64), mesh))
+    return sizes
 
 
 def refused_messages(mesh_kwargs: dict[str, int], shape: tuple[int, ...]) -> dict[str, str]:

@@ -76,6 +76,14 @@ class SpatialLayer:
         layer._check()
         return layer
 
+    def takes_folded(self) -> bool:
+        """Whether it takes a block of windows or tokens merged across split dims as it is.
+
+        Layers acting on each window or token alone do (override); the others get
+        such a block gathered whole.
+        """
+        return False
+
     def _check(self) -> None:
         """Raise if the configuration cannot be split (override)."""
 

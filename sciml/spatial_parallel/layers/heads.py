@@ -57,6 +57,10 @@ class _EitherSide(SpatialLayer):
     any_layout = True
     takes_replicated = True
 
+    def takes_folded(self) -> bool:
+        """Yes: it acts along unsplit dims alone (refusing the merged dim as a split one)."""
+        return True
+
     def _split_dims(self, x: torch.Tensor) -> set[int] | None:
         """The dims (after the batch) along which ``x`` is a block of a larger tensor.
 
@@ -221,6 +225,10 @@ class SpatialDropout(SpatialLayer, nn.Dropout):
 
     any_layout = True
     takes_replicated = True
+
+    def takes_folded(self) -> bool:
+        """Only as the identity (eval mode, ``p=0``): a mask's block would need its factors."""
+        return not self.training or self.p == 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Zero elements with the single-device mask (identity in eval mode)."""

@@ -1,5 +1,7 @@
 """Contractions on split blocks: ``einsum``, ``matmul`` and attention.
 
+(Contractions of folded blocks, tokens merged across split dims, are in :mod:`.folded`.)
+
 ``einsum`` and ``matmul`` keep the split of their first split operand along the
 indices that reach the output (queries split along their tokens, windows along
 the window batch) and compute on the blocks: an operand split otherwise (the
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from sciml.spatial_parallel.split.crossings import block_of, replicated_op
+from sciml.spatial_parallel.split.op_names import aten_name
 from sciml.spatial_parallel.split.redistribute import gather_whole
 from sciml.spatial_parallel.split.tensor import (
     SplitContext,
@@ -31,7 +34,7 @@ from sciml.spatial_parallel.split.tensor import (
     wrap_split,
 )
 
-__all__ = ["HANDLERS", "TOKEN_MIXING", "gathered"]
+__all__ = ["HANDLERS", "TOKEN_MIXING", "gathered", "terms_of"]
 
 #: Contractions over tokens: their split operands are gathered unless they line up
 #: (``einsum``, ``matmul``, ``bmm``: :func:`_kept`); the planner refuses to price them.
@@ -121,34 +124,42 @@ def _on_blocks(
     return wrap_split(func(*prepared), ctx, gshape, split)
 
 
-def _einsum(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    equation = args[0]
-    listed = len(args) == 2 and isinstance(args[1], list | tuple)
-    if kwargs or listed or not isinstance(equation, str) or "->" not in equation:
-        return gathered(ctx, func, args, kwargs)
-    inputs, output = equation.replace(" ", "").split("->")
-    terms = inputs.split(",")
-    if "." in equation or len(terms) != len(args) - 1:
-        return gathered(ctx, func, args, kwargs)
-    out = _on_blocks(ctx, func, args, terms, output, list(range(1, len(args))))
-    return gathered(ctx, func, args, kwargs) if out is None else out
+def terms_of(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[str], str, list[int]] | None:
+    """An ``einsum``, ``matmul`` or ``bmm`` call as einsum terms, output and operand positions.
 
-
-def _matmul(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``a @ b`` of operands of rank >= 2 (batch dims broadcast from the right), else gathered."""
-    if len(args) != 2 or kwargs or min(args[0].dim(), args[1].dim()) < 2:
-        return gathered(ctx, func, args, kwargs)
+    ``matmul`` operands of rank >= 2 broadcast their batch dims from the right; None for
+    calls without such a form (keywords, ellipses, operand lists, vectors).
+    """
+    if kwargs or getattr(func, "__name__", "") == "__rmatmul__":  # operands swapped
+        return None
+    if aten_name(func) == "einsum":
+        equation = args[0]
+        if len(args) < 2 or not isinstance(equation, str) or "->" not in equation:
+            return None
+        inputs, output = equation.replace(" ", "").split("->")
+        terms = inputs.split(",")
+        if "." in equation or len(terms) != len(args) - 1:
+            return None
+        return terms, output, list(range(1, len(args)))
+    if len(args) != 2 or min(args[0].dim(), args[1].dim()) < 2:
+        return None
     batch = "abcdefgh"[: max(args[0].dim(), args[1].dim()) - 2]
     pairs = zip(args, ("ik", "kj"), strict=True)
     terms = [batch[len(batch) - (t.dim() - 2) :] + pair for t, pair in pairs]
-    out = _on_blocks(ctx, func, args, terms, batch + "ij", [0, 1])
+    return terms, batch + "ij", [0, 1]
+
+
+def _contract(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``einsum``/``matmul``/``bmm`` on blocks where a split can be kept, else gathered."""
+    parsed = terms_of(func, args, kwargs)
+    out = None if parsed is None else _on_blocks(ctx, func, args, *parsed)
     return gathered(ctx, func, args, kwargs) if out is None else out
 
 
 #: Handlers by op name (read by :mod:`.dispatch`).
 HANDLERS = {
     **dict.fromkeys(TOKEN_MIXING, gathered),
-    "einsum": _einsum,
-    "matmul": _matmul,
-    "bmm": _matmul,
+    **dict.fromkeys(("einsum", "matmul", "bmm"), _contract),
 }

@@ -16,6 +16,8 @@ import torch
 
 from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split import contract as split_contract
+from sciml.spatial_parallel.split import folded as split_folded
+from sciml.spatial_parallel.split import folded_ops as split_folded_ops
 from sciml.spatial_parallel.split import layout as split_layout
 from sciml.spatial_parallel.split import ops as split_ops
 from sciml.spatial_parallel.split.crossings import (
@@ -34,14 +36,17 @@ from sciml.spatial_parallel.split.op_names import (
     aten_name,
     refuse,
     split_names,
+    writes_in_place,
 )
 from sciml.spatial_parallel.split.pad import pad_blocks
 from sciml.spatial_parallel.split.resample import adaptive_avg_pool_blocks, interpolate_blocks
 from sciml.spatial_parallel.split.tensor import (
+    FoldedTensor,
     Handler,
     Split,
     SplitContext,
     SplitTensor,
+    dispatch,
     first_split,
     local_shape,
     map_tensors,
@@ -65,14 +70,26 @@ _CACHE: dict[Any, Handler] = {}
 
 
 def handle(
-    func: Any, first: SplitTensor | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    func: Any,
+    first: SplitTensor | FoldedTensor | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
-    """Run ``func`` as on the global tensors (``first``: its first split argument, if any)."""
+    """Run ``func`` as on the global tensors (``first``: its first split argument, if any).
+
+    An op that a folded block does not keep (:func:`.folded.on_blocks`) runs on it
+    gathered whole.
+    """
     if first is None:
         return replicated_op(func, args, kwargs)
     handler = _CACHE.get(func)
     if handler is None:
         handler = _CACHE[func] = _classify(func)
+    if isinstance(first, FoldedTensor):
+        out = split_folded_ops.on_blocks(first, func, args, kwargs, pointwise=handler is pointwise)
+        if out is not NotImplemented:
+            return out
+        return dispatch(func, *split_folded.gathered(args, kwargs))
     return handler(first._ctx, func, args, kwargs)
 
 
@@ -218,14 +235,14 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
         )
     ):
         x = args[0]
-        block = write_target(x) if _in_place(func, kwargs) else unwrap(x)
+        block = write_target(x) if writes_in_place(func, kwargs) else unwrap(x)
         return wrap_split(func(block, *args[1:], **kwargs), ctx, x._gshape, x._split)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
     splits = [t for t in every if isinstance(t, SplitTensor)]
     first = splits[0]
     layout = _common_layout(func, splits)
     target = args[0]
-    written = target if isinstance(target, SplitTensor) and _in_place(func, kwargs) else None
+    written = target if isinstance(target, SplitTensor) and writes_in_place(func, kwargs) else None
     if written is not None and any(
         written._gshape[d] < layout[d - len(written._gshape)][1] for d, _ in written._split
     ):
@@ -268,19 +285,6 @@ def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[
     gshape = np.broadcast_shapes(*shapes)  # torch's costs a third of a millisecond
     split = tuple((out_dims + neg, axis) for neg, (axis, _) in sorted(layout.items()))
     return _wrap_like(func, ctx, out, gshape, split)
-
-
-def _in_place(func: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether ``func`` writes into its first argument (``add_``, ``+=``, ``inplace=True``).
-
-    ``torch.nn.functional`` passes ``inplace`` on to ``__torch_function__`` by keyword.
-    """
-    if kwargs.get("inplace") is True:
-        return True
-    name = str(getattr(func, "__name__", ""))
-    if name.startswith("__"):
-        return name.startswith("__i") and name != "__invert__"
-    return name.endswith("_")
 
 
 def _common_layout(func: Any, splits: list[SplitTensor]) -> dict[int, tuple[int, int]]:

@@ -16,7 +16,9 @@ import torch
 
 from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.crossings import block_of
+from sciml.spatial_parallel.split.folded import whole
 from sciml.spatial_parallel.split.tensor import (
+    FoldedTensor,
     ReplicatedTensor,
     SplitContext,
     SplitTensor,
@@ -49,7 +51,7 @@ def wrap_inputs(
 
 def unwrap_inputs(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A split layer's arguments as plain tensors (``None``: nothing to change)."""
-    if not any(isinstance(a, SplitTensor | ReplicatedTensor) for a in args):
+    if not any(isinstance(a, SplitTensor | ReplicatedTensor | FoldedTensor) for a in args):
         return None
     return tuple(unwrap(a) for a in args)
 
@@ -81,11 +83,14 @@ def unwrap_outputs(output: Any) -> Any:
 
     A volume computed whole on every rank (from gathered tokens) leaves as this rank's
     block, as every volume output does; a pooled one (spatial size 1) stays replicated.
+    Tokens or windows merged across split dims leave gathered whole.
     """
     if isinstance(output, tuple | list):
         return type(output)(unwrap_outputs(o) for o in output)
     if isinstance(output, dict):
         return {k: unwrap_outputs(v) for k, v in output.items()}
+    if isinstance(output, FoldedTensor):  # windows or tokens merged across split dims
+        output = whole(output)
     if isinstance(output, ReplicatedTensor):
         shape = tuple(unwrap(output).shape)
         if len(shape) == 5 and max(shape[2:]) > 1:

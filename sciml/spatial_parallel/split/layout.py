@@ -19,6 +19,7 @@ from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.crossings import block_of, replicated_op
+from sciml.spatial_parallel.split.folded import fold_reshape
 from sciml.spatial_parallel.split.op_names import refuse
 from sciml.spatial_parallel.split.redistribute import gather_whole, redistribute_along
 from sciml.spatial_parallel.split.reshaped import reshaped_split
@@ -41,7 +42,10 @@ def _reshape(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[s
     x = first_split(func, args, kwargs)
     gout = tuple(global_result(func, args, kwargs).shape)
     split = reshaped_split(x._gshape, gout, x._split, ctx.mesh.grid)
-    if split is None:  # two split dims merged, blocks astride: the whole tensor on every rank
+    if split is None:  # split dims merged: folded, else (blocks astride) whole on every rank
+        folded = fold_reshape(ctx, unwrap(x), x._gshape, x._split, gout)
+        if folded is not None:
+            return folded
         whole = wrap_replicated(gather_whole(ctx, unwrap(x), x._split, x._gshape), ctx)
         return replicated_op(func, (whole, *args[1:]), kwargs)
     target = ctx.local_shape(gout, split)

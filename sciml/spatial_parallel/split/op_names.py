@@ -111,6 +111,19 @@ def refuse(func: Any, split: SplitDims, why: str) -> SplitOpError:
     )
 
 
+def writes_in_place(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``func`` writes into its first argument (``add_``, ``+=``, ``inplace=True``).
+
+    ``torch.nn.functional`` passes ``inplace`` on to ``__torch_function__`` by keyword.
+    """
+    if kwargs.get("inplace") is True:
+        return True
+    name = str(getattr(func, "__name__", ""))
+    if name.startswith("__"):
+        return name.startswith("__i") and name != "__invert__"
+    return name.endswith("_")
+
+
 #: Methods and properties whose result is not a tensor and does not depend on the split.
 PASSTHROUGH = frozenset(
     {

@@ -10,6 +10,9 @@ held it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -155,4 +158,24 @@ def gather_whole(ctx: SplitContext, x: torch.Tensor, split: Any, shape: tuple[in
         (dim, shape[dim], ctx.mesh.dim_groups[axis], ctx.mesh.spatial_coords[axis])
         for dim, axis in split
     )
+    for record in _RECORDS:
+        record.append(math.prod(shape))
     return _GatherWhole.apply(x, layout)
+
+
+_RECORDS: list[list[int]] = []
+
+
+@contextmanager
+def recorded_gathers() -> Iterator[list[int]]:
+    """The element counts of the tensors :func:`gather_whole` gathers within the block.
+
+    What a split model holds whole on every rank (a transformer's keys and values),
+    for memory audits and tests.
+    """
+    record: list[int] = []
+    _RECORDS.append(record)
+    try:
+        yield record
+    finally:
+        _RECORDS.remove(record)

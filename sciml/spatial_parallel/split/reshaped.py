@@ -4,7 +4,8 @@ A split dim keeps its place when it survives the reshape whole; merged with the
 dims after it, or cut into an outer and an inner dim, it stays split in the outer
 one where every rank's block lines up with the new dim's standard blocks (patch
 tokens on a depth split, windows whole within each block). Anything else (two
-split dims merged, blocks that straddle) has no block layout.
+split dims merged, blocks that straddle) has no block layout (:mod:`.folded`
+keeps such merges on the blocks).
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ own forward code then sees the global tensor through it:
 - every other op that touches a split dim raises a :class:`SplitOpError`
   naming the op, the split dims and the calling line.
 
-A reduction over every split dim gives a :class:`ReplicatedTensor`: the
-same value on every spatial rank. Gradients follow the package's loss
+A reshape that merges split dims (tokens or windows across depth and height)
+gives a :class:`FoldedTensor`: each rank's whole tokens or windows, merged in
+order (:mod:`.folded`). A reduction over every split dim gives a
+:class:`ReplicatedTensor`: the same value on every spatial rank. Gradients follow the package's loss
 conventions: a replicated tensor's gradient is the whole gradient on every
 rank, so where it meets a split block the gradients of the split use are
 summed over the spatial group, and where it meets a tensor whose gradient the
@@ -214,7 +216,36 @@ class ReplicatedTensor(_Dispatched):
 setattr(ReplicatedTensor, REPLICATED_TAG, True)  # every instance answers is_replicated
 
 
-torch._dynamo.config.nontraceable_tensor_subclasses.update({SplitTensor, ReplicatedTensor})
+class FoldedTensor(_Dispatched):
+    """This rank's block of a global tensor whose dim ``_dim`` merges dims split on the mesh.
+
+    The global dim ``_dim`` is the row-major merge of dims of sizes ``_factors``, of
+    which those in ``_fsplit`` (``(factor, mesh axis)`` pairs) are split: Swin's window
+    batch or ViT's tokens on a depth x height split. The block holds every rank's
+    whole windows or tokens, merged in the same order (:mod:`.folded`).
+    """
+
+    _ctx: SplitContext
+    _gshape: Shape
+    _dim: int
+    _factors: Shape
+    _fsplit: Split
+    _block: torch.Tensor
+
+    def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
+        """The global shape and the merged dim (the values are this rank's only)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            local = tuple(self.shape)
+        return (
+            f"FoldedTensor(global shape {self._gshape}, dim {self._dim} merges "
+            f"{self._factors} split along {split_names(self._fsplit)}, local block {local}, "
+            f"dtype={self.dtype})"
+        )
+
+
+torch._dynamo.config.nontraceable_tensor_subclasses.update(
+    {SplitTensor, ReplicatedTensor, FoldedTensor}
+)
 
 
 def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -> torch.Tensor:
@@ -231,6 +262,23 @@ def wrap_split(x: torch.Tensor, ctx: SplitContext, shape: Shape, split: Split) -
     return out
 
 
+def wrap_folded(
+    x: torch.Tensor, ctx: SplitContext, shape: Shape, dim: int, factors: Shape, fsplit: Split
+) -> torch.Tensor:
+    """``x``, this rank's block of a global ``shape`` whose ``dim`` merges split ``factors``.
+
+    With no factor split (an unsplit mesh) ``x`` stays plain.
+    """
+    fsplit = tuple((f, a) for f, a in fsplit if ctx.mesh.grid[a] > 1)
+    if not fsplit:
+        return x
+    with torch._C.DisableTorchFunctionSubclass():
+        out = x.as_subclass(FoldedTensor)
+    out._ctx, out._gshape, out._dim, out._block = ctx, tuple(shape), dim, x
+    out._factors, out._fsplit = tuple(factors), tuple(fsplit)
+    return out
+
+
 def wrap_replicated(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
     """``x``, the same on every spatial rank, as a ReplicatedTensor."""
     with torch._C.DisableTorchFunctionSubclass():
@@ -241,7 +289,7 @@ def wrap_replicated(x: torch.Tensor, ctx: SplitContext) -> torch.Tensor:
 
 def unwrap(x: Any) -> Any:
     """The plain tensor of a wrapped one (a replicated one keeps its tag); others as they are."""
-    if isinstance(x, SplitTensor | ReplicatedTensor):
+    if isinstance(x, SplitTensor | ReplicatedTensor | FoldedTensor):
         with torch._C.DisableTorchFunctionSubclass():
             plain = x.as_subclass(torch.Tensor)
         return mark_replicated(plain) if isinstance(x, ReplicatedTensor) else plain
@@ -317,13 +365,14 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if not kwargs and len(args) == 1 and isinstance(args[0], SplitTensor):  # the common case
         return _handle(func, args[0], args, kwargs)
     every = tensors_in(args) + tensors_in(tuple(kwargs.values()))
-    split = next((t for t in every if isinstance(t, SplitTensor)), None)
+    folded = (t for t in every if isinstance(t, FoldedTensor))  # folded ones first
+    split = next(folded, next((t for t in every if isinstance(t, SplitTensor)), None))
     return _handle(func, split, args, kwargs)  # None: replicated tensors only
 
 
 def _meta_of(x: Any) -> Any:
     """``x`` with every tensor a meta tensor of its global shape (in lists and tuples too)."""
-    if isinstance(x, SplitTensor):
+    if isinstance(x, SplitTensor | FoldedTensor):
         return torch.empty(x._gshape, dtype=x.dtype, device="meta")
     if isinstance(x, torch.Tensor):
         return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
