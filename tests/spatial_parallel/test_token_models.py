@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sciml.distributed import spawn
@@ -71,6 +72,57 @@ class WindowAttention(nn.Module):
         return y.permute(0, 4, 1, 2, 3)
 
 
+class VideoSwinAttention(nn.Module):
+    """Shifted-window attention as torchvision's video Swin writes it (``F.linear`` with the
+    layers' weights, a relative position bias, the shift mask built with ``x.new_zeros`` and
+    assignments, added through a ``view`` of the window batch), after padding the volume
+    to whole windows."""
+
+    def __init__(self, shift: int) -> None:
+        super().__init__()
+        self.shift, self.embed = shift, nn.Conv3d(1, 6, 1)
+        self.qkv, self.proj = nn.Linear(6, 18), nn.Linear(6, 6)
+        self.bias = nn.Parameter(torch.randn(2, 64, 64) / 8)  # heads, window^2
+
+    def mask(self, x: torch.Tensor, size: tuple[int, int, int]) -> torch.Tensor:
+        mask = x.new_zeros(*size)
+        bands = (slice(0, -4), slice(-4, -self.shift), slice(-self.shift, None))
+        for count, (d, h, w) in enumerate((d, h, w) for d in bands for h in bands for w in bands):
+            mask[d, h, w] = count
+        mask = mask.view(size[0] // 4, 4, size[1] // 4, 4, size[2] // 4, 4)
+        mask = mask.permute(0, 2, 4, 1, 3, 5).reshape(-1, 64)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.embed(x).permute(0, 2, 3, 4, 1)
+        b, t, h, w, c = y.shape
+        pads = [(4 - s % 4) % 4 for s in (t, h, w)]
+        y = F.pad(y, (0, 0, 0, pads[2], 0, pads[1], 0, pads[0]))
+        _, tp, hp, wp, _ = y.shape
+        if self.shift:
+            y = torch.roll(y, shifts=(-self.shift,) * 3, dims=(1, 2, 3))
+        windows = (tp // 4) * (hp // 4) * (wp // 4)
+        y = y.view(b, tp // 4, 4, hp // 4, 4, wp // 4, 4, c)
+        y = y.permute(0, 1, 3, 5, 2, 4, 6, 7).reshape(b * windows, 64, c)
+        qkv = F.linear(y, self.qkv.weight, self.qkv.bias)
+        qkv = qkv.reshape(y.size(0), y.size(1), 3, 2, c // 2).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * (c // 2) ** -0.5).matmul(k.transpose(-2, -1)) + self.bias.unsqueeze(0)
+        if self.shift:
+            attn = attn.view(y.size(0) // windows, windows, 2, 64, 64)
+            attn = attn + self.mask(y, (tp, hp, wp)).unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, 2, 64, 64)
+        attn = F.dropout(F.softmax(attn, dim=-1), p=0.0, training=self.training)
+        y = attn.matmul(v).transpose(1, 2).reshape(y.size(0), y.size(1), c)
+        y = F.linear(y, self.proj.weight, self.proj.bias)
+        y = y.view(b, tp // 4, hp // 4, wp // 4, 4, 4, 4, c)
+        y = y.permute(0, 1, 4, 2, 5, 3, 6, 7).reshape(b, tp, hp, wp, c)
+        if self.shift:
+            y = torch.roll(y, shifts=(self.shift,) * 3, dims=(1, 2, 3))
+        return y[:, :t, :h, :w, :].contiguous().permute(0, 4, 1, 2, 3)
+
+
 def count_gathers(mesh_kwargs: dict[str, int], model: nn.Module, shape: tuple[int, ...]) -> Any:
     """``check_parallel``'s comparison, and how many whole tensors the forward gathered."""
     from sciml.spatial_parallel.split.redistribute import recorded_gathers
@@ -85,6 +137,20 @@ def test_window_attention_aligned_with_the_blocks_runs_on_them(shift: int) -> No
     the window batch merges windows across depth and height (a folded block)."""
     torch.manual_seed(0)
     model, shape = WindowAttention(shift), (1, 1, 16, 8, 8)
+    for mesh, nprocs in ((dict(depth=2), 2), (dict(depth=2, height=2), 4)):
+        for rank, (result, calls) in enumerate(
+            spawn(count_gathers, nprocs, mesh, model, shape, timeout=300)
+        ):
+            assert result.ok, (mesh, rank, result.failures())
+            assert calls == 0, (mesh, calls)
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+def test_video_swin_attention_runs_on_the_blocks(shift: int) -> None:
+    """torchvision's way of writing it, on a volume padded to whole windows (14 -> 16 deep):
+    exact, and nothing gathered on depth=2 or depth=2 x height=2."""
+    torch.manual_seed(0)
+    model, shape = VideoSwinAttention(shift), (1, 1, 14, 8, 8)
     for mesh, nprocs in ((dict(depth=2), 2), (dict(depth=2, height=2), 4)):
         for rank, (result, calls) in enumerate(
             spawn(count_gathers, nprocs, mesh, model, shape, timeout=300)

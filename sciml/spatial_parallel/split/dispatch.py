@@ -8,7 +8,6 @@ cached. See :mod:`sciml.spatial_parallel.split.tensor` for the contract.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from sciml.spatial_parallel.split.op_names import (
     SAME_LAYOUT,
     SplitOpError,
     aten_name,
+    dropout_draws,
     refuse,
     split_names,
     writes_in_place,
@@ -50,6 +50,7 @@ from sciml.spatial_parallel.split.tensor import (
     first_split,
     local_shape,
     map_tensors,
+    new_arguments,
     set_handler,
     tensors_in,
     unwrap,
@@ -185,9 +186,7 @@ def _repr(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str,
 def _new(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``x.new_zeros(x.shape)``: a block of the new global tensor; any other size: plain."""
     x = first_split(func, args, kwargs)
-    size = args[1] if len(args) > 1 else kwargs.pop("size")
-    size = tuple(size) if isinstance(size, Sequence) else tuple(args[1:])
-    rest = args[2:] if len(args) > 1 and isinstance(args[1], Sequence) else ()
+    size, rest, kwargs = new_arguments(args, kwargs)
     if size != x._gshape:
         return func(unwrap(x), size, *rest, **kwargs)
     local = ctx.local_shape(x._gshape, x._split)
@@ -209,9 +208,7 @@ def _same_layout(
 
 
 def _dropout(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-    training = args[2] if len(args) > 2 else kwargs.get("training", True)
-    if not training or p == 0:
+    if not dropout_draws(args, kwargs):
         return args[0]
     return _random(ctx, func, args, kwargs)
 

@@ -36,6 +36,7 @@ from sciml.spatial_parallel.split.op_names import (
     RANDOM,
     SAME_LAYOUT,
     aten_name,
+    dropout_draws,
     refuse,
     writes_in_place,
 )
@@ -47,6 +48,7 @@ from sciml.spatial_parallel.split.tensor import (
     SplitTensor,
     global_result,
     map_tensors,
+    new_arguments,
     tensors_in,
     unwrap,
     wrap_replicated,
@@ -252,6 +254,17 @@ _ALONG = (
 _CONTRACTIONS = ("einsum", "matmul", "bmm")
 
 
+def _new(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``x.new_zeros(x.shape)``: a folded block of the new tensor; any other size: plain."""
+    size, rest, kwargs = new_arguments(args, kwargs)
+    if size != x._gshape:
+        return func(unwrap(x), size, *rest, **kwargs)
+    local = unwrap(x).shape
+    return rewrap(
+        func(unwrap(x), local, *rest, **kwargs), x, torch.empty(size, device="meta"), x._dim
+    )
+
+
 def _metadata(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     name = aten_name(func)
     shape = torch.Size(x._gshape)
@@ -286,7 +299,7 @@ def on_blocks(
             (a gathered copy would take the write).
     """
     name = aten_name(func)
-    if name in RANDOM or (name in DROPOUT and _active(func, args, kwargs)):
+    if name in RANDOM or (name in DROPOUT and dropout_draws(args, kwargs)):
         raise refuse(
             func,
             _split_of(x),
@@ -310,12 +323,6 @@ def on_blocks(
     return out
 
 
-def _active(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a dropout call draws (training, ``p > 0``)."""
-    arguments = bind(func, args, kwargs).arguments
-    return bool(arguments.get("train", True)) and arguments.get("p", 0.5) != 0
-
-
 def _kept(
     x: FoldedTensor,
     func: Any,
@@ -327,6 +334,8 @@ def _kept(
     """``func`` on the folded blocks by its kind, or NotImplemented."""
     if name in _METADATA and args and args[0] is x:
         return _metadata(x, func, args, kwargs)
+    if name in ("new_zeros", "new_ones", "new_empty", "new_full") and args and args[0] is x:
+        return _new(x, func, args, kwargs)
     if name in PASSTHROUGH:
         return func(*args, **kwargs)
     if name in DROPOUT and args and args[0] is x:

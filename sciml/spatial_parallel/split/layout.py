@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.along import ALONG_SPLIT, along_split
 from sciml.spatial_parallel.split.binding import bind
-from sciml.spatial_parallel.split.crossings import block_of, replicated_op
+from sciml.spatial_parallel.split.crossings import block_of, replicated_op, split_use
 from sciml.spatial_parallel.split.folded import fold_reshape
 from sciml.spatial_parallel.split.op_names import refuse
 from sciml.spatial_parallel.split.redistribute import gather_whole, redistribute_along
@@ -30,6 +31,7 @@ from sciml.spatial_parallel.split.tensor import (
     first_split,
     global_result,
     local_shape,
+    map_tensors,
     tensors_in,
     unwrap,
     wrap_replicated,
@@ -272,21 +274,36 @@ def _repeat(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
     return wrap_split(unwrap(x).repeat(repeats), ctx, gout, split)
 
 
-def _layer_norm(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``F.layer_norm`` over unsplit last dims (tokens, channels last): on the block as it is."""
+def _on_last_dims(
+    ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``F.layer_norm`` and ``F.linear`` over unsplit last dims: on the block as it is.
+
+    Tokens, windows and channels last; a replicated weight's gradient is summed over
+    the group.
+    """
     x = first_split(func, args, kwargs)
-    normalised = bind(func, args, kwargs).arguments["normalized_shape"]
-    first = len(x._gshape) - len(normalised)
+    arguments = bind(func, args, kwargs).arguments
+    last = len(arguments["normalized_shape"]) if "normalized_shape" in arguments else 1
+    first = len(x._gshape) - last
     crossed = sorted(d for d, _ in x._split if d >= first)
     if crossed:
+        what = "normalises over" if "normalized_shape" in arguments else "transforms"
         raise refuse(
             func,
             x._split,
-            f"it normalises over dim {crossed[0]}, which is split; normalise over unsplit "
-            f"(channel) dims only",
+            f"it {what} dim {crossed[0]}, which is split; only unsplit (channel) last dims can be",
         )
-    out = func(*_unwrapped(args), **{k: unwrap(v) for k, v in kwargs.items()})
-    return wrap_split(out, ctx, x._gshape, x._split)
+    if any(isinstance(t, SplitTensor) and t is not x for t in tensors_in(args[1:])):
+        raise refuse(func, x._split, "its weight is split; shard only the input")
+
+    def plain(t: torch.Tensor) -> torch.Tensor:
+        return split_use(t, ctx) if is_replicated(t) else unwrap(t)
+
+    values = map_tensors(tuple(kwargs.values()), plain)
+    out = func(*map_tensors(args, plain), **dict(zip(kwargs, values, strict=True)))
+    gshape = tuple(global_result(func, args, kwargs).shape)
+    return wrap_split(out, ctx, gshape, x._split)
 
 
 _RESHAPES = (
@@ -341,7 +358,8 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "getitem": getitem,
     "expand": _expand,
     "repeat": _repeat,
-    "layer_norm": _layer_norm,
+    "layer_norm": _on_last_dims,
+    "linear": _on_last_dims,
     "expand_as": _expand,
     "broadcast_to": _expand,
 }

@@ -124,6 +124,17 @@ def writes_in_place(func: Any, kwargs: dict[str, Any]) -> bool:
     return name.endswith("_")
 
 
+def dropout_draws(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a dropout call draws a mask: ``p > 0`` in training.
+
+    ``F.dropout(input, p, training)`` and ``torch.dropout(input, p, train)`` alike (at
+    ``p=0`` torch returns the input before any aten op, so the schema cannot bind it).
+    """
+    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    training = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get("train", True))
+    return bool(training) and p != 0
+
+
 #: Methods and properties whose result is not a tensor and does not depend on the split.
 PASSTHROUGH = frozenset(
     {

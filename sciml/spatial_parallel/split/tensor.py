@@ -333,6 +333,17 @@ def map_tensors(values: Sequence[Any], fn: Callable[[torch.Tensor], Any]) -> tup
     return tuple(out)
 
 
+def new_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Shape, tuple[Any, ...], dict[str, Any]]:
+    """A ``new_zeros``/``new_full`` call's size (as a list or varargs), its other arguments."""
+    kwargs = dict(kwargs)
+    size = args[1] if len(args) > 1 else kwargs.pop("size")
+    sized = isinstance(size, Sequence)
+    rest = args[2:] if len(args) > 1 and sized else ()
+    return (tuple(size) if sized else tuple(args[1:])), rest, kwargs
+
+
 def local_shape(x: torch.Tensor) -> Shape:
     """The shape of ``x``'s block on this rank."""
     with torch._C.DisableTorchFunctionSubclass():
