@@ -183,8 +183,9 @@ def compare_parallel(
 
     Collective: call on every rank of ``mesh`` with the same arguments. The
     loss of each step is ``sum(y * w)`` with random weights ``w`` (the global
-    loss convention of the package), so every output element reaches the
-    gradients.
+    loss convention of the package), summed over the output tensors of a model
+    that returns several (tuples, lists, dicts: each is compared as
+    ``out<step>.<i>``), so every output element reaches the gradients.
 
     Args:
         model: A plain ``torch.nn`` 3D CNN (not modified).
@@ -198,7 +199,8 @@ def compare_parallel(
         overlap: Passed to :func:`parallelize`.
         sync: Reduce the gradients (``False`` keeps local gradients: a check
             that must then fail).
-        keep_outputs: Return the gathered outputs of the last step.
+        keep_outputs: Return the gathered output of the last step (the first output
+            tensor of a model that returns several).
         device: Where the parallel model runs (passed to :func:`parallelize`;
             the references run on the CPU).
 
@@ -224,7 +226,7 @@ def compare_parallel(
     inputs = [torch.randn(shape, dtype=dtype, generator=generator) for _ in range(steps + 1)]
     eval_input = inputs.pop() if evaluate else None
     inputs = inputs[:steps]
-    weights: list[torch.Tensor] = []
+    weights: list[tuple[torch.Tensor, ...]] = []
     ref, _ = run_quantities(
         reference,
         mesh,
@@ -235,7 +237,7 @@ def compare_parallel(
         eval_input=None if eval_input is None else eval_input.double(),
         draw_dtype=dtype,
     )
-    weights = [w.to(dtype) for w in weights]
+    weights = [tuple(w.to(dtype) for w in step) for step in weights]
     # float64 has no more precise reference: its single-device error is estimated from
     # float32's (the same condition number times the smaller eps)
     probe = torch.float32 if dtype == torch.float64 else dtype
@@ -243,7 +245,7 @@ def compare_parallel(
         copy.deepcopy(checked).to(probe),
         mesh,
         [x.to(probe) for x in inputs],
-        [w.to(probe) for w in weights],
+        [tuple(w.to(probe) for w in step) for step in weights],
         parallel=False,
         seed=seed,
         eval_input=None if eval_input is None else eval_input.to(probe),
@@ -281,9 +283,15 @@ def compare_parallel(
         coords=mesh.coords,
         block=[(s.start, s.stop) for s in mesh.block(shape)[2:]],
         seconds=seconds,
-        output=par[f"unshard{steps - 1}"] if keep_outputs else None,
-        reference=ref[f"unshard{steps - 1}"] if keep_outputs else None,
+        output=_first_output(par, steps) if keep_outputs else None,
+        reference=_first_output(ref, steps) if keep_outputs else None,
     )
+
+
+def _first_output(quantities: dict[str, torch.Tensor], steps: int) -> torch.Tensor:
+    """The last step's gathered output (the first one, of a model with several)."""
+    key = f"unshard{steps - 1}"
+    return quantities[key] if key in quantities else quantities[f"{key}.0"]
 
 
 def _scale(ref: dict[str, torch.Tensor], key: str) -> float:

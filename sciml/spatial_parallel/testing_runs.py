@@ -11,9 +11,11 @@ difference from the first run samples the rounding noise of reordering itself.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from sciml.spatial_parallel.mesh import SpatialMesh
 from sciml.spatial_parallel.sharding import shard, unshard
@@ -26,11 +28,27 @@ def block_of(y: torch.Tensor, mesh: SpatialMesh) -> torch.Tensor:
     return y[mesh.block([y.shape[0], 1, 1, 1, 1])[0]]
 
 
+def output_tensors(y: Any) -> list[torch.Tensor]:
+    """The floating tensors of a model's output: itself, or those in its tuples, lists, dicts."""
+    return [
+        t
+        for t in tree_leaves(y)
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+    ]
+
+
+def _named(name: str, values: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{"out0": y}`` for one output; ``{"out0.0": y0, "out0.1": y1}`` for several."""
+    if len(values) == 1:
+        return {name: values[0]}
+    return {f"{name}.{i}": v for i, v in enumerate(values)}
+
+
 def run_quantities(
     model: nn.Module,
     mesh: SpatialMesh,
     inputs: list[torch.Tensor],
-    weights: list[torch.Tensor],
+    weights: list[tuple[torch.Tensor, ...]],
     *,
     parallel: bool,
     seed: int,
@@ -40,9 +58,10 @@ def run_quantities(
 ) -> tuple[dict[str, torch.Tensor], float]:
     """This rank's view of every compared quantity, and the last step's seconds.
 
-    ``weights`` holds the loss weights of each step; when it is empty they are
-    drawn (from ``seed``, rounded to ``draw_dtype``) and appended. The parallel
-    model runs on ``device`` (the CPU by default).
+    ``weights`` holds the loss weights of each step, one per output tensor (a model
+    may return tuples, lists and dicts of them: the loss sums over all); when it is
+    empty they are drawn (from ``seed``, rounded to ``draw_dtype``) and appended. The
+    parallel model runs on ``device`` (the CPU by default).
     """
     out: dict[str, torch.Tensor] = {}
     seconds = 0.0
@@ -54,23 +73,37 @@ def run_quantities(
                 if torch.distributed.is_initialized():
                     torch.distributed.barrier()
                 start = time.perf_counter()
-                y = model(xin)
-                (y * block_of(weights[step], mesh).to(y.device)).sum().backward()
+                ys = output_tensors(model(xin))
+                loss = sum(
+                    (y * block_of(w, mesh).to(y.device)).sum()
+                    for y, w in zip(ys, weights[step], strict=True)
+                )
+                assert isinstance(loss, torch.Tensor)
+                loss.backward()
                 seconds = time.perf_counter() - start
                 assert xin.grad is not None
-                whole, block, xgrad = unshard(y.detach(), mesh), y.detach(), xin.grad
+                whole = [unshard(y.detach(), mesh) for y in ys]
+                block, xgrad = [y.detach() for y in ys], xin.grad
             else:
                 xin = x.clone().requires_grad_()
-                y = model(xin)
+                ys = output_tensors(model(xin))
                 if len(weights) == step:
                     generator = torch.Generator().manual_seed(seed + 1 + step)
-                    w = torch.randn(y.shape, dtype=draw_dtype, generator=generator)
-                    weights.append(w.to(x.dtype))
-                (y * weights[step]).sum().backward()
-                whole, block = y.detach(), block_of(y.detach(), mesh)
+                    weights.append(
+                        tuple(
+                            torch.randn(y.shape, dtype=draw_dtype, generator=generator).to(x.dtype)
+                            for y in ys
+                        )
+                    )
+                loss = sum((y * w).sum() for y, w in zip(ys, weights[step], strict=True))
+                assert isinstance(loss, torch.Tensor)
+                loss.backward()
+                whole = [y.detach() for y in ys]
+                block = [block_of(y.detach(), mesh) for y in ys]
                 assert xin.grad is not None
                 xgrad = shard(xin.grad, mesh)
-            out |= {f"out{step}": block, f"unshard{step}": whole, f"xgrad{step}": xgrad}
+            out |= _named(f"out{step}", block) | _named(f"unshard{step}", whole)
+            out[f"xgrad{step}"] = xgrad
     for name, p in model.named_parameters():
         if p.grad is not None:
             # the parallel gradient is averaged over replicas, as DistributedDataParallel does
@@ -80,8 +113,9 @@ def run_quantities(
     if eval_input is not None:
         model.eval()
         with torch.no_grad():
-            y = model(shard(eval_input.to(device), mesh) if parallel else eval_input)
-        out["eval"] = unshard(y, mesh) if parallel else y
+            x = shard(eval_input.to(device), mesh) if parallel else eval_input
+            ys = output_tensors(model(x))
+        out |= _named("eval", [unshard(y, mesh) if parallel else y for y in ys])
     return out, seconds
 
 
@@ -89,7 +123,7 @@ def reversed_batch_run(
     reference: nn.Module,
     mesh: SpatialMesh,
     inputs: list[torch.Tensor],
-    weights: list[torch.Tensor],
+    weights: list[tuple[torch.Tensor, ...]],
     seed: int,
 ) -> dict[str, torch.Tensor]:
     """The parameter gradients and buffers of the float64 reference run on the batch reversed.
@@ -113,7 +147,7 @@ def reversed_batch_run(
         reference,
         mesh,
         [x.double().flip(0) for x in inputs],
-        [w.double().flip(0) for w in weights],
+        [tuple(w.double().flip(0) for w in step) for step in weights],
         parallel=False,
         seed=seed,
         eval_input=None,
