@@ -201,12 +201,17 @@ SHIFT_INVARIANT = (
 
 
 class UserModule(nn.Module):
-    """A convolution, then the case's own forward code."""
+    """A convolution, then the case's own forward code.
 
-    def __init__(self, case: str) -> None:
+    ``folded``: the code acts on ``y.flatten(2, 3).unflatten(3, (3, -1))``, whose dim 2
+    merges depth and height (a folded block on a depth x height split; the width a
+    multiple of 3); an output of that shape is cut back to a volume.
+    """
+
+    def __init__(self, case: str, folded: bool = False) -> None:
         """Build the layers of ``case``."""
         super().__init__()
-        self.case = case
+        self.case, self.folded = case, folded
         self.conv = nn.Conv3d(2, 3, 3, padding=1, bias=case not in SHIFT_INVARIANT)
         source = inspect.getsource({**CASES, **ONE_AXIS_CASES}.get(case, lambda m, y: None))
         self.head = nn.Linear(3, 2) if "m.head" in source else nn.Identity()
@@ -223,18 +228,25 @@ class UserModule(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The case's forward code on the convolution's output."""
         body = {**CASES, **ONE_AXIS_CASES}.get(self.case) or REFUSED[self.case][0]
-        return body(self, self.conv(x))
+        volume = self.conv(x)
+        if not self.folded:
+            return body(self, volume)
+        y = volume.flatten(2, 3).unflatten(3, (3, -1))
+        out = body(self, y)
+        if out.shape != y.shape:
+            return out
+        return out.flatten(3, 4).unflatten(2, volume.shape[2:4])
 
 
 def compare_cases(
-    mesh_kwargs: dict[str, int], shape: tuple[int, ...], cases: list[str]
+    mesh_kwargs: dict[str, int], shape: tuple[int, ...], cases: list[str], folded: bool = False
 ) -> dict[str, float]:
     """Worst relative error of each case (outputs, input and parameter gradients)."""
     mesh = SpatialMesh(**mesh_kwargs)
     out = {}
     for case in cases:
         torch.manual_seed(0)
-        model = UserModule(case)
+        model = UserModule(case, folded)
         result = compare_parallel(model, mesh, shape, dtype=torch.float64, steps=2)
         out[case] = max(result.errors.values())
     return out

@@ -133,30 +133,39 @@ FORMS = {form.source: form for form in _variance_forms() + _other_forms()}
 
 
 class FormModule(nn.Module):
-    """A convolution, then one reduction form whose result scales the convolution's output."""
+    """A convolution, then one reduction form whose result scales the convolution's output.
 
-    def __init__(self, source: str) -> None:
+    ``folded``: the form acts on ``y.flatten(2, 3).unflatten(3, (3, -1))`` instead,
+    whose dim 2 merges depth and height (a folded block on a depth x height split; the
+    width a multiple of 3), and the result is cut back to a volume.
+    """
+
+    def __init__(self, source: str, folded: bool = False) -> None:
         """Compile the form of ``source`` (see :data:`FORMS`)."""
         super().__init__()
-        self.form = FORMS[source]
+        self.form, self.folded = FORMS[source], folded
         # no bias: a bias only shifts what a centred statistic removes (zero gradient)
         self.conv = nn.Conv3d(2, 3, 3, padding=1, bias=False)
         self.call = eval(f"lambda y: {source}", {"torch": torch})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``y * r + y`` with the reduced dims of ``r`` put back as size 1."""
-        y = self.conv(x)
+        volume = self.conv(x)
+        y = volume.flatten(2, 3).unflatten(3, (3, -1)) if self.folded else volume
         r = self.call(y)
         if isinstance(r, tuple):
             r = r[0] * r[1]
         if r.dim() < y.dim():
             for d in sorted(self.form.reduced()):
                 r = r.unsqueeze(d)
-        return y * r + y
+        out = y * r + y
+        if self.folded:
+            return out.flatten(3, 4).unflatten(2, volume.shape[2:4])
+        return out
 
 
 def compare_forms(
-    mesh_kwargs: dict[str, int], shape: tuple[int, ...], forms: list[str]
+    mesh_kwargs: dict[str, int], shape: tuple[int, ...], forms: list[str], folded: bool = False
 ) -> dict[str, Any]:
     """Each form's worst relative error against one device (float64), or its refusal."""
     mesh = SpatialMesh(**mesh_kwargs)
@@ -164,7 +173,8 @@ def compare_forms(
     for form in forms:
         torch.manual_seed(0)
         try:
-            result = compare_parallel(FormModule(form), mesh, shape, dtype=torch.float64)
+            model = FormModule(form, folded)
+            result = compare_parallel(model, mesh, shape, dtype=torch.float64)
         except SplitOpError as err:
             out[form] = str(err)
         else:

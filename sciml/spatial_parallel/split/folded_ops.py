@@ -310,7 +310,7 @@ def on_blocks(
     out = _kept(x, func, args, kwargs, name, pointwise)
     written = args[0] if args else None
     if out is NotImplemented and (
-        "out" in kwargs
+        kwargs.get("out") is not None
         or isinstance(written, FoldedTensor)
         and (writes_in_place(func, kwargs) or name == "setitem")
     ):

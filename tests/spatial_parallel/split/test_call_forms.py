@@ -6,7 +6,8 @@ and function, positional and keyword, ``unbiased`` and ``correction``,
 is exact in float64 (1e-9, as the other functional-op tests: these problems'
 rounding is below 1e-13), or refused because it drops some split dims but not
 all. ``make test`` runs every third form and the ones a user reported; the
-slow test runs them all.
+slow test runs them all. The same forms on a folded block (tokens merged across
+depth and height) are all exact.
 """
 
 from __future__ import annotations
@@ -53,6 +54,24 @@ def test_reported_and_every_third_form(mesh_id: str) -> None:
 @pytest.mark.parametrize("mesh_id", list(MESHES))
 def test_every_form(mesh_id: str) -> None:
     _check(mesh_id, list(FORMS))
+
+
+def _check_folded(sources: list[str]) -> None:
+    """Every form on tokens merged across depth and height: exact, none refused (a form
+    over the merged dim gathers the tokens, the others run on the blocks)."""
+    mesh = MESHES["1x2x2x1"][0]
+    results = spawn(compare_forms, 4, mesh, (2, 2, 7, 6, 6), sources, True, timeout=1200)
+    bad = {s: v for s, v in results[0].items() if isinstance(v, str) or not v < EXACT}
+    assert not bad, bad
+
+
+def test_every_tenth_form_on_folded_blocks() -> None:
+    _check_folded(list(FORMS)[::10])
+
+
+@pytest.mark.slow
+def test_every_form_on_folded_blocks() -> None:
+    _check_folded(list(FORMS))
 
 
 def test_calls_are_bound_as_torch_binds_them() -> None:

@@ -41,6 +41,21 @@ def test_user_forward_code_exact(mesh: dict[str, int]) -> None:
     assert not any(bad.values()), bad
 
 
+#: Cases whose code needs a volume's shape (a diagonal of two equal dims).
+VOLUME_ONLY = ("einsum_crossed_and_diagonal",)
+
+
+@pytest.mark.slow
+def test_user_forward_code_on_folded_blocks() -> None:
+    """The same code on ``y.flatten(2, 3).unflatten(3, (3, -1))``, whose dim 2 merges depth
+    and height (a folded block on 2 x 2): exact, on the blocks or gathered whole."""
+    cases = [case for case in CASES if case not in VOLUME_ONLY]
+    mesh = MESHES[1]
+    results = spawn(compare_cases, 4, mesh, (2, 2, 7, 6, 6), cases, True, timeout=900)
+    bad = {r: {k: v for k, v in res.items() if not v < EXACT} for r, res in enumerate(results)}
+    assert not any(bad.values()), bad
+
+
 @pytest.mark.parametrize("mesh", MESHES, ids=IDS)
 def test_unsupported_ops_refused_by_name(mesh: dict[str, int]) -> None:
     results = spawn(refused_messages, _ranks(mesh), mesh, SHAPE, timeout=300)
