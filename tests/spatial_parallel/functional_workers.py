@@ -31,11 +31,15 @@ def _folded_tokens(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     """Tokens flattened across the split dims (merged across depth and height: folded).
 
     Per-token ops and contractions that keep the tokens stay on the blocks; attention's
-    keys, and a mean over the tokens, are gathered whole.
+    keys and values (einsum and ``scaled_dot_product_attention``), and a mean over the
+    tokens, are gathered whole.
     """
     t = y.flatten(2).transpose(1, 2)  # (N, tokens, C)
     t = t * m.scale + torch.linspace(0, 1, t.shape[1], dtype=t.dtype)[:, None]
     attended = torch.einsum("ntc,nsc->nts", t, t).softmax(-1) @ t
+    tokens = torch.arange(t.shape[1], dtype=t.dtype)
+    bias = (tokens[:, None] - tokens) / t.shape[1]  # (queries, keys): the queries' rows
+    attended = attended + F.scaled_dot_product_attention(t, t * 0.5, t, bias, scale=0.7)
     per_token = m.norm(t)[..., :2].sum(-1, keepdim=True) + t.max(-1).values[:, :, None]
     parts = torch.stack(t.unbind(-1), -1).chunk(3, -1)[1] + t.mean(1, keepdim=True)
     batch_first = t.transpose(0, 1)  # tokens as the batch of a matmul
@@ -148,6 +152,17 @@ CASES: dict[str, Any] = {
         + y
     ),
     # einsum whose split indices reach the output: on the blocks
+    # attention as torch computes it: queries on the blocks, keys and values gathered
+    "sdpa_tokens": lambda m, y: (
+        (
+            lambda t: F.scaled_dot_product_attention(
+                t, t * 0.5, t, attn_mask=torch.arange(t.shape[1]) % 3 != 0, scale=0.7
+            )
+        )(y.flatten(2).transpose(1, 2))
+        .transpose(1, 2)
+        .reshape(y.shape)
+        + y
+    ),
     "einsum_channels": lambda m, y: (
         torch.einsum("ncdhw,c->ndhw", y, torch.linspace(1, 2, 3, dtype=y.dtype))[:, None] * y
     ),

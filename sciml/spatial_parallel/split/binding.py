@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sciml.spatial_parallel.split.tensor import SplitTensor, map_tensors
 
-__all__ = ["Bound", "bind"]
+__all__ = ["Bound", "bind", "schema_arguments"]
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,35 @@ def bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Bound:
         raise TypeError(f"{func} reaches no aten op; its arguments cannot be bound")
     op(*op_args, **op_kwargs)  # torch's own checks of the arguments (dims in range, dtypes)
     arguments: dict[str, Any] = {}
-    for i, argument in enumerate(op._schema.arguments):
-        if i < len(op_args):
-            value = op_args[i]
-        elif argument.name in op_kwargs:
-            value = op_kwargs[argument.name]
-        else:
-            value = argument.default_value if argument.has_default_value() else None
+    for name, value in schema_arguments(op, op_args, op_kwargs).items():
         if isinstance(value, torch.Tensor):
             value = originals.get(id(value), value)
-        arguments["input" if argument.name == "self" else argument.name] = value
+        arguments["input" if name == "self" else name] = value
     return Bound(op, arguments)
+
+
+def schema_arguments(
+    op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """``args`` and ``kwargs`` named by ``op``'s schema, its defaults filled in.
+
+    Also for a Python function whose parameters are those of an aten op
+    (``F.scaled_dot_product_attention`` and ``aten.scaled_dot_product_attention``).
+
+    Raises:
+        TypeError: For a keyword the schema does not have.
+    """
+    names = [argument.name for argument in op._schema.arguments]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise TypeError(f"{op} has no argument {unknown[0]!r}")
+    arguments: dict[str, Any] = {}
+    for i, argument in enumerate(op._schema.arguments):
+        if i < len(args):
+            arguments[argument.name] = args[i]
+        elif argument.name in kwargs:
+            arguments[argument.name] = kwargs[argument.name]
+        else:
+            default = argument.default_value if argument.has_default_value() else None
+            arguments[argument.name] = default
+    return arguments

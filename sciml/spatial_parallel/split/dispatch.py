@@ -78,7 +78,7 @@ def handle(
 ) -> Any:
     """Run ``func`` as on the global tensors (``first``: its first split argument, if any).
 
-    An op that a folded block does not keep (:func:`.folded.on_blocks`) runs on it
+    An op that a folded block does not keep (:func:`.folded_ops.on_blocks`) runs on it
     gathered whole.
     """
     if first is None:

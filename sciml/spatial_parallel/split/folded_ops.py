@@ -20,7 +20,7 @@ import torch
 
 from sciml.spatial_parallel.replicated import is_replicated
 from sciml.spatial_parallel.split.binding import bind
-from sciml.spatial_parallel.split.contract import terms_of
+from sciml.spatial_parallel.split.contract import CONTRACTIONS, contraction_of
 from sciml.spatial_parallel.split.crossings import split_use
 from sciml.spatial_parallel.split.folded import (
     expanded,
@@ -207,23 +207,21 @@ def _joined(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str,
 
 
 def _contracted(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``einsum``/``matmul``/``bmm`` keeping the merged dim of ``x`` (window attention)."""
-    parsed = terms_of(func, args, kwargs)
-    if parsed is None:
+    """A contraction keeping the merged dim of ``x`` (window attention, a query's rows)."""
+    call = contraction_of(func, args, kwargs)
+    if call is None or not any(o is x for o in call.operands):
         return NotImplemented
-    terms, output, at = parsed
-    operands = [args[i] for i in at]
-    mine = next(i for i, o in enumerate(operands) if o is x)
-    letter = terms[mine][x._dim]
+    fn, operands, terms, output = call
+    letter = terms[next(i for i, o in enumerate(operands) if o is x)][x._dim]
     if letter not in output or any(len(set(t)) != len(t) for t in (*terms, output)):
         return NotImplemented
     ctx = x._ctx
-    prepared = list(args)
-    for i, term, operand in zip(at, terms, operands, strict=True):
+    prepared = []
+    for term, operand in zip(terms, operands, strict=True):
         place = term.find(letter)
         alike = isinstance(operand, FoldedTensor) and place == operand._dim
         if alike and signature(operand) == signature(x):
-            prepared[i] = unwrap(operand)
+            prepared.append(unwrap(operand))
             continue
         if isinstance(operand, FoldedTensor):
             operand = whole(operand)
@@ -232,11 +230,11 @@ def _contracted(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[
                 gather_whole(ctx, unwrap(operand), operand._split, operand._gshape), ctx
             )
         if place >= 0 and operand.shape[place] != 1:
-            prepared[i] = fold_block(operand, x, place)
+            prepared.append(fold_block(operand, x, place))
         else:
-            prepared[i] = split_use(operand, ctx) if is_replicated(operand) else operand
-    glob = global_result(func, args, {})
-    return rewrap(func(*prepared), x, glob, output.index(letter))
+            prepared.append(split_use(operand, ctx) if is_replicated(operand) else operand)
+    glob = global_result(fn, operands, {})
+    return rewrap(fn(*prepared), x, glob, output.index(letter))
 
 
 _METADATA = ("shape", "size", "numel", "nelement", "len")
@@ -251,7 +249,6 @@ _ALONG = (
     *("max", "min", "argmax", "argmin", "sort", "argsort", "topk", "cummax", "cummin"),
     *("narrow", "split", "chunk", "unbind", "select", "cumsum", "cumprod"),
 )
-_CONTRACTIONS = ("einsum", "matmul", "bmm")
 
 
 def _new(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -356,7 +353,7 @@ def _kept(
             return _indexed(x, func, args, kwargs)
         if name in _ALONG:
             return _along(x, func, args, kwargs)
-    if name in _CONTRACTIONS:
+    if name in CONTRACTIONS:
         return _contracted(x, func, args, kwargs)
     if name in ("cat", "concat", "concatenate", "stack"):
         return _joined(x, func, args, kwargs)
