@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from sciml.spatial_parallel.layers.heads import (
         SpatialAdaptiveAvgPool3d,
+        SpatialAdaptiveMaxPool3d,
         SpatialDropout,
         SpatialDropout3d,
         SpatialFlatten,
@@ -61,6 +62,7 @@ _HOMES = {
     **dict.fromkeys(
         (
             "SpatialAdaptiveAvgPool3d",
+            "SpatialAdaptiveMaxPool3d",
             "SpatialDropout",
             "SpatialDropout3d",
             "SpatialFlatten",
@@ -97,6 +99,7 @@ __all__ = [
     "HaloError",
     "ParallelContext",
     "SpatialAdaptiveAvgPool3d",
+    "SpatialAdaptiveMaxPool3d",
     "SpatialAvgPool3d",
     "SpatialBatchNorm3d",
     "SpatialConv3d",

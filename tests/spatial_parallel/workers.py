@@ -226,7 +226,8 @@ def option_errors(mesh_kwargs: dict[str, int]) -> dict[str, str]:
         "align_corners": nn.Upsample(scale_factor=2, align_corners=False),
         "no_size": nn.Upsample(),
         "area": nn.Upsample(scale_factor=2, mode="area"),
-        "adaptive_max": nn.AdaptiveMaxPool3d(1),
+        "adaptive_max_indices": nn.AdaptiveMaxPool3d(1, return_indices=True),
+        "lp_pool": nn.LPPool3d(2, 2),
         "flatten_batch": nn.Flatten(0),
         "lazy": nn.LazyConv3d(2, 3),
     }

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sciml.spatial_parallel.halo.collectives import gather_replicated, replicated_sum
-from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
+from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool, adaptive_max_pool
 from sciml.spatial_parallel.layers.base import SpatialLayer
 from sciml.spatial_parallel.partition import block_bounds
 from sciml.spatial_parallel.replicated import is_replicated, is_split_volume, mark_replicated
@@ -167,17 +167,11 @@ class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
     (:func:`~sciml.spatial_parallel.layers.adaptive.adaptive_avg_pool`).
     """
 
-    def _output(self, size: tuple[int, ...]) -> tuple[int, ...]:
-        """The global output ``(D, H, W)`` for a global input ``size`` (``None`` keeps a dim)."""
-        out = self.output_size
-        sizes = out if isinstance(out, tuple | list) else (out,) * 3
-        return tuple(n if s is None else int(s) for s, n in zip(sizes, size, strict=True))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Average each channel over the global volume, or over each bin of it."""
         self._check_input(x)
         shape = tuple(self._global_shape(x))
-        output = self._output(shape)
+        output = _adaptive_output(self.output_size, shape)
         if output != (1, 1, 1):
             return adaptive_avg_pool(self.mesh, x, shape, output)
         size, total = math.prod(x.shape[2:]), math.prod(self._global_shape(x))
@@ -187,6 +181,36 @@ class SpatialAdaptiveAvgPool3d(SpatialLayer, nn.AdaptiveAvgPool3d):
             dtype = F.adaptive_avg_pool3d(x.new_zeros(1, 1, 1, 1, 1), 1).dtype
             local = x.sum((2, 3, 4), keepdim=True, dtype=dtype)
         return mark_replicated(replicated_sum(local, self.mesh.spatial_group))
+
+
+class SpatialAdaptiveMaxPool3d(SpatialLayer, nn.AdaptiveMaxPool3d):
+    """Adaptive max pooling of a split volume (the element and gradient torch picks).
+
+    Global pooling (``output_size=1``) gives a tensor replicated on every spatial
+    rank; any other size a volume split as the input
+    (:func:`~sciml.spatial_parallel.layers.adaptive.adaptive_max_pool`).
+    """
+
+    def _check(self) -> None:
+        if self.return_indices:
+            raise ValueError(
+                f"{self._label()}: return_indices=True cannot be split (the indices would "
+                f"be into each rank's block, not the global volume)"
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The maximum of each channel over the global volume, or over each bin of it."""
+        self._check_input(x)
+        shape = tuple(self._global_shape(x))
+        output = _adaptive_output(self.output_size, shape)
+        pooled = adaptive_max_pool(self.mesh, x, shape, output, replicated=output == (1, 1, 1))
+        return mark_replicated(pooled) if output == (1, 1, 1) else pooled
+
+
+def _adaptive_output(output_size: Any, size: tuple[int, ...]) -> tuple[int, ...]:
+    """The global output ``(D, H, W)`` for a global input ``size`` (``None`` keeps a dim)."""
+    sizes = output_size if isinstance(output_size, tuple | list) else (output_size,) * 3
+    return tuple(n if s is None else int(s) for s, n in zip(sizes, size, strict=True))
 
 
 class SpatialFlatten(SpatialLayer, nn.Flatten):

@@ -24,6 +24,7 @@ from sciml.spatial_parallel.layers.conv import SpatialConv3d
 from sciml.spatial_parallel.layers.conv_transpose import SpatialConvTranspose3d
 from sciml.spatial_parallel.layers.heads import (
     SpatialAdaptiveAvgPool3d,
+    SpatialAdaptiveMaxPool3d,
     SpatialDropout,
     SpatialDropout3d,
     SpatialFlatten,
@@ -131,6 +132,11 @@ LAYERS: dict[type[nn.Module], LayerSpec] = {
             nn.AdaptiveAvgPool3d,
             SpatialAdaptiveAvgPool3d,
             readme="`AdaptiveAvgPool3d` (any output size; `F.adaptive_avg_pool3d` too)",
+        ),
+        _swap(
+            nn.AdaptiveMaxPool3d,
+            SpatialAdaptiveMaxPool3d,
+            readme="`AdaptiveMaxPool3d` (any output size; `F.adaptive_max_pool3d` too)",
         ),
         _swap(nn.BatchNorm3d, SpatialBatchNorm3d, "BatchNorm3d"),
         _swap(nn.GroupNorm, SpatialGroupNorm, "GroupNorm"),

@@ -39,7 +39,7 @@ from sciml.spatial_parallel.split.op_names import (
     writes_in_place,
 )
 from sciml.spatial_parallel.split.pad import pad_blocks
-from sciml.spatial_parallel.split.resample import adaptive_avg_pool_blocks, interpolate_blocks
+from sciml.spatial_parallel.split.resample import adaptive_pool_blocks, interpolate_blocks
 from sciml.spatial_parallel.split.tensor import (
     FoldedTensor,
     Handler,
@@ -65,7 +65,8 @@ HANDLERS: dict[str, Handler] = {
     "pad": pad_blocks,
     "interpolate": interpolate_blocks,
     "upsample": interpolate_blocks,
-    "adaptive_avg_pool3d": adaptive_avg_pool_blocks,
+    "adaptive_avg_pool3d": adaptive_pool_blocks,
+    "adaptive_max_pool3d": adaptive_pool_blocks,
 }
 _CACHE: dict[Any, Handler] = {}
 

@@ -1,4 +1,4 @@
-"""``interpolate`` and ``adaptive_avg_pool3d`` of a split volume, as on the global tensor.
+"""``interpolate`` and adaptive pooling of a split volume, as on the global tensor.
 
 Nearest interpolation picks its source elements globally and re-splits them
 to the standard blocks; trilinear interpolation reads a halo as the split
@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool
+from sciml.spatial_parallel.layers.adaptive import adaptive_avg_pool, adaptive_max_pool
 from sciml.spatial_parallel.layers.upsample import SpatialUpsample
 from sciml.spatial_parallel.partition import block_bounds
-from sciml.spatial_parallel.split.op_names import refuse
+from sciml.spatial_parallel.split.op_names import aten_name, refuse
 from sciml.spatial_parallel.split.redistribute import redistribute_along
 from sciml.spatial_parallel.split.tensor import (
     SplitContext,
@@ -107,13 +107,24 @@ def _trilinear(ctx: SplitContext, func: Any, x: SplitTensor, options: dict[str, 
     return wrap_split(out, ctx, (*x._gshape[:2], *sizes), x._split)
 
 
-def adaptive_avg_pool_blocks(
+def adaptive_pool_blocks(
     ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``F.adaptive_avg_pool3d`` of a volume block to any size, split as the input."""
+    """``F.adaptive_avg_pool3d``/``F.adaptive_max_pool3d`` of a volume block to any size.
+
+    The result is split as the input (a size-1 dim on the first rank along its axis).
+    """
     x = first_split(func, args, kwargs)
     if len(x._gshape) != 5 or any(d != a + 2 for d, a in x._split):
         raise refuse(func, x._split, "adaptive pooling takes an (N, C, D, H, W) volume")
-    gout = tuple(global_result(func, args, kwargs).shape)
-    out = adaptive_avg_pool(ctx.mesh, unwrap(x), x._gshape[2:], gout[2:])
+    glob = global_result(func, args, kwargs)
+    if isinstance(glob, tuple):
+        raise refuse(
+            func,
+            x._split,
+            "return_indices=True gives indices into the global volume, which no rank holds",
+        )
+    gout = tuple(glob.shape)
+    pool = adaptive_max_pool if "max" in aten_name(func) else adaptive_avg_pool
+    out = pool(ctx.mesh, unwrap(x), x._gshape[2:], gout[2:])
     return wrap_split(out, ctx, gout, x._split)

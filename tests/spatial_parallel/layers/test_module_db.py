@@ -33,6 +33,7 @@ COMPUTED = (
     "ReplicationPad3d[0:train]",
     "AdaptiveAvgPool3d[2:train]",  # output_size (3, 4, 5)
     "AdaptiveAvgPool3d[3:train]",  # output_size (None, 4, 5)
+    *(f"AdaptiveMaxPool3d[{i}:{mode}]" for i in (0, 2, 3, 4, 5) for mode in ("train", "eval")),
 )
 
 
