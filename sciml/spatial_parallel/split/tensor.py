@@ -45,7 +45,7 @@ import torch._dynamo
 import torch.distributed as dist
 
 from sciml.spatial_parallel.mesh import SpatialMesh
-from sciml.spatial_parallel.partition import block_bounds
+from sciml.spatial_parallel.partition import DIM_NAMES, block_bounds
 from sciml.spatial_parallel.replicated import REPLICATED_TAG, mark_replicated
 from sciml.spatial_parallel.split.op_names import refuse, split_names
 
@@ -199,12 +199,7 @@ class SplitTensor(_Dispatched):
 
     def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
         """The global shape and the split dims (the values are this rank's only)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            local = tuple(self.shape)
-        return (
-            f"SplitTensor(global shape {self._gshape}, split along {split_names(self._split)}, "
-            f"local block {local}, dtype={self.dtype})"
-        )
+        return _described(self, f"split along {split_names(self._split)}")
 
 
 class ReplicatedTensor(_Dispatched):
@@ -234,13 +229,18 @@ class FoldedTensor(_Dispatched):
 
     def __repr__(self, *, tensor_contents: Any = None) -> Any:  # type: ignore[override]
         """The global shape and the merged dim (the values are this rank's only)."""
-        with torch._C.DisableTorchFunctionSubclass():
-            local = tuple(self.shape)
-        return (
-            f"FoldedTensor(global shape {self._gshape}, dim {self._dim} merges "
-            f"{self._factors} split along {split_names(self._fsplit)}, local block {local}, "
-            f"dtype={self.dtype})"
-        )
+        split = ", ".join(f"factor {f} along {DIM_NAMES[a]}" for f, a in self._fsplit)
+        return _described(self, f"dim {self._dim} merges {self._factors} ({split})")
+
+
+def _described(x: torch.Tensor, layout: str) -> str:
+    """``Kind(global shape ..., <layout>, local block ..., dtype=...)``."""
+    with torch._C.DisableTorchFunctionSubclass():
+        local = tuple(x.shape)
+    shape = x._gshape  # type: ignore[attr-defined]
+    return (
+        f"{type(x).__name__}(global shape {shape}, {layout}, local block {local}, dtype={x.dtype})"
+    )
 
 
 torch._dynamo.config.nontraceable_tensor_subclasses.update(
