@@ -84,9 +84,9 @@ def test_networks_once_refused_or_flagged_pass_check_parallel(name: str) -> None
         assert result.ok, (name, rank, result.failures())
 
 
-#: MONAI's transformers, small: ``(constructor keywords, input shape)``. UNETR's ViT runs on
-#: its patch tokens gathered on every rank (one token, then 2 x 2 x 2 of them), SwinUNETR's
-#: windows on the volume gathered at each window partition; their volumes stay split.
+#: MONAI's transformers, small: ``(constructor keywords, input shape)``. The ViTs keep their
+#: patch tokens on the blocks (folded where tokens merge depth and height) and gather the
+#: keys and values; SwinUNETR's window attention runs on the blocks.
 TRANSFORMERS: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
     "UNETR_one_token": (
         dict(img_size=(16, 16, 16), feature_size=4, hidden_size=12, mlp_dim=24, num_heads=2),
@@ -100,6 +100,42 @@ TRANSFORMERS: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
     "ViTAutoEnc": (
         dict(img_size=16, patch_size=4, hidden_size=12, mlp_dim=24, num_heads=2, num_layers=2),
         (1, 1, 16, 16, 16),
+    ),
+    # a class token read as x[:, 0] after the blocks, a dense head
+    "ViT": (
+        dict(
+            img_size=32,
+            patch_size=8,
+            hidden_size=12,
+            mlp_dim=24,
+            num_layers=2,
+            num_heads=2,
+            classification=True,
+            num_classes=3,
+        ),
+        (2, 1, 32, 32, 32),
+    ),
+    # patches cut by an einops rearrange and a Linear instead of a strided convolution
+    "UNETR_perceptron": (
+        dict(
+            img_size=(32, 32, 32),
+            feature_size=4,
+            hidden_size=12,
+            mlp_dim=24,
+            num_heads=2,
+            proj_type="perceptron",
+        ),
+        (1, 1, 32, 32, 32),
+    ),
+    "SwinUNETR_v2": (
+        dict(
+            feature_size=12,
+            depths=(2, 2, 1, 1),
+            num_heads=(1, 1, 1, 1),
+            window_size=(4, 4, 4),
+            use_v2=True,
+        ),
+        (1, 1, 64, 64, 64),
     ),
     "SwinUNETR": (
         # two blocks in the first stages: the second shifts its windows (a roll and a mask)
@@ -118,6 +154,9 @@ TRANSFORMERS: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {
         pytest.param("UNETR", dict(depth=2, height=2), 4, marks=pytest.mark.slow),
         pytest.param("SwinUNETR", dict(depth=2), 2, marks=pytest.mark.slow),
         pytest.param("SwinUNETR", dict(depth=2, height=2), 4, marks=pytest.mark.slow),
+        pytest.param("ViT", dict(depth=2, height=2), 4, marks=pytest.mark.slow),
+        pytest.param("UNETR_perceptron", dict(depth=2, height=2), 4, marks=pytest.mark.slow),
+        pytest.param("SwinUNETR_v2", dict(depth=2, height=2), 4, marks=pytest.mark.slow),
     ],
 )
 def test_transformers_match_one_device(name: str, mesh: dict[str, int], nprocs: int) -> None:
@@ -129,13 +168,14 @@ def test_transformers_match_one_device(name: str, mesh: dict[str, int], nprocs: 
     pytest.importorskip("einops")
     kwargs, shape = TRANSFORMERS[name]
     network = name.partition("_")[0]
-    spec = ("monai", dict(name=network, in_channels=1, out_channels=2, **kwargs))
+    outputs = {} if network == "ViT" else dict(out_channels=2)
+    spec = ("monai", dict(name=network, in_channels=1, **outputs, **kwargs))
     case = dict(spec=spec, shape=shape, dtype=torch.float64)
     for rank, (result,) in enumerate(spawn(run, nprocs, mesh, [case], timeout=600)):
         assert isinstance(result, Comparison), (name, result)
         assert result.ok, (name, rank, result.failures())
         outputs = max(v for k, v in result.errors.items() if k.startswith(("out0", "unshard0")))
         assert outputs <= 1e-9, (name, rank, outputs)
-        # ViTAutoEnc: its volume and its 2 blocks' tokens, each compared
+        # ViTAutoEnc and ViT: a volume or logits, and their 2 blocks' tokens, each compared
         compared = {k for k in result.errors if k.startswith("unshard0")}
-        assert len(compared) == (3 if name == "ViTAutoEnc" else 1), compared
+        assert len(compared) == (3 if network in ("ViTAutoEnc", "ViT") else 1), compared
