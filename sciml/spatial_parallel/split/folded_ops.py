@@ -85,7 +85,9 @@ def _pointwise(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[s
     ndim = max(len(s) for s in shapes)
     at = x._dim - len(x._gshape)  # the merged dim, from the end
     size = x._gshape[x._dim]
-    blocks: dict[int, str] = {}
+    if writes_in_place(func, kwargs) and not (args and isinstance(args[0], FoldedTensor)):
+        return NotImplemented  # a whole plain tensor written: with the folded ones gathered
+    blocked: set[int] = set()  # whole operands along the merged dim: their block
     for t, shape in zip(every, shapes, strict=True):
         if isinstance(t, SplitTensor):
             return NotImplemented
@@ -95,15 +97,16 @@ def _pointwise(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[s
             continue
         here = shape[at] if len(shape) >= -at else 1
         if here == size and size != 1:
-            blocks[id(t)] = "block"
+            blocked.add(id(t))
         elif here != 1:
             return NotImplemented  # torch's own error, from the gathered tensors
 
     def plain(t: torch.Tensor) -> torch.Tensor:
-        if id(t) in blocks:
+        if id(t) in blocked:
             return fold_block(t, x, t.dim() + at)
         if isinstance(t, FoldedTensor):
-            return t._block if t is args[0] and writes_in_place(func, kwargs) else unwrap(t)
+            written = args and t is args[0] and writes_in_place(func, kwargs)
+            return t._block if written else unwrap(t)
         return split_use(t, ctx) if is_replicated(t) else t
 
     values = map_tensors(tuple(kwargs.values()), plain)
@@ -128,7 +131,7 @@ def _along(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, 
         dims = {ndim - 1}
     else:
         dims = _dims(arguments.get("dim"), ndim)
-    if dims is None or x._dim in dims:
+    if not dims or x._dim in dims:  # None or []: every dim, as torch reads them
         return NotImplemented
     glob = global_result(func, args, kwargs)
     values = _plain_args(tuple(kwargs.values()), x._ctx)
