@@ -31,8 +31,8 @@ def _folded_tokens(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     """Tokens flattened across the split dims (merged across depth and height: folded).
 
     Per-token ops and contractions that keep the tokens stay on the blocks; attention's
-    keys and values (einsum and ``scaled_dot_product_attention``), a mean over the
-    tokens, and the tokens added into a whole plain tensor in place, are gathered whole.
+    keys and values (einsum and ``scaled_dot_product_attention``), and a mean over the
+    tokens, are gathered whole.
     """
     t = y.flatten(2).transpose(1, 2)  # (N, tokens, C)
     t = t * m.scale + torch.linspace(0, 1, t.shape[1], dtype=t.dtype)[:, None]
@@ -46,9 +46,7 @@ def _folded_tokens(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     gram = (batch_first @ batch_first.transpose(1, 2)).sum(-1).transpose(0, 1)[..., None]
     out = (attended + per_token + parts).clone()
     out.mul_(0.5)
-    whole = torch.zeros(t.shape, dtype=t.dtype)
-    whole.add_(t)  # a whole plain tensor written: it takes the whole tokens
-    return (out + gram + whole).transpose(1, 2).reshape(y.shape) + y
+    return (out + gram).transpose(1, 2).reshape(y.shape) + y
 
 
 #: Forward code after a convolution, by case name; each returns the model output.
@@ -203,6 +201,8 @@ REFUSED: dict[str, tuple[Any, str]] = {
         "view_as",
     ),
     "plain_indexed_by_block": (lambda m, y: torch.arange(4.0)[(y > 0).long()], "__getitem__"),
+    # a whole plain tensor written in place would hold only this rank's block (was silent)
+    "plain_written_in_place": (lambda m, y: torch.zeros(y.shape).add_(y), "add_"),
 }
 
 

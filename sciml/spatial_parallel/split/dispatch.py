@@ -84,6 +84,16 @@ def handle(
     """
     if first is None:
         return replicated_op(func, args, kwargs)
+    written = kwargs.get("out")
+    if written is None and writes_in_place(func, kwargs):
+        written = args[0] if args else kwargs.get("input")
+    if written is not None and not isinstance(written, SplitTensor | FoldedTensor):
+        raise refuse(
+            func,
+            split_folded.merged_split(first) if isinstance(first, FoldedTensor) else first._split,
+            "it writes into a whole tensor that is not split, which would hold only this "
+            "rank's block of the result; write into a new tensor (acc = acc + x) instead",
+        )
     handler = _CACHE.get(func)
     if handler is None:
         handler = _CACHE[func] = _classify(func)
@@ -227,7 +237,8 @@ def _random(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[st
 def pointwise(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """An elementwise op: split partners must share the layout, others broadcast unsplit."""
     if (
-        isinstance(args[0], SplitTensor)
+        args
+        and isinstance(args[0], SplitTensor)
         and not any(  # one tensor: the block's layout
             isinstance(a, torch.Tensor | list | tuple) for a in (*args[1:], *kwargs.values())
         )

@@ -46,6 +46,7 @@ __all__ = [
     "fold_block",
     "fold_reshape",
     "gathered",
+    "merged_split",
     "rewrap",
     "signature",
     "whole",
@@ -58,6 +59,11 @@ Signature = tuple[Shape, Split]
 def signature(x: FoldedTensor) -> Signature:
     """Where ``x``'s blocks lie in its merged dim (equal signatures: equal layouts)."""
     return x._factors, x._fsplit
+
+
+def merged_split(x: FoldedTensor) -> Split:
+    """The merged dim once per mesh axis it is split along (for messages)."""
+    return tuple((x._dim, axis) for _, axis in x._fsplit)
 
 
 def expanded(x: FoldedTensor) -> tuple[Shape, Split]:

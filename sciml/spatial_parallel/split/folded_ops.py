@@ -26,6 +26,7 @@ from sciml.spatial_parallel.split.folded import (
     expanded,
     fold_block,
     fold_reshape,
+    merged_split,
     rewrap,
     signature,
     whole,
@@ -43,7 +44,6 @@ from sciml.spatial_parallel.split.op_names import (
 from sciml.spatial_parallel.split.redistribute import gather_whole
 from sciml.spatial_parallel.split.tensor import (
     FoldedTensor,
-    Split,
     SplitContext,
     SplitTensor,
     global_result,
@@ -85,8 +85,6 @@ def _pointwise(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[s
     ndim = max(len(s) for s in shapes)
     at = x._dim - len(x._gshape)  # the merged dim, from the end
     size = x._gshape[x._dim]
-    if writes_in_place(func, kwargs) and not (args and isinstance(args[0], FoldedTensor)):
-        return NotImplemented  # a whole plain tensor written: with the folded ones gathered
     blocked: set[int] = set()  # whole operands along the merged dim: their block
     for t, shape in zip(every, shapes, strict=True):
         if isinstance(t, SplitTensor):
@@ -276,11 +274,6 @@ def _metadata(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[st
     return shape[0] if name == "len" else math.prod(shape)
 
 
-def _split_of(x: FoldedTensor) -> Split:
-    """The merged dim once per mesh axis it is split along (for messages)."""
-    return tuple((x._dim, axis) for _, axis in x._fsplit)
-
-
 def on_blocks(
     x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, pointwise: bool
 ) -> Any:
@@ -302,7 +295,7 @@ def on_blocks(
     if name in RANDOM or (name in DROPOUT and dropout_draws(args, kwargs)):
         raise refuse(
             func,
-            _split_of(x),
+            merged_split(x),
             "each rank would draw its own random values, not its block of the global draw; "
             "use the nn.Dropout module (parallelize draws its global mask) or draw the "
             "global tensor",
@@ -316,7 +309,7 @@ def on_blocks(
     ):
         raise refuse(
             func,
-            _split_of(x),
+            merged_split(x),
             "it writes into a block of windows or tokens merged across split dims, and it is "
             "not computed on such blocks; write its result into a new tensor",
         )
