@@ -331,7 +331,8 @@ def test_the_scale_benchmark_runs_quick(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_the_token_gathers_benchmark_runs_quick(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """UNETR's keys and values gathered on a depth split, its tokens once on 2 x 2."""
+    """UNETR gathers its keys and values only, on a depth split and on 2 x 2 (its tokens
+    merge depth and height there, and stay on the blocks)."""
     pytest.importorskip("einops")
     module = _benchmark(monkeypatch, "spatial_token_gathers")
     out = tmp_path / "gathers.json"
@@ -339,5 +340,5 @@ def test_the_token_gathers_benchmark_runs_quick(
     rows = json.loads(out.read_text())["rows"]
     assert [(r["model"], r["ranks"]) for r in rows] == [("UNETR", 2), ("UNETR", 4)]
     assert all(r["same_on_every_rank"] and r["within_bounds"] for r in rows)
-    assert (rows[0]["gathers"], rows[0]["largest_elements"]) == (24, 8 * 12)  # k, v a layer
-    assert rows[1]["gathers"] == 1  # the token flatten merges depth and height
+    for row in rows:  # k, v a layer: 8 tokens x hidden 12
+        assert (row["gathers"], row["largest_elements"]) == (24, 8 * 12), row
