@@ -191,3 +191,27 @@ def test_video_swin_attention_runs_on_the_blocks(shift: int) -> None:
         ):
             assert result.ok, (mesh, rank, result.failures())
             assert sizes == [], (mesh, sizes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mesh", "nprocs"),
+    [(dict(data=2, depth=2), 4), (dict(data=2, depth=2, height=2), 8)],
+    ids=["2x2x1x1", "2x2x2x1"],
+)
+def test_hybrid_meshes_keep_tokens_and_windows_on_the_blocks(
+    mesh: dict[str, int], nprocs: int
+) -> None:
+    """With data-parallel replicas too (each holds its own batch of windows): exact, and
+    only the flash ViT's keys and values gathered (2 local samples x 12 tokens x 8)."""
+    torch.manual_seed(0)
+    cases = (
+        (FlashViT(), (4, 1, 8, 8, 12), [192, 192]),
+        (VideoSwinAttention(2), (2, 1, 14, 8, 8), []),
+    )
+    for model, shape, expected in cases:
+        for rank, (result, sizes) in enumerate(
+            spawn(gathered_sizes, nprocs, mesh, model, shape, timeout=900)
+        ):
+            assert result.ok, (type(model).__name__, rank, result.failures())
+            assert sizes == expected, (type(model).__name__, sizes)
