@@ -30,9 +30,9 @@ def _in_place_ops(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
 def _folded_tokens(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
     """Tokens flattened across the split dims (merged across depth and height: folded).
 
-    Per-token ops and contractions that keep the tokens stay on the blocks; attention's
-    keys and values (einsum and ``scaled_dot_product_attention``), and a mean over the
-    tokens, are gathered whole.
+    Per-token ops, contractions that keep the tokens and a mean over them stay on the
+    blocks; attention's keys and values (einsum and ``scaled_dot_product_attention``)
+    are gathered whole.
     """
     t = y.flatten(2).transpose(1, 2)  # (N, tokens, C)
     t = t * m.scale + torch.linspace(0, 1, t.shape[1], dtype=t.dtype)[:, None]

@@ -41,6 +41,7 @@ from sciml.spatial_parallel.split.op_names import (
     refuse,
     writes_in_place,
 )
+from sciml.spatial_parallel.split.ops import REDUCTIONS, reduce_folded
 from sciml.spatial_parallel.split.redistribute import gather_whole
 from sciml.spatial_parallel.split.tensor import (
     FoldedTensor,
@@ -247,6 +248,7 @@ _RESHAPES = (
 _ALONG = (
     *("softmax", "log_softmax", "softmin", "layer_norm", "linear", "normalize"),
     *("sum", "mean", "amax", "amin", "var", "std", "logsumexp", "prod", "all", "any"),
+    *("nansum", "norm", "vector_norm", "linalg_vector_norm", "var_mean", "std_mean"),
     *("max", "min", "argmax", "argmin", "sort", "argsort", "topk", "cummax", "cummin"),
     *("narrow", "split", "chunk", "unbind", "select", "cumsum", "cumprod"),
 )
@@ -348,7 +350,10 @@ def _kept(
         if name == "getitem":
             return _indexed(x, func, args, kwargs)
         if name in _ALONG:
-            return _along(x, func, args, kwargs)
+            out = _along(x, func, args, kwargs)
+            if out is NotImplemented and name in REDUCTIONS:  # over the merged dim too
+                return reduce_folded(x, func, args, kwargs)
+            return out
     if name in CONTRACTIONS:
         return _contracted(x, func, args, kwargs)
     if name in ("cat", "concat", "concatenate", "stack"):

@@ -9,6 +9,10 @@ and the mean used inside ``var``, ``std`` and ``logsumexp`` meets the block
 again through :func:`~sciml.spatial_parallel.split.crossings.split_use`. A
 reduction over unsplit dims only runs on the block.
 
+A reduction of a folded block over its merged dim (tokens merged across split
+dims) runs the same computation over the merged dim's factors
+(:func:`reduce_folded`).
+
 A reduction over some split dims but not others (``keepdim=True``) runs the
 same collectives over the reduced dims' mesh axes only, and stays split: each
 reduced dim has global size 1, held by the first rank along its axis
@@ -27,8 +31,10 @@ import torch.distributed as dist
 from sciml.spatial_parallel.halo.collectives import replicated_sum
 from sciml.spatial_parallel.split.binding import bind
 from sciml.spatial_parallel.split.crossings import own_first, split_use
+from sciml.spatial_parallel.split.folded import expanded
 from sciml.spatial_parallel.split.op_names import refuse, split_names
 from sciml.spatial_parallel.split.tensor import (
+    FoldedTensor,
     Groups,
     SplitContext,
     SplitTensor,
@@ -136,6 +142,42 @@ def reduce(ctx: SplitContext, func: Any, args: tuple[Any, ...], kwargs: dict[str
         items = tuple(wrap_split(o, ctx, kept, x._split) for o in owned)
     else:
         items = tuple(wrap_replicated(_squeeze(o, dims, keepdim), ctx) for o in outs)
+    if not isinstance(out, tuple):
+        return items[0]
+    return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
+
+
+def reduce_folded(x: FoldedTensor, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A reduction of a folded block over its merged dim (and others): replicated.
+
+    Computed over the merged dim's factors as over split dims; ``NotImplemented`` for
+    a reduction that keeps the merged dim, and for ``max``/``min`` along one dim (its
+    indices are along that dim, not along the factors).
+    """
+    bound = bind(func, args, kwargs)
+    if bound.name not in _COMPUTED or bound.arguments["input"] is not x:
+        return NotImplemented
+    name, values = _arguments(func, args, kwargs)
+    ndim, nf = len(x._gshape), len(x._factors)
+    dims = _dims(values.get("dim"), ndim)
+    if x._dim not in dims or (name in ("max", "min") and values.get("dim") is not None):
+        return NotImplemented
+    keepdim = bool(values.get("keepdim", False))
+    gexp, esplit = expanded(x)
+    edims = tuple(
+        e
+        for d in dims
+        for e in (range(d, d + nf) if d == x._dim else [d + (nf - 1) * (d > x._dim)])
+    )
+    ctx = x._ctx
+    block = unwrap(x).reshape(ctx.local_shape(gexp, esplit))
+    values |= {"split": esplit, "gshape": gexp}
+    count = math.prod(gexp[d] for d in edims)
+    groups = ctx.groups([axis for _, axis in esplit])
+    out = _global(ctx, func, name, block, values, edims, count, groups)
+    kept = _reduced_shape(x._gshape, dims, True)
+    outs = out if isinstance(out, tuple) else (out,)
+    items = tuple(wrap_replicated(_squeeze(o.reshape(kept), dims, keepdim), ctx) for o in outs)
     if not isinstance(out, tuple):
         return items[0]
     return getattr(torch.return_types, name)(items) if name in ("max", "min") else items
