@@ -165,18 +165,22 @@ def gathered_sizes(mesh_kwargs: dict[str, int], model: nn.Module, shape: tuple[i
         return check_parallel(mesh_kwargs, model, shape), seen
 
 
-@pytest.mark.parametrize("shift", [0, 2])
-def test_window_attention_aligned_with_the_blocks_runs_on_them(shift: int) -> None:
-    """Windows whole within each rank's block: computed there, nothing gathered, also where
-    the window batch merges windows across depth and height (a folded block)."""
-    torch.manual_seed(0)
-    model, shape = WindowAttention(shift), (1, 1, 16, 8, 8)
+def _nothing_gathered(model: nn.Module, shape: tuple[int, ...]) -> None:
+    """Exact, and nothing gathered, on depth=2 and on depth=2 x height=2."""
     for mesh, nprocs in ((dict(depth=2), 2), (dict(depth=2, height=2), 4)):
         for rank, (result, sizes) in enumerate(
             spawn(gathered_sizes, nprocs, mesh, model, shape, timeout=300)
         ):
             assert result.ok, (mesh, rank, result.failures())
             assert sizes == [], (mesh, sizes)
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+def test_window_attention_aligned_with_the_blocks_runs_on_them(shift: int) -> None:
+    """Windows whole within each rank's block: computed there, nothing gathered, also where
+    the window batch merges windows across depth and height (a folded block)."""
+    torch.manual_seed(0)
+    _nothing_gathered(WindowAttention(shift), (1, 1, 16, 8, 8))
 
 
 @pytest.mark.parametrize("shift", [0, 2])
@@ -184,13 +188,7 @@ def test_video_swin_attention_runs_on_the_blocks(shift: int) -> None:
     """torchvision's way of writing it, on a volume padded to whole windows (14 -> 16 deep):
     exact, and nothing gathered on depth=2 or depth=2 x height=2."""
     torch.manual_seed(0)
-    model, shape = VideoSwinAttention(shift), (1, 1, 14, 8, 8)
-    for mesh, nprocs in ((dict(depth=2), 2), (dict(depth=2, height=2), 4)):
-        for rank, (result, sizes) in enumerate(
-            spawn(gathered_sizes, nprocs, mesh, model, shape, timeout=300)
-        ):
-            assert result.ok, (mesh, rank, result.failures())
-            assert sizes == [], (mesh, sizes)
+    _nothing_gathered(VideoSwinAttention(shift), (1, 1, 14, 8, 8))
 
 
 @pytest.mark.slow
